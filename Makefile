@@ -1,0 +1,62 @@
+# Lyra developer commands. `make help` lists them.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+UV ?= uv
+RUN := $(UV) run --locked
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: install
+install: ## Create .venv with the pinned dependencies (uv.lock).
+	$(UV) sync --locked
+
+.PHONY: binaries
+binaries: install ## Build or restore the cached Kubernetes binaries for the local control plane.
+	$(RUN) lyra cluster binaries
+
+.PHONY: test
+test: install binaries ## Run every test: lint, unit and proofs, integration against the local control plane.
+	$(MAKE) lint
+	$(RUN) pytest tests/unit
+	$(RUN) pytest tests/integration tests/e2e
+
+.PHONY: test-unit
+test-unit: install ## Run the fast unit tests and the proofs of the policy core.
+	$(RUN) pytest tests/unit
+
+.PHONY: test-integration
+test-integration: binaries ## Run the integration tests against a real local control plane.
+	$(RUN) pytest tests/integration tests/e2e
+
+.PHONY: lint
+lint: install ## ruff, mypy --strict and the import-linter contracts.
+	$(RUN) ruff check src tests bench
+	$(RUN) ruff format --check src tests bench
+	$(RUN) mypy
+	$(RUN) lint-imports
+
+.PHONY: format
+format: install ## Apply ruff's formatting and safe fixes.
+	$(RUN) ruff format src tests bench
+	$(RUN) ruff check --fix src tests bench
+
+.PHONY: bench
+bench: install ## Run the benchmarks and print the figures recorded in docs/benchmarks.md.
+	$(RUN) python -m bench
+
+.PHONY: cluster-up
+cluster-up: binaries ## Start the local control plane with fake GPU nodes (lyra cluster up).
+	$(RUN) lyra cluster up
+
+.PHONY: cluster-down
+cluster-down: install ## Stop the local control plane and remove its state.
+	$(RUN) lyra cluster down
+
+.PHONY: clean
+clean: ## Remove caches and build output inside the repository (not the binary cache).
+	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache .hypothesis dist build out

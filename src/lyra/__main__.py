@@ -1,0 +1,3 @@
+from lyra.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The ``lyra`` command line.
+
+Each command group lives in its own module and registers a sub-parser; the adapters behind them are imported
+only when their command runs, so ``lyra --help`` stays fast and a missing optional tool never breaks another
+command.
+
+Exit codes: 0 success, 1 the command ran and failed, 2 bad input (usage, flags, files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from lyra import __version__
+from lyra.cli import cluster_commands, plan_commands, simulate_commands
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lyra",
+        description="Lend idle inference GPU servers to elastic training jobs, and take them back cheaply.",
+    )
+    parser.add_argument("--version", action="version", version=f"lyra {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    plan_commands.register(commands)
+    cluster_commands.register(commands)
+    simulate_commands.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run = args.run
+    try:
+        code: int = run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return code
