@@ -279,9 +279,7 @@ class ClusterSnapshot:
 
     def training_capacity(self) -> int:
         """GPUs that training may use now: training servers plus loaned (not reclaiming) inference servers."""
-        return sum(
-            s.gpus for s in self.servers if s.pool is Pool.TRAINING or s.state is LoanState.LOANED
-        )
+        return sum(s.gpus for s in self.servers if s.pool is Pool.TRAINING or s.state is LoanState.LOANED)
 
 
 def _require_unique(kind: str, names: Iterable[str]) -> None:

@@ -1,0 +1,49 @@
+"""How many inference servers to lend to training, and how many loaned ones must come back.
+
+Inference owns its servers. Those it needs now (its demand plus a headroom of spare servers that absorbs load
+spikes while a reclaim is in flight) stay with it; the rest of its idle servers are lent. When demand rises above
+what inference holds, loaned servers are called back: :func:`lyra.core.reclaim.plan_reclaim` picks which.
+
+Servers already ``reclaiming`` count as inference's: they are on their way back. Idle servers are lent in a
+deterministic order: most GPUs first, then by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lyra.core.model import ClusterSnapshot, InferenceDemand, InvalidClusterError, LoanState
+
+
+@dataclass(frozen=True, slots=True)
+class LoanPlan:
+    """``lend`` idle servers to training; call ``reclaim`` loaned servers back; ``shortfall`` servers are missing
+    even after every loaned server is back (inference is under-provisioned: scale the pool or shed load)."""
+
+    lend: tuple[str, ...]
+    reclaim: int
+    shortfall: int
+    needed: int
+    held: int
+
+    @property
+    def is_noop(self) -> bool:
+        return not self.lend and self.reclaim == 0
+
+
+def plan_loans(snapshot: ClusterSnapshot, demand: InferenceDemand, *, headroom: int = 0) -> LoanPlan:
+    """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back."""
+    if not isinstance(headroom, int) or headroom < 0:
+        raise InvalidClusterError(f"headroom must be an integer >= 0, got {headroom!r}")
+    serving = snapshot.servers_in(LoanState.SERVING)
+    idle = snapshot.servers_in(LoanState.IDLE)
+    reclaiming = snapshot.servers_in(LoanState.RECLAIMING)
+    loaned = snapshot.servers_in(LoanState.LOANED)
+    held = len(serving) + len(idle) + len(reclaiming)
+    needed = demand.servers + headroom
+    if needed > held:
+        reclaim = min(needed - held, len(loaned))
+        return LoanPlan(lend=(), reclaim=reclaim, shortfall=needed - held - reclaim, needed=needed, held=held)
+    surplus = held - needed
+    lendable = sorted(idle, key=lambda s: (-s.gpus, s.name))[:surplus]
+    return LoanPlan(lend=tuple(s.name for s in lendable), reclaim=0, shortfall=0, needed=needed, held=held)

@@ -1,0 +1,155 @@
+"""Where a GPU pod should land, so that loaning and reclaiming stay cheap (what the scheduler extender serves).
+
+Filter (hard rules):
+
+* inference pods run only on inference servers that are ``serving`` or ``idle``, never on loaned or reclaiming
+  ones, and never on training servers;
+* training pods run on training servers or on loaned inference servers, never on reclaiming ones;
+* other GPU pods (not managed by Lyra) stay off loaned and reclaiming servers, which training and the reclaim
+  plans own;
+* a node without the GPUs the pod asks for fails with the numbers in the reason.
+
+Score (0..10, higher is better; kube-scheduler multiplies by the extender weight and adds its own scores):
+
+* inference pods prefer ``serving`` servers, fullest first (best fit), so idle servers stay idle and lendable;
+* training base workers prefer training servers, flexible workers prefer loaned servers, so a reclaim scales
+  jobs in instead of preempting them;
+* within the preferred kind: servers already hosting the job first (fewer loaned servers per job means a lower
+  server fraction spread and cheaper reclaims), then fuller servers (packing keeps other loaned servers empty,
+  and empty ones are reclaimed first at no cost), then servers late in the reclaim order (least likely to be
+  reclaimed next; :func:`lyra.core.reclaim.reclaim_order` gives that order, rule 1 of the reclaim policy).
+
+``reclaim_order`` is computed once per cluster change by the caller; scoring a pod is a single pass over the
+nodes with no allocation per node beyond the result.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from lyra.core.model import LoanState, Pool
+
+#: The extender protocol's score range (kube-scheduler's MaxExtenderPriority).
+MAX_SCORE = 10
+
+
+class PodRole(enum.StrEnum):
+    INFERENCE = "inference"
+    TRAINING_BASE = "training-base"
+    TRAINING_FLEXIBLE = "training-flexible"
+    UNMANAGED = "unmanaged"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What placement needs to know of one node.
+
+    ``reclaim_rank`` is the node's position in the reclaim order among loaned servers (0 = reclaimed first);
+    it is ignored for nodes that are not loaned.
+    """
+
+    name: str
+    pool: Pool
+    state: LoanState | None
+    gpus: int
+    free_gpus: int
+    reclaim_rank: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """A pod to place: its role, the GPUs it asks for, and where its job's other workers already run."""
+
+    role: PodRole
+    gpus: int
+    job: str | None = None
+    job_nodes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    passed: tuple[str, ...]
+    failed: Mapping[str, str]
+
+
+def _refusal(role: PodRole, node: NodeView) -> str | None:
+    if role is PodRole.INFERENCE:
+        if node.pool is not Pool.INFERENCE:
+            return "training server: inference pods run only on inference servers"
+        if node.state is LoanState.LOANED:
+            return "inference server loaned to training"
+        if node.state is LoanState.RECLAIMING:
+            return "inference server being reclaimed from training"
+        return None
+    if role is PodRole.UNMANAGED:
+        if node.state in (LoanState.LOANED, LoanState.RECLAIMING):
+            return f"inference server {node.state}: reserved for Lyra training and reclaims"
+        return None
+    if node.pool is Pool.TRAINING or node.state is LoanState.LOANED:
+        return None
+    if node.state is LoanState.RECLAIMING:
+        return "inference server being reclaimed: no new training work"
+    return f"inference server {node.state}, not loaned to training"
+
+
+def filter_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> FilterResult:
+    """Split ``nodes`` into those the pod may run on and those it may not (with a reason each)."""
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    for node in nodes:
+        reason = _refusal(pod.role, node)
+        if reason is None and node.free_gpus < pod.gpus:
+            reason = f"needs {pod.gpus} nvidia.com/gpu, {node.free_gpus} of {node.gpus} free"
+        if reason is None:
+            passed.append(node.name)
+        else:
+            failed[node.name] = reason
+    return FilterResult(tuple(passed), MappingProxyType(failed))
+
+
+def score_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> list[tuple[str, int]]:
+    """Score every node 0..10 for ``pod`` (nodes it may not use score 0). Order follows ``nodes``."""
+    role = pod.role
+    want = pod.gpus
+    job_nodes = pod.job_nodes
+    last_rank = max((n.reclaim_rank for n in nodes if n.state is LoanState.LOANED), default=0) or 1
+    training_role = role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
+    flexible = role is PodRole.TRAINING_FLEXIBLE
+    loaned = LoanState.LOANED
+    training_pool = Pool.TRAINING
+    scores: list[tuple[str, int]] = []
+    append = scores.append
+    for node in nodes:
+        free_after = node.free_gpus - want
+        if free_after < 0 or node.gpus <= 0:
+            append((node.name, 0))
+            continue
+        fill = 1.0 - free_after / node.gpus
+        if training_role:
+            if node.pool is training_pool:
+                preferred = not flexible
+                safety = 1.0
+            elif node.state is loaned:
+                preferred = flexible
+                safety = node.reclaim_rank / last_rank
+            else:
+                append((node.name, 0))
+                continue
+            together = 1.0 if node.name in job_nodes else 0.0
+            quality = 0.5 * together + 0.3 * fill + 0.2 * safety
+            score = (6 if preferred else 1) + int(quality * 4 + 0.5)
+        elif role is PodRole.INFERENCE:
+            if node.pool is training_pool or node.state is loaned or node.state is LoanState.RECLAIMING:
+                append((node.name, 0))
+                continue
+            score = 6 + int(fill * 4 + 0.5) if node.state is LoanState.SERVING else 1 + int(fill * 4 + 0.5)
+        else:
+            if node.state is loaned or node.state is LoanState.RECLAIMING:
+                append((node.name, 0))
+                continue
+            score = int(fill * MAX_SCORE + 0.5)
+        append((node.name, score))
+    return scores
