@@ -1,0 +1,21 @@
+"""The snapshot and plan documents: Lyra's JSON wire format between a live cluster, the planner and the core."""
+
+from lyra.snapshot.document import (
+    SNAPSHOT_API_VERSION,
+    SnapshotDocument,
+    SnapshotError,
+    parse_snapshot,
+    snapshot_json_schema,
+)
+from lyra.snapshot.plans import allocation_plan_document, loan_plan_document, reclaim_plan_document
+
+__all__ = [
+    "SNAPSHOT_API_VERSION",
+    "SnapshotDocument",
+    "SnapshotError",
+    "allocation_plan_document",
+    "loan_plan_document",
+    "parse_snapshot",
+    "reclaim_plan_document",
+    "snapshot_json_schema",
+]
