@@ -130,24 +130,24 @@ class SnapshotDocument(_Strict):
     def from_core(cls, snapshot: ClusterSnapshot) -> SnapshotDocument:
         return cls(
             servers=[
-                ServerDocument(name=s.name, pool=s.pool, gpuType=s.gpu_type, gpus=s.gpus, state=s.state)
+                ServerDocument(name=s.name, pool=s.pool, gpu_type=s.gpu_type, gpus=s.gpus, state=s.state)
                 for s in snapshot.servers
             ],
             jobs=[
                 JobDocument(
                     name=j.name,
-                    gpusPerWorker=j.gpus_per_worker,
-                    minWorkers=j.min_workers,
-                    maxWorkers=j.max_workers,
-                    remainingWork=j.remaining_work,
-                    submitTime=j.submit_time,
+                    gpus_per_worker=j.gpus_per_worker,
+                    min_workers=j.min_workers,
+                    max_workers=j.max_workers,
+                    remaining_work=j.remaining_work,
+                    submit_time=j.submit_time,
                     priority=j.priority,
-                    secondsSinceCheckpoint=j.seconds_since_checkpoint,
+                    seconds_since_checkpoint=j.seconds_since_checkpoint,
                     workers=dict(j.placement),
                 )
                 for j in snapshot.jobs
             ],
-            speedFactors=dict(snapshot.speed.factors),
+            speed_factors=dict(snapshot.speed.factors),
         )
 
 
