@@ -1,10 +1,185 @@
-"""`lyra simulate` commands (being built; see the open issue)."""
+"""`lyra simulate`: replay a training trace and an inference load through every scheme and print the table."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import math
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+#: Where the shipped traces live, relative to the repository root, and where to get them otherwise.
+SHARED_TRACES = Path("..") / "shared" / "traces"
+DEFAULT_TRACE = SHARED_TRACES / "philly" / "philly.csv"
+DEFAULT_LOAD = SHARED_TRACES / "servegen" / "derived_language_total_rate_10min.csv"
+WHERE_TO_GET = {
+    "trace": "Philly trace as pre-processed by the Pollux artifact (CC-BY-4.0): "
+    "curl -LO https://raw.githubusercontent.com/petuum/adaptdl/"
+    "de25dcc90c350b8ade3a710e437a651a8d2efae6/simulator/traces/philly.csv",
+    "load": "ServeGen (Apache-2.0), https://github.com/alibaba/ServeGen: sum the per-client rates of "
+    "data/language/* per 600 s window into t_sec,...,total_req_per_s, or pass any t_sec,req_per_s CSV",
+}
 
 
-def register(commands: "argparse._SubParsersAction[Any]") -> None:
-    """Register the `simulate` command group. Filled in by the simulate work."""
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    """Register `lyra simulate`."""
+    parser = commands.add_parser(
+        "simulate",
+        help="compare schemes on a training trace and an inference load (the poster's table)",
+        description=(
+            "Trace-driven simulation of baseline, basic, lyra, ideal and the context policies fifo, sjf, las. "
+            "Prints the poster's table with ratios to baseline; writes JSON, a per-job CSV and PNG plots."
+        ),
+    )
+    parser.add_argument("--trace", type=Path, help=f"training trace CSV (default: {DEFAULT_TRACE} if present)")
+    parser.add_argument("--load", type=Path, help=f"inference load CSV (default: {DEFAULT_LOAD} if present)")
+    parser.add_argument("--scenario", type=Path, help="scenario YAML (default: the one shipped in lyra.sim)")
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="size the clusters first: baseline training usage 0.72, inference utilisation 0.40",
+    )
+    parser.add_argument("--scheme", default="all", help="scheme name, comma-separated names, or all")
+    parser.add_argument(
+        "--start", help="window start: YYYY-MM-DD[ HH:MM:SS] (UTC) or seconds on the trace clock (default: first job)"
+    )
+    parser.add_argument("--days", type=float, help="window length in days (default: through the last job)")
+    parser.add_argument("--seed", type=int, help="override the scenario's seed")
+    parser.add_argument("--json", type=Path, help="write every figure as JSON here")
+    parser.add_argument(
+        "--out-dir", type=Path, default=Path("out/simulate"), help="per-job CSV and PNG plots (default: %(default)s)"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run_simulate)
+
+
+def _default_input(kind: str, given: Path | None, default: Path) -> Path:
+    if given is not None:
+        return given
+    repo_root = Path(__file__).resolve().parents[3]
+    for candidate in (default, repo_root / default):
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(
+        f"no --{kind} given and {default} does not exist (relative to the repository root {repo_root}). "
+        f"Get it from: {WHERE_TO_GET[kind]}"
+    )
+
+
+def parse_start(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    for pattern in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(text, pattern).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+    raise ValueError(f"--start must be YYYY-MM-DD[ HH:MM:SS] or seconds, got {text!r}")
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, redrawn when the percentage changes."""
+
+    def __init__(self, label: str, stream: TextIO = sys.stderr) -> None:
+        self.label = label
+        self.stream = stream
+        self.shown = -1
+        self.started = time.perf_counter()
+
+    def __call__(self, fraction: float) -> None:
+        percent = min(100, math.floor(fraction * 100))
+        if percent == self.shown:
+            return
+        self.shown = percent
+        filled = percent // 4
+        elapsed = time.perf_counter() - self.started
+        self.stream.write(f"\r{self.label:<9} [{'#' * filled}{'.' * (25 - filled)}] {percent:3d}% {elapsed:6.1f} s")
+        if percent == 100:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from lyra.sim.calibration import calibrate
+    from lyra.sim.comparison import compare
+    from lyra.sim.load import LoadError, read_load
+    from lyra.sim.report import format_table, results_json, write_jobs_csv
+    from lyra.sim.scenario import ScenarioError, load_scenario
+    from lyra.sim.schemes import resolve
+    from lyra.sim.traces import TraceError, read_trace
+    from lyra.sim.workload import Window
+
+    try:
+        schemes = resolve(args.scheme)
+        trace = read_trace(_default_input("trace", args.trace, DEFAULT_TRACE))
+        load = read_load(_default_input("load", args.load, DEFAULT_LOAD))
+        scenario = load_scenario(args.scenario)
+        if args.seed is not None:
+            scenario = scenario.model_copy(update={"seed": args.seed})
+        window = Window.of(trace, parse_start(args.start), args.days)
+    except (FileNotFoundError, TraceError, LoadError, ScenarioError, ValueError) as error:
+        print(f"lyra simulate: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not any(window.start_s <= j.submit_s < window.start_s + window.length_s for j in trace.jobs):
+        print(f"lyra simulate: no job of {trace.path} is submitted inside the window", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    skipped = sum(trace.skipped.values())
+    print(
+        f"trace {trace.path} ({trace.format.value}): {len(trace.jobs)} jobs"
+        + (f", {skipped} rows skipped {dict(trace.skipped)}" if skipped else "")
+        + f"; load {load.path}: {len(load.rates)} steps of {load.step_s:g} s, {load.gaps_filled} gap cells filled",
+        file=sys.stderr,
+    )
+    report = None
+    if args.calibrate:
+
+        def tried(servers: int, usage: float) -> None:
+            if not args.quiet:
+                print(f"calibrating: {servers} training servers -> baseline usage {usage:.3f}", file=sys.stderr)
+
+        scenario, report = calibrate(trace, load, scenario, window, on_try=tried)
+        print(
+            f"calibrated: {report.training_servers} training servers x {scenario.training.gpus_per_server} "
+            f"{scenario.training.gpu_type} (baseline usage {report.training_usage:.3f}), "
+            f"{report.inference_servers} inference servers x {scenario.inference.gpus_per_server} "
+            f"{scenario.inference.gpu_type}, {report.req_per_server:g} req/s per server "
+            f"(inference utilisation {report.inference_utilisation:.3f})"
+        )
+
+    started = time.perf_counter()
+    comparison = compare(
+        trace, load, scenario, window, schemes, calibration=report, progress=None if args.quiet else ProgressBar
+    )
+    for result in comparison.results:
+        print(f"{result.scheme}: simulated in {result.wall_seconds:.1f} s", file=sys.stderr)
+    print(
+        f"window: {window.length_s / 86_400:.2f} days from {datetime.fromtimestamp(window.start_s, UTC):%Y-%m-%d %H:%M}"
+        f" UTC, {comparison.context['inputs']['jobs_in_window']} jobs; training {scenario.training.servers} x "
+        f"{scenario.training.gpus_per_server} {scenario.training.gpu_type}, inference {scenario.inference.servers} x "
+        f"{scenario.inference.gpus_per_server} {scenario.inference.gpu_type}"
+    )
+    print(format_table(comparison.metrics))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(results_json(comparison.metrics, comparison.context), encoding="utf-8")
+        print(f"wrote {args.json}", file=sys.stderr)
+    write_jobs_csv(args.out_dir / "jobs.csv", comparison.results)
+    print(f"wrote {args.out_dir / 'jobs.csv'}", file=sys.stderr)
+    if not args.no_plots:
+        from lyra.sim.plots import write_plots
+
+        for path in write_plots(args.out_dir, comparison.results):
+            print(f"wrote {path}", file=sys.stderr)
+    print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,90 @@
+"""Lyra's benchmarks: ``uv run python -m bench`` (``make bench``) times the policy core and prints a table.
+
+A benchmark module exposes ``benchmarks() -> list[Benchmark]`` and is listed in ``bench.__main__.MODULES``. Each
+:class:`Benchmark` builds its input in ``setup`` (not timed; deterministic from a seed) and returns the callable
+that is timed. Targets are information, not assertions: a miss is reported, never raised.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One timed case: ``setup()`` builds the input and returns the call to time."""
+
+    name: str
+    setup: Callable[[], Callable[[], object]]
+    what: str
+    target_ms: float | None = None
+    repeats: int = 15
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    repeats: int
+    target_ms: float | None
+    what: str
+
+    @property
+    def status(self) -> str:
+        if self.target_ms is None:
+            return "-"
+        return "pass" if self.median_ms <= self.target_ms else "MISS"
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A comparison of two benchmarks: ``numerator`` time / ``denominator`` time, measured interleaved."""
+
+    name: str
+    numerator: str
+    denominator: str
+
+
+def measure(benchmark: Benchmark, repeats: int | None = None) -> Measurement:
+    """Median wall time of ``repeats`` calls after one warm-up call; garbage is collected before each call."""
+    call = benchmark.setup()
+    call()
+    samples: list[float] = []
+    for _ in range(repeats or benchmark.repeats):
+        gc.collect()
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return Measurement(
+        name=benchmark.name,
+        median_ms=statistics.median(samples),
+        min_ms=min(samples),
+        max_ms=max(samples),
+        repeats=len(samples),
+        target_ms=benchmark.target_ms,
+        what=benchmark.what,
+    )
+
+
+def measure_ratio(numerator: Benchmark, denominator: Benchmark, repeats: int | None = None) -> float:
+    """Median of per-round time ratios, the two calls alternating in each round so that machine noise (other
+    processes, frequency changes) hits both alike."""
+    top, bottom = numerator.setup(), denominator.setup()
+    top()
+    bottom()
+    ratios: list[float] = []
+    for _ in range(repeats or max(numerator.repeats, denominator.repeats)):
+        times = []
+        for call in (top, bottom):
+            gc.collect()
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        ratios.append(times[0] / times[1])
+    return statistics.median(ratios)

@@ -1,0 +1,246 @@
+"""Cluster profiles: which fake GPU nodes a local control plane gets.
+
+A profile is a small YAML file (the default ships in ``profiles/default.yaml``) parsed here into frozen value
+objects. Parsing is strict: an unknown key or a wrong type is an error that names the field, so a typo such as
+``gpus:`` fails loudly instead of silently giving nodes without GPUs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+POOLS = ("training", "inference")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+# Labels and resources the profile sets itself; a profile may not override them through `labels`.
+POOL_LABEL = "lyra.dev/pool"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+RESERVED_LABELS = frozenset(
+    {POOL_LABEL, GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, GPU_MEMORY_LABEL, "kubernetes.io/hostname"}
+)
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
+_MAX_LABEL = 63
+
+
+class ProfileError(ValueError):
+    """A cluster profile is malformed; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """The GPUs of one node, as GPU feature discovery would label them."""
+
+    product: str
+    count: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """``count`` identical nodes named ``<name>-0`` .. ``<name>-<count-1>``."""
+
+    name: str
+    pool: str
+    count: int
+    gpu: GpuSpec | None
+    cpu: str
+    memory: str
+    pods: int
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name}-{index}" for index in range(self.count)]
+
+
+@dataclass(frozen=True)
+class ClusterProfile:
+    name: str
+    node_groups: tuple[NodeGroup, ...]
+
+    def node_names(self) -> list[str]:
+        return [node for group in self.node_groups for node in group.node_names()]
+
+    def gpu_total(self) -> int:
+        return sum(group.count * group.gpu.count for group in self.node_groups if group.gpu is not None)
+
+
+def load_profile(path: Path) -> ClusterProfile:
+    """Read and validate a profile file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ProfileError(f"{path}: cannot read the profile: {error.strerror or error}") from error
+    return parse_profile_text(text, source=str(path))
+
+
+def load_default_profile() -> ClusterProfile:
+    """The profile shipped with Lyra: 4 training nodes with 8 A100 each, 8 inference nodes with 8 T4 each."""
+    text = resources.files("lyra.localcluster").joinpath("profiles", "default.yaml").read_text(encoding="utf-8")
+    return parse_profile_text(text, source="default profile")
+
+
+def parse_profile_text(text: str, source: str) -> ClusterProfile:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ProfileError(f"{source}: not valid YAML: {error}") from error
+    return parse_profile(data, source)
+
+
+def parse_profile(data: object, source: str) -> ClusterProfile:
+    """Validate already-loaded YAML data; ``source`` names the file in error messages."""
+    fields = _mapping(data, source, "the profile", {"name", "nodeGroups"}, required={"nodeGroups"})
+    name = _dns_label(fields.get("name", "default"), source, "name")
+    raw_groups = fields["nodeGroups"]
+    if not isinstance(raw_groups, list) or not raw_groups:
+        raise ProfileError(f"{source}: nodeGroups: expected a non-empty list of node groups")
+    groups = tuple(_node_group(raw, source, f"nodeGroups[{index}]") for index, raw in enumerate(raw_groups))
+    seen: dict[str, str] = {}
+    for index, group in enumerate(groups):
+        where = f"nodeGroups[{index}].name"
+        if group.name in seen:
+            raise ProfileError(f"{source}: {where}: {group.name!r} is already used by {seen[group.name]}")
+        seen[group.name] = where
+    nodes = [node for group in groups for node in group.node_names()]
+    duplicates = sorted({node for node in nodes if nodes.count(node) > 1})
+    if duplicates:
+        raise ProfileError(f"{source}: nodeGroups: node names clash between groups: {', '.join(duplicates)}")
+    if not nodes:
+        raise ProfileError(f"{source}: nodeGroups: the profile creates no node (every count is 0)")
+    return ClusterProfile(name=name, node_groups=groups)
+
+
+def _node_group(raw: object, source: str, where: str) -> NodeGroup:
+    known = {"name", "pool", "count", "gpu", "cpu", "memory", "pods", "labels", "taints"}
+    fields = _mapping(raw, source, where, known, required={"name", "pool", "count"})
+    name = _dns_label(fields["name"], source, f"{where}.name")
+    count = _integer(fields["count"], source, f"{where}.count", minimum=0)
+    longest = f"{name}-{max(count - 1, 0)}"
+    if len(longest) > _MAX_LABEL:
+        raise ProfileError(f"{source}: {where}.name: node name {longest!r} would exceed {_MAX_LABEL} characters")
+    pool = fields["pool"]
+    if pool not in POOLS:
+        raise ProfileError(f"{source}: {where}.pool: expected one of {', '.join(POOLS)}, got {pool!r}")
+    gpu = None if fields.get("gpu") is None else _gpu(fields["gpu"], source, f"{where}.gpu")
+    labels = _labels(fields.get("labels", {}), source, f"{where}.labels")
+    raw_taints = fields.get("taints", [])
+    if not isinstance(raw_taints, list):
+        raise ProfileError(f"{source}: {where}.taints: expected a list")
+    taints = tuple(_taint(raw, source, f"{where}.taints[{index}]") for index, raw in enumerate(raw_taints))
+    return NodeGroup(
+        name=name,
+        pool=str(pool),
+        count=count,
+        gpu=gpu,
+        cpu=_quantity(fields.get("cpu", "32"), source, f"{where}.cpu"),
+        memory=_quantity(fields.get("memory", "256Gi"), source, f"{where}.memory"),
+        pods=_integer(fields.get("pods", 110), source, f"{where}.pods", minimum=1),
+        labels=labels,
+        taints=taints,
+    )
+
+
+def _gpu(raw: object, source: str, where: str) -> GpuSpec:
+    fields = _mapping(raw, source, where, {"product", "count", "memoryMiB"}, required={"product", "count"})
+    product = fields["product"]
+    if not isinstance(product, str) or not _valid_label_value(product) or not product:
+        raise ProfileError(f"{source}: {where}.product: expected a label value such as Tesla-T4, got {product!r}")
+    return GpuSpec(
+        product=product,
+        count=_integer(fields["count"], source, f"{where}.count", minimum=1),
+        memory_mib=_integer(fields.get("memoryMiB", 0), source, f"{where}.memoryMiB", minimum=0),
+    )
+
+
+def _taint(raw: object, source: str, where: str) -> Taint:
+    fields = _mapping(raw, source, where, {"key", "value", "effect"}, required={"key", "effect"})
+    key = fields["key"]
+    if not isinstance(key, str) or not _valid_label_key(key):
+        raise ProfileError(f"{source}: {where}.key: {key!r} is not a valid taint key")
+    value = fields.get("value", "")
+    if not isinstance(value, str) or not _valid_label_value(value):
+        raise ProfileError(f"{source}: {where}.value: {value!r} is not a valid taint value")
+    effect = fields["effect"]
+    if effect not in TAINT_EFFECTS:
+        raise ProfileError(f"{source}: {where}.effect: expected one of {', '.join(TAINT_EFFECTS)}, got {effect!r}")
+    return Taint(key=key, value=value, effect=str(effect))
+
+
+def _labels(raw: object, source: str, where: str) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{source}: {where}: expected a mapping of label keys to string values")
+    labels: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not _valid_label_key(key):
+            raise ProfileError(f"{source}: {where}: {key!r} is not a valid label key")
+        if key in RESERVED_LABELS:
+            raise ProfileError(f"{source}: {where}.{key}: set by the profile itself, it cannot be overridden")
+        if not isinstance(value, str) or not _valid_label_value(value):
+            raise ProfileError(f"{source}: {where}.{key}: {value!r} is not a valid label value (quote numbers)")
+        labels[key] = value
+    return labels
+
+
+def _mapping(raw: object, source: str, where: str, known: set[str], required: set[str]) -> dict[str, object]:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{source}: {where}: expected a mapping, got {type(raw).__name__}")
+    unknown = sorted(str(key) for key in raw if key not in known)
+    if unknown:
+        prefix = "" if where == "the profile" else f"{where}."
+        raise ProfileError(f"{source}: {prefix}{unknown[0]}: unknown field (known fields: {', '.join(sorted(known))})")
+    missing = sorted(required - set(raw))
+    if missing:
+        prefix = "" if where == "the profile" else f"{where}."
+        raise ProfileError(f"{source}: {prefix}{missing[0]}: required field is missing")
+    return {str(key): value for key, value in raw.items()}
+
+
+def _integer(raw: object, source: str, where: str, minimum: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
+        raise ProfileError(f"{source}: {where}: expected an integer >= {minimum}, got {raw!r}")
+    return raw
+
+
+def _quantity(raw: object, source: str, where: str) -> str:
+    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
+    if not isinstance(text, str) or not _QUANTITY.match(text):
+        raise ProfileError(f"{source}: {where}: expected a Kubernetes quantity such as 64 or 512Gi, got {raw!r}")
+    return text
+
+
+def _dns_label(raw: object, source: str, where: str) -> str:
+    if not isinstance(raw, str) or len(raw) > _MAX_LABEL or not _DNS_LABEL.match(raw):
+        raise ProfileError(f"{source}: {where}: expected a lower-case DNS label (a-z, 0-9, '-'), got {raw!r}")
+    return raw
+
+
+def _valid_label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= _MAX_LABEL and bool(_LABEL_NAME.match(name))
+
+
+def _valid_label_value(value: str) -> bool:
+    return value == "" or (len(value) <= _MAX_LABEL and bool(_LABEL_NAME.match(value)))

@@ -1,0 +1,138 @@
+"""Size the clusters like the poster's baseline before comparing anything, and never after.
+
+* Training: the number of training servers is chosen by bisection so that ``baseline``'s training-GPU usage is
+  as close as possible to ``calibration.training_usage`` (0.72). Usage falls as servers are added, so the
+  bisection finds the smallest size at or below the target and keeps whichever neighbour is closer.
+* Inference: the inference GPUs are ``calibration.inference_gpus_per_training_gpu`` (5/3, from the poster's
+  baseline usages) times the training GPUs, in whole servers; then ``req_per_server`` is chosen by bisection so
+  that the mean of ``min(servers, ceil(rate / req_per_server)) / servers`` over one period of the load series
+  is ``calibration.inference_utilisation`` (0.40).
+
+Only ``baseline`` runs during calibration: Lyra's numbers play no part in the sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lyra.sim.engine import Simulation
+from lyra.sim.load import LoadSeries
+from lyra.sim.metrics import summarise
+from lyra.sim.scenario import Scenario
+from lyra.sim.schemes import SCHEMES
+from lyra.sim.traces import Trace
+from lyra.sim.workload import Window, build_workload
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationReport:
+    training_servers: int
+    training_usage: float
+    inference_servers: int
+    req_per_server: float
+    inference_utilisation: float
+    tried: tuple[tuple[int, float], ...]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "training_servers": self.training_servers,
+            "baseline_training_usage": self.training_usage,
+            "inference_servers": self.inference_servers,
+            "req_per_server": self.req_per_server,
+            "inference_utilisation": self.inference_utilisation,
+            "tried": [{"training_servers": n, "baseline_training_usage": u} for n, u in self.tried],
+        }
+
+
+def baseline_training_usage(trace: Trace, load: LoadSeries, scenario: Scenario, window: Window) -> float:
+    workload = build_workload(trace, scenario, window)
+    result = Simulation(workload, scenario, SCHEMES["baseline"], load).run()
+    return summarise(result).usage_training
+
+
+def calibrate(
+    trace: Trace,
+    load: LoadSeries,
+    scenario: Scenario,
+    window: Window,
+    *,
+    on_try: Callable[[int, float], None] | None = None,
+) -> tuple[Scenario, CalibrationReport]:
+    """The scenario with calibrated sizes, and how they were found."""
+    target = scenario.calibration.training_usage
+    per_server = scenario.training.gpus_per_server
+    tried: dict[int, float] = {}
+
+    def usage(servers: int) -> float:
+        if servers not in tried:
+            sized = _sized(scenario, servers, load)
+            tried[servers] = baseline_training_usage(trace, load, sized, window)
+            if on_try is not None:
+                on_try(servers, tried[servers])
+        return tried[servers]
+
+    inside = [job for job in trace.jobs if window.start_s <= job.submit_s < window.start_s + window.length_s]
+    work = math.fsum(job.duration_s * job.num_gpus for job in inside)
+    high = max(1, math.ceil(work / (per_server * window.length_s)))
+    low = high
+    if usage(high) > target:
+        while usage(high) > target:
+            low, high = high, high * 2
+    else:
+        while low > 1 and usage(low) <= target:
+            high, low = low, max(1, low // 2)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if usage(middle) > target:
+            low = middle
+        else:
+            high = middle
+    best = min((n for n in (low, high) if n in tried), key=lambda n: (abs(tried[n] - target), n))
+    sized = _sized(scenario, best, load)
+    report = CalibrationReport(
+        training_servers=best,
+        training_usage=tried[best],
+        inference_servers=sized.inference.servers,
+        req_per_server=sized.inference.req_per_server,
+        inference_utilisation=inference_utilisation(load, sized.inference.servers, sized.inference.req_per_server),
+        tried=tuple(sorted(tried.items())),
+    )
+    return sized, report
+
+
+def _sized(scenario: Scenario, training_servers: int, load: LoadSeries) -> Scenario:
+    ratio = scenario.calibration.inference_gpus_per_training_gpu
+    training_gpus = training_servers * scenario.training.gpus_per_server
+    inference_servers = max(1, round(training_gpus * ratio / scenario.inference.gpus_per_server))
+    rate = req_per_server_for(load, inference_servers, scenario.calibration.inference_utilisation)
+    return scenario.with_sizes(
+        training_servers=training_servers, inference_servers=inference_servers, req_per_server=rate
+    )
+
+
+def _period_rates(load: LoadSeries) -> tuple[float, ...]:
+    return load.rates[: max(1, round(load.period_s / load.step_s))]
+
+
+def inference_utilisation(load: LoadSeries, servers: int, req_per_server: float) -> float:
+    """Mean share of inference servers serving over one period of the load series."""
+    rates = _period_rates(load)
+    needed = (min(servers, math.ceil(r / req_per_server - 1e-9)) for r in rates)
+    return math.fsum(needed) / (servers * len(rates))
+
+
+def req_per_server_for(load: LoadSeries, servers: int, target: float) -> float:
+    """Requests per second per server giving mean utilisation ``target`` (bisection, 60 halvings)."""
+    peak = max(_period_rates(load))
+    if peak <= 0:
+        return 1.0
+    low, high = peak / (servers * 4), peak * 4
+    for _ in range(60):
+        middle = (low + high) / 2
+        if inference_utilisation(load, servers, middle) > target:
+            low = middle
+        else:
+            high = middle
+    return round(high, 6)

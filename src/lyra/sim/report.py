@@ -1,0 +1,159 @@
+"""The poster's table as text, the JSON with every figure, and the per-job CSV.
+
+The JSON holds no wall-clock time, so the same inputs and seed give the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lyra.sim.engine import SimulationResult
+from lyra.sim.metrics import SchemeMetrics
+
+#: The poster's table (Baseline, Basic, Advanced = Lyra, Ideal), for side-by-side reading.
+POSTER: dict[str, dict[str, float]] = {
+    "baseline": {
+        "queue_mean_s": 3072, "queue_median_s": 55, "queue_p95_s": 8357,
+        "jct_mean_s": 16610, "jct_median_s": 791, "jct_p95_s": 82933,
+        "usage_training": 0.72, "usage_overall": 0.52, "preemption_ratio": 0.0,
+    },
+    "basic": {
+        "queue_mean_s": 2010, "queue_median_s": 26, "queue_p95_s": 3358,
+        "jct_mean_s": 11236, "jct_median_s": 568, "jct_p95_s": 56477,
+        "usage_training": 0.86, "usage_overall": 0.65, "preemption_ratio": 0.1224,
+    },
+    "lyra": {
+        "queue_mean_s": 1835, "queue_median_s": 24, "queue_p95_s": 3238,
+        "jct_mean_s": 10434, "jct_median_s": 525, "jct_p95_s": 56553,
+        "usage_training": 0.86, "usage_overall": 0.68, "preemption_ratio": 0.0735,
+    },
+    "ideal": {
+        "queue_mean_s": 1157, "queue_median_s": 22, "queue_p95_s": 3204,
+        "jct_mean_s": 8891, "jct_median_s": 422, "jct_p95_s": 41146,
+        "usage_training": 0.93, "usage_overall": 0.72, "preemption_ratio": 0.0572,
+    },
+}  # fmt: skip
+
+
+def ratios(metrics: SchemeMetrics, baseline: SchemeMetrics | None) -> dict[str, float | None]:
+    """Reductions against the baseline (baseline / scheme, so 1.67 means 1.67x shorter)."""
+    if baseline is None:
+        return {"queue_mean_reduction": None, "jct_mean_reduction": None}
+    return {
+        "queue_mean_reduction": _ratio(baseline.queue_mean_s, metrics.queue_mean_s),
+        "jct_mean_reduction": _ratio(baseline.jct_mean_s, metrics.jct_mean_s),
+    }
+
+
+def _ratio(before: float, after: float) -> float | None:
+    if after <= 0:
+        return None if before <= 0 else math.inf
+    return before / after
+
+
+def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = True) -> str:
+    baseline = metrics.get("baseline")
+    header = (
+        f"{'scheme':<10} {'queue mean/median/p95 (s)':>27} {'JCT mean/median/p95 (s)':>27} "
+        f"{'usage tr/all':>12} {'preempt':>8} {'queue x':>8} {'JCT x':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for name, m in metrics.items():
+        r = ratios(m, baseline)
+        lines.append(
+            _row(
+                name,
+                queue=(m.queue_mean_s, m.queue_median_s, m.queue_p95_s),
+                jct=(m.jct_mean_s, m.jct_median_s, m.jct_p95_s),
+                usage=(m.usage_training, m.usage_overall),
+                preemption=m.preemption_ratio,
+                queue_ratio=r["queue_mean_reduction"],
+                jct_ratio=r["jct_mean_reduction"],
+            )
+        )
+    if with_poster:
+        lines.append("poster (Philly-like 15-day production trace, >50,000 jobs):")
+        base = POSTER["baseline"]
+        for name, p in POSTER.items():
+            lines.append(
+                _row(
+                    f"  {name}",
+                    queue=(p["queue_mean_s"], p["queue_median_s"], p["queue_p95_s"]),
+                    jct=(p["jct_mean_s"], p["jct_median_s"], p["jct_p95_s"]),
+                    usage=(p["usage_training"], p["usage_overall"]),
+                    preemption=p["preemption_ratio"],
+                    queue_ratio=base["queue_mean_s"] / p["queue_mean_s"],
+                    jct_ratio=base["jct_mean_s"] / p["jct_mean_s"],
+                )
+            )
+    return "\n".join(lines)
+
+
+def _row(
+    name: str,
+    *,
+    queue: Sequence[float],
+    jct: Sequence[float],
+    usage: Sequence[float],
+    preemption: float,
+    queue_ratio: float | None,
+    jct_ratio: float | None,
+) -> str:
+    def triple(values: Sequence[float]) -> str:
+        return " / ".join(f"{v:.0f}" for v in values)
+
+    def times(value: float | None) -> str:
+        if value is None:
+            return "-"
+        return "inf" if math.isinf(value) else f"{value:.2f}x"
+
+    return (
+        f"{name:<10} {triple(queue):>27} {triple(jct):>27} "
+        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {preemption:>7.2%} {times(queue_ratio):>8} {times(jct_ratio):>6}"
+    )
+
+
+def results_json(metrics: Mapping[str, SchemeMetrics], context: Mapping[str, Any]) -> str:
+    """``{"schemes": {name: figures}, "poster": ..., **context}``; infinities become null."""
+    baseline = metrics.get("baseline")
+    schemes = {name: {**m.as_dict(), **ratios(m, baseline)} for name, m in metrics.items()}
+    document = {"schemes": schemes, "poster": POSTER, **context}
+    return json.dumps(_finite(document), indent=2) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+JOB_COLUMNS = (
+    "scheme", "name", "submit_s", "num_gpus", "min_workers", "max_workers", "first_start_s", "finish_s",
+    "queue_s", "jct_s", "preemptions", "resizes",
+)  # fmt: skip
+
+
+def write_jobs_csv(path: Path, results: Sequence[SimulationResult]) -> None:
+    """One row per job and scheme, in scheme order then trace order."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(JOB_COLUMNS)
+        for result in results:
+            for r in result.records:
+                writer.writerow(
+                    (
+                        result.scheme, r.name, f"{r.submit_s:.3f}", r.num_gpus, r.min_workers, r.max_workers,
+                        f"{r.first_start_s:.3f}", f"{r.finish_s:.3f}", f"{r.queue_s:.3f}", f"{r.jct_s:.3f}",
+                        r.preemptions, r.resizes,
+                    )
+                )  # fmt: skip

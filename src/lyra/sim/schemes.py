@@ -1,0 +1,85 @@
+"""The schemes the simulator compares, each defined by what it may use.
+
+* ``baseline``: separate clusters, as the poster's baseline. Training runs on the training servers only; every
+  job is inelastic (it runs on exactly the GPUs the trace gives it). Admission is the core allocator's phase 1:
+  shortest estimated job first with backfilling, never preempting a running job. Inference keeps its servers.
+* ``basic``: baseline plus capacity loaning. Idle inference servers are lent to training; when inference needs
+  them back, the naive reclaim (``least-gpus-used``: return the loaned servers with the fewest training GPUs in
+  use) chooses them, and every job on a returned server is preempted. Jobs stay inelastic.
+* ``lyra``: loaning with Lyra's reclaim (knapsack with dependent values plus elastic scale-in) and the two-phase
+  elastic allocation (base demand by SJF, flexible demand by the fluid-scored knapsack); a share of jobs is
+  elastic (scenario ``elasticity``). Flexible workers prefer loaned servers.
+* ``ideal``: ``lyra`` with perfect knowledge of durations (estimates are exact) and free preemption and resizing
+  (no lost work, no restart or resize cost). An upper bound on what the policies could gain, not a policy.
+
+Context policies on the separate training cluster (no loaning, no elasticity), implemented in the driver since
+they are not Lyra's policy: ``fifo`` (arrival order, head-of-line blocking, no backfilling), ``sjf`` (shortest
+estimated job first with backfilling; the same rule as ``baseline`` written independently of the core, so it
+cross-checks the driver) and ``las`` (Tiresias-style discretised least attained service: duration-agnostic,
+preemptive; queues by attained GPU-seconds, FIFO inside a queue).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from lyra.core.reclaim import ReclaimStrategy
+
+
+class Admission(enum.StrEnum):
+    """Who decides which jobs run: the core's two-phase allocator, or a context policy in the driver."""
+
+    CORE = "core"
+    FIFO = "fifo"
+    SJF = "sjf"
+    LAS = "las"
+
+
+@dataclass(frozen=True, slots=True)
+class Scheme:
+    name: str
+    admission: Admission
+    loaning: bool = False
+    reclaim: ReclaimStrategy | None = None
+    elastic: bool = False
+    exact_durations: bool = False
+    free_preemption: bool = False
+
+
+SCHEMES: dict[str, Scheme] = {
+    scheme.name: scheme
+    for scheme in (
+        Scheme("baseline", Admission.CORE),
+        Scheme("basic", Admission.CORE, loaning=True, reclaim=ReclaimStrategy.LEAST_GPUS_USED),
+        Scheme("lyra", Admission.CORE, loaning=True, reclaim=ReclaimStrategy.LYRA, elastic=True),
+        Scheme(
+            "ideal",
+            Admission.CORE,
+            loaning=True,
+            reclaim=ReclaimStrategy.LYRA,
+            elastic=True,
+            exact_durations=True,
+            free_preemption=True,
+        ),
+        Scheme("fifo", Admission.FIFO),
+        Scheme("sjf", Admission.SJF),
+        Scheme("las", Admission.LAS),
+    )
+}
+
+#: The poster's rows, in its order; ``all`` runs these and then the context policies.
+POSTER_SCHEMES = ("baseline", "basic", "lyra", "ideal")
+CONTEXT_SCHEMES = ("fifo", "sjf", "las")
+
+
+def resolve(names: str) -> tuple[Scheme, ...]:
+    """``all``, one name, or a comma-separated list, in the order given."""
+    if names == "all":
+        wanted: tuple[str, ...] = POSTER_SCHEMES + CONTEXT_SCHEMES
+    else:
+        wanted = tuple(n.strip() for n in names.split(",") if n.strip())
+    unknown = [n for n in wanted if n not in SCHEMES]
+    if unknown or not wanted:
+        raise ValueError(f"unknown scheme {', '.join(unknown) or names!r}; choose from {', '.join(SCHEMES)} or all")
+    return tuple(SCHEMES[n] for n in wanted)

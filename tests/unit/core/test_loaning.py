@@ -1,0 +1,67 @@
+"""Loan planning: lend surplus idle servers, call loaned ones back when inference needs them, report shortfalls."""
+
+from __future__ import annotations
+
+import pytest
+
+from lyra.core import InferenceDemand, InvalidClusterError, LoanState, Server, plan_loans
+
+from .builders import idle, loaned, reclaiming, serving, snapshot, training
+
+# Servers are written "name:gpus"; the first letter of the name is the state (s/i/l/r), "t" a training server.
+# (id, servers, demand, headroom, expected (lend, reclaim, shortfall, needed, held))
+LOAN_TABLE = [
+    ("lend-all-idle", "s0 s1 i0 i1:4 i2", 2, 0, (("i0", "i2", "i1"), 0, 0, 2, 5)),
+    ("lend-most-gpus-first", "s0 s1 i0 i1:4 i2", 2, 1, (("i0", "i2"), 0, 0, 3, 5)),
+    ("lend-by-name-on-equal-gpus", "s0 i2 i0 i1", 1, 1, (("i0", "i1"), 0, 0, 2, 4)),
+    ("balanced-is-noop", "s0 s1 i0 l0", 3, 0, ((), 0, 0, 3, 3)),
+    ("serving-surplus-is-not-lent", "s0 s1 s2 l0", 0, 0, ((), 0, 0, 0, 3)),
+    ("reclaim-what-is-missing", "s0 s1 l0 l1 l2", 4, 0, ((), 2, 0, 4, 2)),
+    ("reclaiming-counts-as-held", "s0 s1 r0 l0 l1 l2", 4, 0, ((), 1, 0, 4, 3)),
+    ("headroom-triggers-reclaim", "s0 s1 l0 l1", 2, 1, ((), 1, 0, 3, 2)),
+    ("shortfall-after-every-loan-returns", "s0 l0 t0", 4, 0, ((), 1, 2, 4, 1)),
+    ("shortfall-without-loans", "s0 i0", 5, 1, ((), 0, 4, 6, 2)),
+    ("training-servers-do-not-count", "t0 t1 i0", 0, 0, (("i0",), 0, 0, 0, 1)),
+    ("empty-cluster", "", 0, 0, ((), 0, 0, 0, 0)),
+]
+
+
+def _servers(spec: str) -> list[Server]:
+    built: list[Server] = []
+    for item in spec.split():
+        name, _, gpus = item.partition(":")
+        size = int(gpus or 8)
+        if name.startswith("t"):
+            built.append(training(name, size))
+        else:
+            builder = {"s": serving, "i": idle, "l": loaned, "r": reclaiming}[name[0]]
+            built.append(builder(name, size))
+    return built
+
+
+@pytest.mark.parametrize(
+    ("servers", "demand", "headroom", "expected"),
+    [c[1:] for c in LOAN_TABLE],
+    ids=[c[0] for c in LOAN_TABLE],
+)
+def test_plan_loans(servers: str, demand: int, headroom: int, expected: tuple[object, ...]) -> None:
+    plan = plan_loans(snapshot(_servers(servers)), InferenceDemand(demand), headroom=headroom)
+    assert (plan.lend, plan.reclaim, plan.shortfall, plan.needed, plan.held) == expected
+    assert plan.is_noop == (not plan.lend and plan.reclaim == 0)
+
+
+@pytest.mark.parametrize("headroom", [-1, 1.0], ids=["negative", "float"])
+def test_plan_loans_refuses_bad_headroom(headroom: object) -> None:
+    with pytest.raises(InvalidClusterError, match=r"headroom must be an integer >= 0"):
+        plan_loans(snapshot([serving("s0")]), InferenceDemand(0), headroom=headroom)  # type: ignore[arg-type]
+
+
+def test_lent_servers_are_idle_and_reclaim_never_exceeds_loaned() -> None:
+    snap = snapshot(_servers("s0 i0 i1 l0 l1 r0"))
+    for demand in range(8):
+        for headroom in range(3):
+            plan = plan_loans(snap, InferenceDemand(demand), headroom=headroom)
+            assert all(snap.server(name).state is LoanState.IDLE for name in plan.lend)
+            assert plan.reclaim <= 2
+            assert not (plan.lend and plan.reclaim), "never lend and reclaim in one plan"
+            assert plan.held + plan.reclaim + plan.shortfall >= plan.needed
