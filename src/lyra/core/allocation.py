@@ -37,7 +37,7 @@ from lyra.core.fluid import FluidJob, fluid_completion_times
 from lyra.core.model import InvalidClusterError, TrainingJob
 
 #: Default phase-2 search budget, in fluid-simulated jobs (see module docstring).
-DEFAULT_SEARCH_BUDGET = 20_000
+DEFAULT_SEARCH_BUDGET = 16_000
 
 #: Stand-in completion time for a job that never starts in the fluid model (1,000 years).
 _NEVER = 3.2e10
@@ -152,6 +152,8 @@ class _PhaseTwoSearch:
         self.high = [j.max_workers for j in self.members]
         self.gpw = [j.gpus_per_worker for j in self.members]
         self.deferrable = [allow_deferral and not j.is_running for j in self.members]
+        self.priority = [j.priority for j in self.members]
+        self._start_order = sorted(range(len(self.members)), key=lambda k: (-self.priority[k], k))
         self.current = [j.workers for j in self.members]
         self.capacity = capacity
         self.budget = budget
@@ -160,6 +162,7 @@ class _PhaseTwoSearch:
 
     def run(self) -> dict[str, int]:
         if not self.members:
+            self.best_average_jct = math.inf if self.fluid_jobs else 0.0
             return {}
         bases = self.initial
         candidates = [
@@ -169,20 +172,46 @@ class _PhaseTwoSearch:
         ]
         if any(self.deferrable):
             by_area = self._admit_by_gpu_time()
-            candidates += [self._fill(by_area, self.high), self._own_reduction_knapsack(by_area)]
-        best: list[int] = []
-        best_value = math.inf
+            only_running = [0 if d else w for w, d in zip(bases, self.deferrable, strict=True)]
+            candidates += [
+                self._fill(by_area, self.high),
+                self._own_reduction_knapsack(by_area),
+                self._shortest_first_gangs(only_running),
+            ]
+        scored: list[tuple[float, int, list[int]]] = []
         seen: set[tuple[int, ...]] = set()
-        for vector in candidates:
-            if tuple(vector) in seen:
-                continue
-            seen.add(tuple(vector))
-            value = self._objective(vector)
-            if value < best_value * (1 - 1e-12):
-                best, best_value = vector, value
-        best, best_value = self._local_search(best, best_value)
+        for index, vector in enumerate(candidates):
+            if tuple(vector) not in seen:
+                seen.add(tuple(vector))
+                scored.append((self._objective(vector), index, vector))
+        scored.sort(key=lambda item: (item[0], item[1]))
+        best_value, _, best = scored[0]
+        # Local search from every candidate, best first, while the budget lasts: the fluid objective has
+        # several basins (one wide job vs several narrower ones), and candidates start in different ones.
+        for value, _, vector in scored:
+            if self.budget <= 0:
+                break
+            found, found_value = self._local_search(vector, value)
+            if found_value < best_value * (1 - 1e-12):
+                best, best_value = found, found_value
         self.best_average_jct = best_value / len(self.fluid_jobs) if best_value < _NEVER else math.inf
         return {j.name: w for j, w in zip(self.members, best, strict=True) if w}
+
+    def _shortest_first_gangs(self, start: list[int], skip: int = -1, min_priority: float = -math.inf) -> list[int]:
+        """Start and widen waiting jobs one at a time, shortest time at max first (SRPT with gangs).
+
+        Only jobs of at least ``min_priority`` start: a deferred gang is never replaced by a lower-priority one.
+        """
+        vector = list(start)
+        left = self._left(vector)
+        for k in self._start_order:
+            if k == skip or vector[k] or not self.deferrable[k] or self.low[k] * self.gpw[k] > left:
+                continue
+            if self.priority[k] < min_priority:
+                continue
+            vector[k] = min(self.high[k], left // self.gpw[k])
+            left -= vector[k] * self.gpw[k]
+        return vector
 
     def _admit_by_gpu_time(self) -> list[int]:
         """Phase 1 again, ordered by remaining GPU-time instead of time at base (SRPT on the GPU pool)."""
@@ -263,8 +292,38 @@ class _PhaseTwoSearch:
                     break
         return vector, value
 
+    def _squeeze_in(self, vector: Sequence[int], start: int, width: int) -> list[int] | None:
+        """Start job ``start`` with ``width`` workers, taking flexible workers from the longest jobs first."""
+        trial = list(vector)
+        trial[start] = width
+        short = -self._left(trial)
+        for k in reversed(range(len(trial))):
+            if short <= 0:
+                break
+            if k == start or trial[k] <= self.low[k]:
+                continue
+            take = min(trial[k] - self.low[k], -(-short // self.gpw[k]))
+            trial[k] -= take
+            short -= take * self.gpw[k]
+        return trial if short <= 0 else None
+
+    def _refill(self, vector: list[int], min_priority: float) -> list[int]:
+        """Start waiting gangs that fit (priority, then shortest time at max), then widen jobs shortest first."""
+        left = self._left(vector)
+        for k in self._start_order:
+            if self.priority[k] < min_priority:
+                continue
+            if vector[k] == 0 and self.deferrable[k] and self.low[k] * self.gpw[k] <= left:
+                vector[k] = self.low[k]
+                left -= self.low[k] * self.gpw[k]
+        return self._fill(vector, self.high)
+
     def _neighbours(self, vector: list[int]) -> Iterator[list[int]]:
-        """Single-worker additions, then transfers, then deferring or starting one gang (shortest first)."""
+        """Single-worker additions, then transfers, then deferring, starting or swapping gangs (shortest first).
+
+        Gang moves keep priority: a gang is deferred only if no started gang has a lower priority, and a gang
+        starts only if no waiting gang has a higher one (phase 1's backfilling stays as it decided).
+        """
         n = len(vector)
         left = self._left(vector)
         for give in range(n):
@@ -281,22 +340,40 @@ class _PhaseTwoSearch:
                     trial[give] += 1
                     trial[take] -= 1
                     yield trial
-        deferrable = [k for k in reversed(range(n)) if self.deferrable[k]]
-        for k in deferrable:
-            if vector[k] > 0:
+        started = [k for k in range(n) if self.deferrable[k] and vector[k] > 0]
+        waiting = [k for k in range(n) if self.deferrable[k] and vector[k] == 0]
+        lowest_started = min((self.priority[k] for k in started), default=0)
+        highest_waiting = max((self.priority[k] for k in waiting), default=0)
+        for k in reversed(started):
+            if self.priority[k] == lowest_started:
                 trial = list(vector)
                 trial[k] = 0
                 yield self._fill(trial, self.high)
-            elif self.low[k] * self.gpw[k] <= left:
+                yield self._refill(list(trial), self.priority[k])
+                yield self._shortest_first_gangs(trial, skip=k, min_priority=self.priority[k])
+        for d in waiting:
+            if self.priority[d] == highest_waiting and self.low[d] * self.gpw[d] <= left:
                 trial = list(vector)
-                trial[k] = self.low[k]
+                trial[d] = self.low[d]
                 yield trial
-        for k in deferrable:
-            if vector[k] == 0:
+        for d in waiting:
+            if self.priority[d] == highest_waiting:
+                for width in range(self.low[d], self.high[d] + 1):
+                    squeezed = self._squeeze_in(vector, d, width)
+                    if squeezed is not None:
+                        yield squeezed
+        for k in reversed(started):
+            if self.priority[k] != lowest_started:
                 continue
-            for d in deferrable:
-                if vector[d] == 0 and self.low[d] * self.gpw[d] <= left + vector[k] * self.gpw[k]:
+            for d in waiting:
+                if (
+                    self.priority[d] == highest_waiting
+                    and self.priority[d] >= self.priority[k]
+                    and self.low[d] * self.gpw[d] <= left + vector[k] * self.gpw[k]
+                ):
                     trial = list(vector)
                     trial[k] = 0
                     trial[d] = self.low[d]
                     yield self._fill(trial, self.high)
+                    trial[d] = 0
+                    yield self._shortest_first_gangs(trial, skip=k, min_priority=self.priority[k])

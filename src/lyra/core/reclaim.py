@@ -103,14 +103,14 @@ class _Instance:
             self.servers_of[job.name] = sorted(loaned_here)
             for server, count in loaned_here.items():
                 self.on_server[server][job.name] = count
+        self.lost = {name: round(job.gpus * job.seconds_since_checkpoint, 6) for name, job in self.jobs.items()}
         self.used_gpus = {
             name: sum(n * self.jobs[j].gpus_per_worker for j, n in self.on_server[name].items())
             for name in self.candidates
         }
 
     def lost_if_preempted(self, job: str) -> float:
-        spec = self.jobs[job]
-        return spec.gpus * spec.seconds_since_checkpoint
+        return self.lost[job]
 
     def evaluate(self, chosen: Iterable[str]) -> tuple[ReclaimCost, set[str], dict[str, int]]:
         """Exact cost of reclaiming ``chosen``: who is preempted and who is scaled in by how much."""
@@ -188,6 +188,8 @@ def _greedy(instance: _Instance, count: int, *, elastic: bool) -> list[str]:
     servers_of = {j: set(servers) for j, servers in instance.servers_of.items()}
     version = dict.fromkeys(instance.candidates, 0)
 
+    lost_of = instance.lost
+
     def key(server: str) -> tuple[float, int, float, int, str]:
         value = 0.0
         preempts = 0
@@ -197,10 +199,11 @@ def _greedy(instance: _Instance, count: int, *, elastic: bool) -> list[str]:
             if n > slack[job]:
                 value += 1.0 / len(servers_of[job])
                 preempts += 1
-                lost += instance.lost_if_preempted(job)
+                lost += lost_of[job]
             else:
                 scaled += n
-        return (round(value, 9), preempts, round(lost, 6), scaled, server)
+        # Rounded so that equal sums of fractions (0.5 + 0.25 and 0.75) tie and fall through to the next criterion.
+        return (round(value, 9) if preempts else 0.0, preempts, lost, scaled, server)
 
     heap = [(key(s), version[s], s) for s in instance.candidates]
     heapq.heapify(heap)
@@ -250,7 +253,7 @@ def _local_search(instance: _Instance, chosen: list[str]) -> list[str]:
             removed[job] += n
 
     def job_cost(job: str, n: int) -> tuple[int, float, int]:
-        if n > instance.slack[job]:
+        if n > max(instance.slack[job], 0):
             return (1, instance.lost_if_preempted(job), 0)
         return (0, 0.0, n)
 

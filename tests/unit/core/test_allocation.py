@@ -244,11 +244,6 @@ def test_allocation_scenarios(
     assert plan.capacity_gpus == capacity
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: phase-2 deferral trades a just-admitted higher-priority gang for a lower-priority one "
-    "because the fluid objective ignores priority (allocation.py _PhaseTwoSearch._neighbours)",
-)
 def test_priority_first_survives_phase_two() -> None:
     """Phase 1 admits higher priority first; phase 2 must not undo that by deferring the high-priority gang."""
     jobs = _jobs([job("low").workers(4).work(40), job("high").workers(4).work(4000).priority(1)])

@@ -67,11 +67,6 @@ def test_reported_fluid_jct_matches_the_plan(jobs: list[TrainingJob], capacity: 
     assert plan.fluid_average_jct == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: when no job is admitted the phase-2 search returns early and AllocationPlan.fluid_average_jct "
-    "stays 0.0, though no job ever runs (the fluid model says inf)",
-)
 @pytest.mark.parametrize(
     ("jobs", "capacity", "allow_deferral"),
     [

@@ -197,12 +197,6 @@ def test_greedy_alone_misses_what_the_local_search_finds() -> None:
     assert len(plan_reclaim(snap, 2).preempted) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: reclaim._local_search's job_cost(job, 0) says 'preempted' for a job whose slack is negative "
-    "(more workers on reclaiming servers than it can spare), though evaluate() only counts jobs that lose workers; "
-    "swapping into a server with such a job looks free and the search trades 1 preemption for 2",
-)
 def test_local_search_never_adds_a_preemption() -> None:
     """d already loses a base worker on the reclaiming r0 (slack -1). Taking l1 preempts d and b; taking l0
     preempts only a (whose 600 s since checkpoint the buggy swap tries to save)."""
