@@ -23,7 +23,7 @@ binaries: install ## Build or restore the cached Kubernetes binaries for the loc
 test: install binaries ## Run every test: lint, unit and proofs, integration against the local control plane.
 	$(MAKE) lint
 	$(RUN) pytest tests/unit
-	$(RUN) pytest tests/integration tests/e2e
+	$(RUN) pytest tests/integration
 
 .PHONY: test-unit
 test-unit: install ## Run the fast unit tests and the proofs of the policy core.
@@ -31,7 +31,7 @@ test-unit: install ## Run the fast unit tests and the proofs of the policy core.
 
 .PHONY: test-integration
 test-integration: binaries ## Run the integration tests against a real local control plane.
-	$(RUN) pytest tests/integration tests/e2e
+	$(RUN) pytest tests/integration
 
 .PHONY: lint
 lint: install ## ruff, mypy --strict and the import-linter contracts.
@@ -48,6 +48,10 @@ format: install ## Apply ruff's formatting and safe fixes.
 .PHONY: bench
 bench: install ## Run the benchmarks and print the figures recorded in docs/benchmarks.md.
 	$(RUN) python -m bench
+
+.PHONY: simulate
+simulate: install ## Compare every scheme on the shipped Philly trace and ServeGen load (docs/evaluation.md).
+	$(RUN) lyra simulate --scheme all --json out/simulate/results.json --out-dir out/simulate
 
 .PHONY: cluster-up
 cluster-up: binaries ## Start the local control plane with fake GPU nodes (lyra cluster up).

@@ -90,9 +90,9 @@ def parse_start(text: str | None) -> float | None:
 class ProgressBar:
     """A one-line progress bar on stderr, redrawn when the percentage changes."""
 
-    def __init__(self, label: str, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
         self.label = label
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
         self.shown = -1
         self.started = time.perf_counter()
 
@@ -156,6 +156,14 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"{scenario.inference.gpu_type}, {report.req_per_server:g} req/s per server "
             f"(inference utilisation {report.inference_utilisation:.3f})"
         )
+        target = scenario.calibration.training_usage
+        if abs(report.training_usage - target) > 0.05:
+            print(
+                f"warning: calibration got baseline usage {report.training_usage:.3f}, not {target}: the trace is "
+                f"too small or too large for servers of {scenario.training.gpus_per_server} GPUs "
+                "(try a scenario with smaller servers, e.g. scenarios/small-servers.yaml)",
+                file=sys.stderr,
+            )
 
     started = time.perf_counter()
     comparison = compare(

@@ -709,7 +709,8 @@ class Simulation:
         """
         headroom = self.scenario.inference.headroom_servers
         held = self.n_inference - self.loaned_count
-        if held == self.demand + headroom or (held > self.demand + headroom and self.loaned_count == self.n_inference):
+        needed = self.demand + headroom
+        if held == needed or (held < needed and self.loaned_count == 0):
             return
         snapshot = ClusterSnapshot(tuple(self._inference_servers()))
         plan = plan_loans(snapshot, InferenceDemand(self.demand), headroom=headroom)

@@ -110,7 +110,7 @@ def _row(
     def times(value: float | None) -> str:
         if value is None:
             return "-"
-        return "inf" if math.isinf(value) else f"{value:.2f}x"
+        return ">1000x" if value > 1000 else f"{value:.2f}x"
 
     return (
         f"{name:<10} {triple(queue):>27} {triple(jct):>27} "

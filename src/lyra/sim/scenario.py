@@ -7,6 +7,7 @@ from it. The shipped default (``scenarios/default.yaml``) documents every field 
 from __future__ import annotations
 
 import enum
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,13 @@ class InferencePool(_Strict):
     gpu_type: str = Field(default="T4", min_length=1)
     #: Requests per second one serving server absorbs; servers needed = ceil(rate / this), capped at ``servers``.
     req_per_server: float = Field(gt=0)
-    #: Idle inference servers kept back from loaning as a safety margin.
-    headroom_servers: int = Field(default=0, ge=0)
+    #: Share of the inference servers kept idle, never loaned, as a safety margin (rounded up to whole servers,
+    #: so it scales with the calibrated pool).
+    headroom_share: float = Field(default=0.0, ge=0, lt=1)
+
+    @property
+    def headroom_servers(self) -> int:
+        return math.ceil(self.headroom_share * self.servers - 1e-9)
 
 
 class Elasticity(_Strict):

@@ -2,7 +2,8 @@
 
 * ``baseline``: separate clusters, as the poster's baseline. Training runs on the training servers only; every
   job is inelastic (it runs on exactly the GPUs the trace gives it). Admission is the core allocator's phase 1:
-  shortest estimated job first with backfilling, never preempting a running job. Inference keeps its servers.
+  shortest estimated job first with backfilling, never preempting a running job (the allocator is called with
+  ``allow_deferral=False``: deferring admitted gangs is part of Lyra's phase 2). Inference keeps its servers.
 * ``basic``: baseline plus capacity loaning. Idle inference servers are lent to training; when inference needs
   them back, the naive reclaim (``least-gpus-used``: return the loaned servers with the fewest training GPUs in
   use) chooses them, and every job on a returned server is preempted. Jobs stay inelastic.

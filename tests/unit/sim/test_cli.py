@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lyra.cli import main
+from tests.unit.sim.builders import write
+
+SCENARIO = """
+training: {servers: 1, gpus_per_server: 8}
+inference: {servers: 2, gpus_per_server: 8, req_per_server: 100.0}
+"""
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, Path]:
+    rows = "".join(f"{i * 900},{600 + 300 * (i % 5)},{1 + i % 3}\n" for i in range(40))
+    return {
+        "trace": write(tmp_path / "jobs.csv", "submit_time,duration,num_gpus\n" + rows),
+        "load": write(
+            tmp_path / "load.csv", "t_sec,req_per_s\n" + "".join(f"{i * 600},{50 + i}\n" for i in range(144))
+        ),
+        "scenario": write(tmp_path / "scenario.yaml", SCENARIO),
+    }
+
+
+def test_simulate_prints_the_table_and_writes_json_csv_and_plots(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(
+        [
+            "simulate", "--trace", str(inputs["trace"]), "--load", str(inputs["load"]),
+            "--scenario", str(inputs["scenario"]), "--scheme", "baseline,lyra", "--json", str(out / "r.json"),
+            "--out-dir", str(out), "--days", "1", "--start", "0",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "queue mean/median/p95" in captured.out
+    assert "lyra" in captured.out
+    assert "100%" in captured.err  # the progress bar
+    figures = json.loads((out / "r.json").read_text())["schemes"]
+    assert set(figures) == {"baseline", "lyra"}
+    for key in (
+        "queue_mean_s", "queue_median_s", "queue_p95_s", "jct_mean_s", "jct_median_s", "jct_p95_s",
+        "usage_training", "usage_overall", "preemption_ratio",
+    ):  # fmt: skip
+        assert isinstance(figures["lyra"][key], float)
+    assert figures["baseline"]["queue_mean_reduction"] in (1.0, None)
+    lines = (out / "jobs.csv").read_text().splitlines()
+    assert len(lines) == 1 + 2 * 40
+    for name in ("jct_cdf.png", "loans.png", "queue.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_calibrate_prints_the_sizes_it_chose(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "simulate", "--trace", str(inputs["trace"]), "--load", str(inputs["load"]),
+            "--scenario", str(inputs["scenario"]), "--scheme", "baseline", "--calibrate", "--quiet",
+            "--no-plots", "--out-dir", str(tmp_path / "o"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert "calibrated: " in capsys.readouterr().out
+
+
+def test_a_bad_trace_row_exits_2_naming_file_and_line(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = write(tmp_path / "bad.csv", "submit_time,duration,num_gpus\n0,10,1\n5,ten,1\n")
+    code = main(["simulate", "--trace", str(bad), "--load", str(inputs["load"]), "--quiet"])
+    assert code == 2
+    assert f"{bad}:3: duration must be a number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--scheme", "nope"], "unknown scheme 'nope'"),
+        (["--start", "someday"], "--start must be"),
+        (["--days", "-1"], "--days must be > 0"),
+    ],
+)
+def test_bad_options_exit_2(
+    inputs: dict[str, Path], extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["simulate", "--trace", str(inputs["trace"]), "--load", str(inputs["load"]), "--quiet", *extra])
+    assert code == 2
+    assert message in capsys.readouterr().err
