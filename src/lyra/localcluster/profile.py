@@ -122,11 +122,8 @@ def parse_profile(data: object, source: str) -> ClusterProfile:
         if group.name in seen:
             raise ProfileError(f"{source}: {where}: {group.name!r} is already used by {seen[group.name]}")
         seen[group.name] = where
-    nodes = [node for group in groups for node in group.node_names()]
-    duplicates = sorted({node for node in nodes if nodes.count(node) > 1})
-    if duplicates:
-        raise ProfileError(f"{source}: nodeGroups: node names clash between groups: {', '.join(duplicates)}")
-    if not nodes:
+    # Node names are "<group>-<index>" and an index has no '-', so distinct group names give distinct nodes.
+    if not any(group.count for group in groups):
         raise ProfileError(f"{source}: nodeGroups: the profile creates no node (every count is 0)")
     return ClusterProfile(name=name, node_groups=groups)
 
