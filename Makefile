@@ -54,8 +54,8 @@ simulate: install ## Compare every scheme on the shipped Philly trace and ServeG
 	$(RUN) lyra simulate --scheme all --json out/simulate/results.json --out-dir out/simulate
 
 .PHONY: cluster-up
-cluster-up: binaries ## Start the local control plane with fake GPU nodes (lyra cluster up).
-	$(RUN) lyra cluster up
+cluster-up: binaries ## Start the local control plane with fake GPU nodes (CLUSTER_FLAGS=--no-extender: no extender).
+	$(RUN) lyra cluster up $(CLUSTER_FLAGS)
 
 .PHONY: cluster-down
 cluster-down: install ## Stop the local control plane and remove its state.

@@ -67,7 +67,7 @@ KUBERNETES = Component(
     version=KUBERNETES_VERSION,
     executables=("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
     source=f"Go module k8s.io/kubernetes@{KUBERNETES_VERSION}",
-    cold_estimate="about 5 to 15 minutes on 2 cores (the Go module and build caches are reused afterwards)",
+    cold_estimate="about 5 minutes on 2 cores, up to 15 on a busy machine (later builds reuse the Go caches)",
     version_probe=("--version",),
 )
 KWOK = Component(
@@ -75,7 +75,7 @@ KWOK = Component(
     version=KWOK_VERSION,
     executables=("kwok",),
     source=f"Go module sigs.k8s.io/kwok@{KWOK_VERSION}",
-    cold_estimate="about 1 to 3 minutes on 2 cores",
+    cold_estimate="about 2 minutes on 2 cores",
     version_probe=("--version",),
 )
 ETCD = Component(

@@ -113,6 +113,10 @@ class ControlPlane:
         started = time.monotonic()
         try:
             self._start(report, started)
+        except (*_NOT_YET, subprocess.SubprocessError) as error:
+            # An API call or kubectl failed outright (a rejected node, a broken CRD file): same treatment.
+            self._abort()
+            raise ClusterStartError(f"{type(error).__name__}: {error}") from error
         except BaseException:
             self._abort()
             raise

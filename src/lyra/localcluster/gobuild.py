@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from lyra.localcluster.processes import tail
 Reporter = Callable[[str], None]
 
 MINIMUM_GO = (1, 24)
+STANDARD_GO_BIN = "/usr/local/go/bin"
 HEARTBEAT_SECONDS = 30.0
 
 # Every staging module of k8s.io/kubernetes 1.34 (staging/src/k8s.io in the kubernetes repository).
@@ -93,7 +95,8 @@ class GoEnvironment:
 
 def find_go(cache_root: Path) -> GoEnvironment:
     """Locate a usable Go toolchain or explain how to get one."""
-    found = shutil.which("go")
+    # The official tarball installs to /usr/local/go, which non-login shells often lack on PATH.
+    found = shutil.which("go") or shutil.which("go", path=STANDARD_GO_BIN)
     if found is None:
         raise BuildError(
             "Go is not installed (no `go` on PATH). Building kube-apiserver, kube-controller-manager, "
@@ -161,7 +164,7 @@ def build_kubernetes(
     package_list = work_dir / "packages.txt"
     _run_go(
         go,
-        [str(go.go), "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", *packages],
+        [str(go.go), "list", "-deps", "-f", "{{.ImportPath}}", *packages],
         work_dir,
         log_path,
         report,
@@ -169,7 +172,7 @@ def build_kubernetes(
         stdout_path=package_list,
     )
     expected = sum(1 for line in package_list.read_text(encoding="utf-8").splitlines() if line.strip())
-    report(f"compiling {', '.join(commands)} ({expected} packages outside the standard library)")
+    report(f"compiling {', '.join(commands)} ({expected} packages, fewer when some are in the build cache)")
     _run_go(
         go,
         [str(go.go), "build", "-v", "-o", f"{output_dir}{os.sep}", "-ldflags", ldflags, *packages],
@@ -220,7 +223,13 @@ def _run_go(
         with contextlib.ExitStack() as stack:
             stdout = stack.enter_context(stdout_path.open("wb")) if stdout_path is not None else log
             popen = subprocess.Popen(
-                argv, cwd=cwd, env=go.environ(extra_env), stdin=subprocess.DEVNULL, stdout=stdout, stderr=log
+                argv,
+                cwd=cwd,
+                env=go.environ(extra_env),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=log,
+                start_new_session=True,  # its compiler and linker processes form one group we can stop
             )
             try:
                 while True:
@@ -232,7 +241,8 @@ def _run_go(
             finally:
                 # Interrupted (Ctrl-C): do not leave a compiler running in the background.
                 if popen.poll() is None:
-                    popen.kill()
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(popen.pid, signal.SIGKILL)
                     popen.wait()
     if code != 0:
         raise BuildError(
@@ -247,7 +257,7 @@ def _progress_line(step: str, started: float, log_path: Path, offset: int, expec
     text = f"  ... {step}: {minutes}m{seconds:02d}s elapsed"
     compiled = _compiled_packages(log_path, offset)
     if expected:
-        text += f", {compiled} of about {expected} packages compiled"
+        text += f", {compiled} of at most {expected} packages compiled"
     elif compiled:
         text += f", {compiled} packages compiled"
     return text + f" (log: {log_path})"

