@@ -19,6 +19,10 @@ install: ## Create .venv with the pinned dependencies (uv.lock).
 binaries: install ## Build or restore the cached Kubernetes binaries for the local control plane.
 	$(RUN) lyra cluster binaries
 
+.PHONY: demo
+demo: binaries ## Local cluster with 12 fake GPU nodes, a GPU pod, the what-if planner and a 3-day trace replay.
+	bash hack/demo.sh
+
 .PHONY: test
 test: install binaries ## Run every test: lint, unit and proofs, integration against the local control plane.
 	$(MAKE) lint

@@ -83,6 +83,16 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     _add_location_arguments(status)
     status.set_defaults(run=run_status)
 
+    kubectl = actions.add_parser(
+        "kubectl",
+        help="run the cached kubectl against the local cluster (lyra cluster kubectl -- get nodes)",
+        description="Run the project's cached kubectl with the local cluster's kubeconfig; arguments after -- are "
+        "passed through.",
+    )
+    _add_location_arguments(kubectl)
+    kubectl.add_argument("kubectl_args", nargs=argparse.REMAINDER, metavar="ARGS", help="kubectl arguments")
+    kubectl.set_defaults(run=run_kubectl)
+
 
 def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -260,6 +270,28 @@ def run_status(args: argparse.Namespace) -> int:
     elif overall is Liveness.PARTIAL:
         _say("  only partly running: run `lyra cluster down`")
     return EXIT_FAILED
+
+
+def run_kubectl(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from lyra.localcluster.binaries import BinariesError, BinaryCache
+    from lyra.localcluster.state import Liveness, StateError, liveness, read_state
+
+    state_dir = _state_dir(args)
+    try:
+        state = read_state(state_dir)
+        kubectl = BinaryCache().binary_set().kubectl
+    except (StateError, BinariesError) as error:
+        _error(str(error))
+        return EXIT_FAILED
+    if state is None or liveness(state) is not Liveness.RUNNING:
+        _error(f"no running local cluster {args.name!r} (state: {state_dir}); start it with `lyra cluster up`")
+        return EXIT_FAILED
+    passed = list(args.kubectl_args)
+    if passed[:1] == ["--"]:
+        passed = passed[1:]
+    return subprocess.run([str(kubectl), f"--kubeconfig={state.kubeconfig}", *passed], check=False).returncode
 
 
 def _print_kubeconfig_hint(kubeconfig: Path) -> None:

@@ -88,24 +88,29 @@ def parse_start(text: str | None) -> float | None:
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr, redrawn when the percentage changes."""
+    """Progress on stderr: a bar redrawn in place on a terminal; in a log (CI, a pipe), a line every 25%."""
 
     def __init__(self, label: str, stream: TextIO | None = None) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
+        self.interactive = self.stream.isatty()
         self.shown = -1
         self.started = time.perf_counter()
 
     def __call__(self, fraction: float) -> None:
         percent = min(100, math.floor(fraction * 100))
+        if not self.interactive:
+            percent -= percent % 25
         if percent == self.shown:
             return
         self.shown = percent
         filled = percent // 4
         elapsed = time.perf_counter() - self.started
-        self.stream.write(f"\r{self.label:<9} [{'#' * filled}{'.' * (25 - filled)}] {percent:3d}% {elapsed:6.1f} s")
-        if percent == 100:
-            self.stream.write("\n")
+        line = f"{self.label:<9} [{'#' * filled}{'.' * (25 - filled)}] {percent:3d}% {elapsed:6.1f} s"
+        if self.interactive:
+            self.stream.write(f"\r{line}" + ("\n" if percent == 100 else ""))
+        else:
+            self.stream.write(f"{line}\n")
         self.stream.flush()
 
 
