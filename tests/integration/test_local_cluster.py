@@ -262,6 +262,10 @@ def test_cli_up_status_down_lifecycle(tmp_path: Path) -> None:
         assert status.returncode == 0, status.stdout + status.stderr
         assert "12/12 Ready" in status.stdout
 
+        nodes = lyra("kubectl", *where, "--", "get", "nodes", "-l", "lyra.dev/pool=inference", "-o", "name")
+        assert nodes.returncode == 0, nodes.stderr
+        assert len(nodes.stdout.split()) == 8
+
         again = lyra("up", *where, "--no-extender")
         assert again.returncode == 0
         assert "already running" in again.stdout

@@ -71,3 +71,12 @@ def test_the_default_state_dir_follows_lyra_state_dir(
 
     assert main(["cluster", "status", "--name", "blue"]) == 1
     assert str(tmp_path / "cluster" / "blue") in capsys.readouterr().out
+
+
+def test_kubectl_without_a_running_cluster_says_how_to_start_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["cluster", "kubectl", "--state-dir", str(tmp_path / "none"), "--", "get", "nodes"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "lyra cluster up" in err or "make binaries" in err
