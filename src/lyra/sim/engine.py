@@ -590,22 +590,8 @@ class Simulation:
         growable = (j for j in self.running_elastic if self.workers[j] < self.wmax[j])
         return heapq.nsmallest(self.scenario.scheduler.view_jobs, growable, key=remaining_time)
 
-    def _view_of_queued(self, job: int) -> TrainingJob:
-        cached = self.view_cache.get(job)
-        if cached is None:
-            cached = TrainingJob(
-                name=self.names[job],
-                gpus_per_worker=1,
-                min_workers=self.wmin[job],
-                max_workers=self.wmax[job],
-                remaining_work=self.remaining[job] * self.factor[job],
-                submit_time=self.submit[job],
-            )
-            self.view_cache[job] = cached
-        return cached
-
-    def _view_of_running(self, job: int, t: float) -> TrainingJob:
-        self._progress(job, t)
+    def _view(self, job: int, workers: int) -> TrainingJob:
+        """The core's view of a job: its estimated remaining work and, if it runs, its worker count."""
         return TrainingJob(
             name=self.names[job],
             gpus_per_worker=1,
@@ -613,8 +599,18 @@ class Simulation:
             max_workers=self.wmax[job],
             remaining_work=self.remaining[job] * self.factor[job],
             submit_time=self.submit[job],
-            placement=MappingProxyType({"pool": self.workers[job]}),
+            placement=MappingProxyType({"pool": workers} if workers else {}),
         )
+
+    def _view_of_queued(self, job: int) -> TrainingJob:
+        cached = self.view_cache.get(job)
+        if cached is None:
+            cached = self.view_cache[job] = self._view(job, 0)
+        return cached
+
+    def _view_of_running(self, job: int, t: float) -> TrainingJob:
+        self._progress(job, t)
+        return self._view(job, self.workers[job])
 
     def _call_allocator(self, t: float, running: list[int], queued: list[int]) -> None:
         if self._everyone_fits(running, queued):
