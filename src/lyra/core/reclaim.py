@@ -91,23 +91,28 @@ class _Instance:
         candidate_set = set(self.candidates)
         self.jobs: dict[str, TrainingJob] = {}
         self.slack: dict[str, int] = {}
+        self.lost: dict[str, float] = {}
         self.on_server: dict[str, dict[str, int]] = {name: {} for name in self.candidates}
+        self.used_gpus: dict[str, int] = dict.fromkeys(self.candidates, 0)
         self.servers_of: dict[str, list[str]] = {}
+        on_server = self.on_server
+        used = self.used_gpus
         for job in snapshot.jobs:
-            leaving = sum(n for s, n in job.placement.items() if s in reclaiming)
-            loaned_here = {s: n for s, n in job.placement.items() if s in candidate_set}
-            if not loaned_here:
+            placement = job.placement
+            hosts = [s for s in placement if s in candidate_set]
+            if not hosts:
                 continue
-            self.jobs[job.name] = job
-            self.slack[job.name] = job.workers - leaving - job.min_workers
-            self.servers_of[job.name] = sorted(loaned_here)
-            for server, count in loaned_here.items():
-                self.on_server[server][job.name] = count
-        self.lost = {name: round(job.gpus * job.seconds_since_checkpoint, 6) for name, job in self.jobs.items()}
-        self.used_gpus = {
-            name: sum(n * self.jobs[j].gpus_per_worker for j, n in self.on_server[name].items())
-            for name in self.candidates
-        }
+            name = job.name
+            workers = sum(placement.values())
+            leaving = sum(n for s, n in placement.items() if s in reclaiming) if reclaiming else 0
+            self.jobs[name] = job
+            self.slack[name] = workers - leaving - job.min_workers
+            self.lost[name] = workers * job.gpus_per_worker * job.seconds_since_checkpoint
+            self.servers_of[name] = hosts  # placement keys are sorted, so hosts are too
+            for server in hosts:
+                count = placement[server]
+                on_server[server][name] = count
+                used[server] += count * job.gpus_per_worker
 
     def lost_if_preempted(self, job: str) -> float:
         return self.lost[job]
@@ -184,53 +189,73 @@ def _greedy(instance: _Instance, count: int, *, elastic: bool) -> list[str]:
     Values live in a heap with lazy invalidation: a pick only changes servers that share a job with it.
     """
     slack = dict(instance.slack) if elastic else dict.fromkeys(instance.slack, -1)
-    on_server = {s: dict(jobs) for s, jobs in instance.on_server.items()}
-    servers_of = {j: set(servers) for j, servers in instance.servers_of.items()}
+    # Copy on write: a pick changes only the servers and jobs near it, so most of the instance is never copied.
+    base_on_server = instance.on_server
+    on_server: dict[str, dict[str, int]] = {}
+    base_servers_of = instance.servers_of
+    servers_of: dict[str, set[str]] = {}
     version = dict.fromkeys(instance.candidates, 0)
-
     lost_of = instance.lost
 
-    def key(server: str) -> tuple[float, int, float, int, str]:
+    def jobs_on(server: str) -> dict[str, int]:
+        jobs = on_server.get(server)
+        if jobs is None:
+            jobs = on_server[server] = dict(base_on_server[server])
+        return jobs
+
+    def hosts_of(job: str) -> set[str]:
+        hosts = servers_of.get(job)
+        if hosts is None:
+            hosts = servers_of[job] = set(base_servers_of[job])
+        return hosts
+
+    def entry(server: str, stamp: int) -> tuple[float, int, float, int, str, int]:
+        """The server's heap entry: its key (value, preemptions, lost work, scaled-in workers, name), then the
+        version it was computed at (never compared: names are unique)."""
         value = 0.0
         preempts = 0
         lost = 0.0
         scaled = 0
-        for job, n in on_server[server].items():
+        jobs = on_server.get(server)
+        for job, n in (base_on_server[server] if jobs is None else jobs).items():
             if n > slack[job]:
-                value += 1.0 / len(servers_of[job])
+                hosts = servers_of.get(job)
+                value += 1.0 / len(base_servers_of[job] if hosts is None else hosts)
                 preempts += 1
                 lost += lost_of[job]
             else:
                 scaled += n
+        if not preempts:
+            return (0.0, 0, 0.0, scaled, server, stamp)
         # Rounded so that equal sums of fractions (0.5 + 0.25 and 0.75) tie and fall through to the next criterion.
-        return (round(value, 9) if preempts else 0.0, preempts, lost, scaled, server)
+        return (round(value, 9), preempts, lost, scaled, server, stamp)
 
-    heap = [(key(s), version[s], s) for s in instance.candidates]
+    heap = [entry(s, 0) for s in instance.candidates]
     heapq.heapify(heap)
     chosen: list[str] = []
     taken: set[str] = set()
     while len(chosen) < count:
-        _, seen_version, server = heapq.heappop(heap)
+        *_, server, seen_version = heapq.heappop(heap)
         if server in taken or seen_version != version[server]:
             continue
         chosen.append(server)
         taken.add(server)
         touched: set[str] = set()
-        for job, n in on_server.pop(server).items():
-            hosts = servers_of[job]
+        for job, n in jobs_on(server).items():
+            hosts = hosts_of(job)
             hosts.discard(server)
             if n > slack[job]:
                 for other in hosts:
-                    del on_server[other][job]
+                    del jobs_on(other)[job]
                 touched |= hosts
                 hosts.clear()
             else:
                 slack[job] -= n
                 touched |= hosts
-        for other in touched:
-            if other not in taken:
-                version[other] += 1
-                heapq.heappush(heap, (key(other), version[other], other))
+        on_server[server] = {}
+        for other in sorted(touched - taken):
+            version[other] += 1
+            heapq.heappush(heap, entry(other, version[other]))
     return chosen
 
 
