@@ -58,5 +58,6 @@ def wait_for(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise WaitTimeoutError(what, timeout, last_error)
+        # The one sleep allowed in tests: between polls, bounded by the deadline, backing off.
         time.sleep(min(delay, remaining))
         delay = min(delay * 1.5, MAX_INTERVAL)

@@ -15,11 +15,12 @@ the period is the series length rounded down to whole days (a series shorter tha
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from lyra.sim.csvfiles import csv_with_header
 
 DAY_S = 86_400.0
 
@@ -63,15 +64,7 @@ class LoadSeries:
 
 def read_load(path: str | Path) -> LoadSeries:
     source = Path(path)
-    try:
-        handle = source.open(newline="", encoding="utf-8")
-    except OSError as error:
-        raise LoadError(f"{source}: cannot open the load series: {error.strerror}") from error
-    with handle:
-        reader = csv.reader(handle)
-        header = [c.strip() for c in next(reader, [])]
-        if not header:
-            raise LoadError(f"{source}:1: the load series is empty (expected a header row)")
+    with csv_with_header(source, "load series", LoadError) as (header, reader):
         if header[0] != "t_sec":
             raise LoadError(f"{source}:1: the first column must be t_sec, got {header[0]!r}")
         if "total_req_per_s" in header:

@@ -19,7 +19,6 @@ Formats (detected from the header):
 
 from __future__ import annotations
 
-import csv
 import enum
 import math
 from collections import Counter
@@ -28,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
+
+from lyra.sim.csvfiles import csv_with_header
 
 
 class TraceError(ValueError):
@@ -76,16 +77,7 @@ _OPENB_COLUMNS = ("num_gpu", "qos", "creation_time", "deletion_time", "scheduled
 def read_trace(path: str | Path) -> Trace:
     """Read a training trace, detecting its format from the header row."""
     source = Path(path)
-    try:
-        handle = source.open(newline="", encoding="utf-8")
-    except OSError as error:
-        raise TraceError(f"{source}: cannot open the trace: {error.strerror}") from error
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise TraceError(f"{source}:1: the trace is empty (expected a header row)")
-        columns = [c.strip() for c in header]
+    with csv_with_header(source, "trace", TraceError) as (columns, reader):
         fmt = _detect(source, columns)
         index = {name: i for i, name in enumerate(columns)}
         rows = _numbered(reader)

@@ -27,6 +27,7 @@ def test_a_launched_process_runs_in_its_own_session_and_logs_to_its_file(tmp_pat
 
 
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    # A child that ignores SIGTERM and would idle for a minute: only the SIGKILL after the grace period ends it.
     script = (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
     )
