@@ -13,6 +13,8 @@ from collections.abc import Callable
 from bench import Benchmark, Ratio
 from lyra.core import (
     ClusterSnapshot,
+    GpuCatalog,
+    GpuType,
     LoanState,
     NodeView,
     PodRequest,
@@ -100,6 +102,7 @@ def reclaim_cluster(seed: int = SEED) -> ClusterSnapshot:
                 remaining_work=rng.expovariate(1 / 3600) * workers,
                 placement=placement,
                 seconds_since_checkpoint=float(rng.choice([0, 60, 300, 900])),
+                mix_gpu_types=any(not s.startswith("l") for s in placement),  # spilled from a training server
             )
         )
         placed += workers
@@ -118,18 +121,52 @@ def _reclaim_order() -> Callable[[], object]:
     return functools.partial(reclaim_order, reclaim_cluster())
 
 
+ALLOCATION_TRAINING_SERVERS = 320  # 8 V100 each: 2,560 GPUs
+ALLOCATION_LOANED_SERVERS = 192  # 8 T4 each: 1,536 GPUs; 4,096 in all
+
+
 @functools.cache
-def allocation_jobs(seed: int = SEED) -> tuple[TrainingJob, ...]:
-    """2,000 jobs for 4,096 GPUs: 1,000 running (about 2,600 GPUs, some above their base) and 1,000 queued; one in
-    three inelastic; 1-4 GPUs per worker; remaining times exponential around an hour at base."""
+def allocation_cluster(seed: int = SEED) -> ClusterSnapshot:
+    """2,000 jobs on 4,096 GPUs of two types: 320 training servers of 8 V100s and 192 loaned servers of 8 T4s
+    (speed 0.4). 1,000 jobs run (about 2,600 GPUs, some above their base; workers packed onto servers of one
+    type, a third of them on T4s), 1,000 are queued; one in three inelastic; 1-4 GPUs per worker; half of the
+    jobs may use T4s (the others need more memory than a T4 has), a few are pinned to V100s by name; remaining
+    times exponential around an hour at base."""
     rng = random.Random(seed)
+    servers = [Server(f"v{i:03d}", Pool.TRAINING, "V100", 8) for i in range(ALLOCATION_TRAINING_SERVERS)]
+    servers += [
+        Server(f"t{i:03d}", Pool.INFERENCE, "T4", 8, LoanState.LOANED) for i in range(ALLOCATION_LOANED_SERVERS)
+    ]
+    free = {s.name: s.gpus for s in servers}
+    by_type = {
+        "V100": [s.name for s in servers if s.gpu_type == "V100"],
+        "T4": [s.name for s in servers if s.gpu_type == "T4"],
+    }
     jobs = []
     for i in range(ALLOCATION_JOBS):
         gpw = rng.choice([1, 1, 1, 1, 2, 4])
         low = rng.choice([1, 1, 2])
         high = low * rng.choice([1, 2, 4])
-        running = i < ALLOCATION_JOBS // 2
-        workers = low + rng.randint(0, (high - low) // 2) if running else 0
+        fits_t4 = rng.random() < 0.5
+        placement: dict[str, int] = {}
+        if i < ALLOCATION_JOBS // 2:
+            workers = low + rng.randint(0, (high - low) // 2)
+            kind = "T4" if fits_t4 and rng.random() < 0.33 else "V100"
+            hosts = by_type[kind]
+            start = rng.randrange(len(hosts))
+            for step in range(len(hosts)):
+                if workers == 0:
+                    break
+                name = hosts[(start + step) % len(hosts)]
+                take = min(workers, free[name] // gpw)
+                if take:
+                    placement[name] = take
+                    free[name] -= take * gpw
+                    workers -= take
+            if workers:  # this type is full: leave the job queued
+                for name, count in placement.items():
+                    free[name] += count * gpw
+                placement = {}
         jobs.append(
             TrainingJob(
                 name=f"job-{i:04d}",
@@ -139,22 +176,21 @@ def allocation_jobs(seed: int = SEED) -> tuple[TrainingJob, ...]:
                 remaining_work=rng.expovariate(1 / 3600) * low,
                 submit_time=rng.uniform(0, 1000),
                 priority=1 if rng.random() < 0.05 else 0,
-                placement={f"s{i % 500:03d}": workers} if running else {},
+                placement=placement,
+                gpu_types=None if fits_t4 else frozenset({"V100"}),
+                gpu_memory_gib=None if fits_t4 or rng.random() < 0.5 else 24.0,
             )
         )
-    return tuple(jobs)
+    catalog = GpuCatalog.of(GpuType("V100", 1.0, 32.0), GpuType("T4", 0.4, 16.0))
+    return ClusterSnapshot(tuple(servers), tuple(jobs), catalog)
 
 
 def _allocation(
-    search_budget: int = DEFAULT_SEARCH_BUDGET, *, allow_deferral: bool = True
+    search_budget: int = DEFAULT_SEARCH_BUDGET, *, restart_cost_s: float | None = None
 ) -> Callable[[], Callable[[], object]]:
     def setup() -> Callable[[], object]:
         return functools.partial(
-            allocate_workers,
-            allocation_jobs(),
-            ALLOCATION_GPUS,
-            search_budget=search_budget,
-            allow_deferral=allow_deferral,
+            allocate_workers, allocation_cluster(), search_budget=search_budget, restart_cost_s=restart_cost_s
         )
 
     return setup
@@ -229,7 +265,7 @@ def benchmarks() -> list[Benchmark]:
         Benchmark(
             "allocation/2000-jobs",
             _allocation(),
-            "allocate_workers: 2,000 jobs (1,000 running) on 4,096 GPUs, default search budget",
+            "allocate_workers: 2,000 jobs (1,000 running) on 4,096 GPUs of two types, default search budget",
             200.0,
         ),
         Benchmark(
@@ -238,9 +274,10 @@ def benchmarks() -> list[Benchmark]:
             "the same, phase 1 and the candidate allocations only (search_budget=0)",
         ),
         Benchmark(
-            "allocation/2000-jobs/no-deferral",
-            _allocation(allow_deferral=False),
-            "the same, queued gangs never deferred",
+            "allocation/2000-jobs/migration",
+            _allocation(restart_cost_s=60.0),
+            "the same, running jobs may move to faster GPUs (restart cost 60 s)",
+            200.0,
         ),
         Benchmark(
             "scoring/flexible/5000-nodes",

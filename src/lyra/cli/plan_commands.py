@@ -1,45 +1,85 @@
 """`lyra plan`: the admin's what-if planner. A snapshot document in, a plan as JSON out; nothing is changed.
 
-    lyra plan reclaim  --snapshot FILE --servers K [--strategy lyra|poster|least-gpus-used|random]
-    lyra plan allocate --snapshot FILE [--capacity GPUS]
+    lyra plan reclaim  --snapshot FILE --servers K [--strategy lyra|poster|least-gpus-used|random] [--seed N]
+    lyra plan allocate --snapshot FILE
+    lyra plan migrate  --snapshot FILE --restart-cost SECONDS [--min-gain SECONDS]
     lyra plan loans    --snapshot FILE --demand SERVERS [--headroom SERVERS]
     lyra plan schema   (prints the snapshot document's JSON Schema)
 
 ``--snapshot -`` reads standard input. The snapshot format is documented in ``docs/snapshot.md``.
-A malformed snapshot or a request the cluster cannot meet exits with code 2 and a message naming the problem.
+
+One error convention for every verb: success exits 0 with the plan as JSON on standard output; bad input (a
+flag, the snapshot, a request the cluster cannot meet) exits 2 with ``lyra plan <verb>: <message>`` on standard
+error and nothing on standard output.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_BAD_INPUT = 2
+
+#: The largest restart cost the allocator accepts (``allocate_workers``'s ``restart_cost_s``).
+MAX_RESTART_COST_S = 1e9
+
+
+class _PlanParser(argparse.ArgumentParser):
+    """A verb's parser: a bad flag exits 2 with ``lyra plan <verb>: <message>`` first, then the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message}\n{self.format_usage()}")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Unknown flags are the verb's to report (argparse would leave them to ``lyra``'s own parser)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value
 
 
+def _seconds_up_to(limit: float) -> Callable[[str], float]:
+    """A flag in seconds: a finite number in [0, limit]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text[:40]!r}") from None
+        if not math.isfinite(value) or not 0 <= value <= limit:
+            raise argparse.ArgumentTypeError(f"expected seconds in [0, {limit:g}], got {text[:40]}")
+        return value
+
+    return parse
+
+
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register the `plan` command group."""
-    from lyra.core.reclaim import ReclaimStrategy
+    from lyra.core import ReclaimStrategy
 
     plan = commands.add_parser(
         "plan",
-        help="what-if planner: reclaim, allocation and loan plans for a cluster snapshot (JSON in, JSON out)",
+        help="what-if planner: reclaim, allocation, migration and loan plans for a cluster snapshot (JSON in and out)",
         description="Compute Lyra's plans for a cluster snapshot without changing anything.",
     )
-    verbs = plan.add_subparsers(dest="verb", metavar="VERB", required=True)
+    verbs = plan.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=_PlanParser)
 
     def snapshot_argument(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -60,15 +100,29 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     reclaim.add_argument("--seed", type=int, default=0, help="seed of the 'random' strategy (default: 0)")
     reclaim.set_defaults(run=_run_reclaim)
 
-    allocate = verbs.add_parser("allocate", help="which jobs run, with how many workers (0 = stays queued)")
-    snapshot_argument(allocate)
-    allocate.add_argument(
-        "--capacity",
-        type=_non_negative_int,
-        metavar="GPUS",
-        help="GPUs training may use (default: training servers plus loaned servers in the snapshot)",
+    allocate = verbs.add_parser(
+        "allocate", help="which jobs run, on which GPU types and servers, with how many workers (0 = waits)"
     )
+    snapshot_argument(allocate)
     allocate.set_defaults(run=_run_allocate)
+
+    migrate = verbs.add_parser("migrate", help="which running jobs to move to a GPU type faster for them")
+    snapshot_argument(migrate)
+    migrate.add_argument(
+        "--restart-cost",
+        required=True,
+        type=_seconds_up_to(MAX_RESTART_COST_S),
+        metavar="SECONDS",
+        help="seconds a move costs the job without progress (checkpoint and restart)",
+    )
+    migrate.add_argument(
+        "--min-gain",
+        type=_seconds_up_to(1e12),
+        default=0.0,
+        metavar="SECONDS",
+        help="make the moves only if they save at least this much completion time in all (default: 0)",
+    )
+    migrate.set_defaults(run=_run_migrate)
 
     loans = verbs.add_parser("loans", help="how many idle inference servers to lend, or loaned ones to reclaim")
     snapshot_argument(loans)
@@ -84,58 +138,59 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     schema.set_defaults(run=_run_schema)
 
 
-def _read(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
-    path = Path(source)
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _BadInputError(f"snapshot {source}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise _BadInputError(f"snapshot {source}: cannot read it ({error})") from None
-
-
 class _BadInputError(Exception):
     pass
+
+
+def _read(source: str) -> str | bytes:
+    """The snapshot's bytes, at most one past the size limit (the parser reports an oversized document)."""
+    from lyra.snapshot import MAX_SNAPSHOT_BYTES
+
+    most = MAX_SNAPSHOT_BYTES + 1
+    if source == "-":
+        binary = getattr(sys.stdin, "buffer", None)
+        return binary.read(most) if binary is not None else sys.stdin.read(most)
+    try:
+        with Path(source).open("rb") as file:
+            return file.read(most)
+    except FileNotFoundError:
+        raise _BadInputError(f"snapshot {source}: no such file") from None
+    except OSError as error:
+        raise _BadInputError(f"snapshot {source}: cannot read it ({error.strerror or error})") from None
 
 
 def _load(args: argparse.Namespace) -> Any:
     from lyra.snapshot import SnapshotError, parse_snapshot
 
-    text = _read(args.snapshot)
+    data = _read(args.snapshot)
     try:
-        return parse_snapshot(text)
+        return parse_snapshot(data)
     except SnapshotError as error:
         raise _BadInputError(f"snapshot {args.snapshot}: {error}") from None
 
 
 def _emit(document: dict[str, Any]) -> int:
-    json.dump(document, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    text = json.dumps(document, indent=2, allow_nan=False)
+    sys.stdout.write(text + "\n")
     return 0
 
 
-def _guarded(run: Any) -> Any:
+def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def wrapper(args: argparse.Namespace) -> int:
-        from lyra.core.model import InvalidClusterError
+        from lyra.core import InvalidClusterError
 
         try:
-            code: int = run(args)
-        except _BadInputError as error:
+            return run(args)
+        except (_BadInputError, InvalidClusterError) as error:
             print(f"lyra plan {args.verb}: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        except InvalidClusterError as error:
-            print(f"lyra plan {args.verb}: {error}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        return code
 
     return wrapper
 
 
 @_guarded
 def _run_reclaim(args: argparse.Namespace) -> int:
-    from lyra.core.reclaim import ReclaimStrategy, plan_reclaim
+    from lyra.core import ReclaimStrategy, plan_reclaim
     from lyra.snapshot import reclaim_plan_document
 
     snapshot = _load(args)
@@ -145,19 +200,30 @@ def _run_reclaim(args: argparse.Namespace) -> int:
 
 @_guarded
 def _run_allocate(args: argparse.Namespace) -> int:
-    from lyra.core.allocation import allocate_workers
+    from lyra.core import allocate_workers
     from lyra.snapshot import allocation_plan_document
 
     snapshot = _load(args)
-    capacity = snapshot.training_capacity() if args.capacity is None else args.capacity
-    plan = allocate_workers(snapshot.jobs, capacity)
-    return _emit(allocation_plan_document(plan))
+    return _emit(allocation_plan_document(allocate_workers(snapshot)))
+
+
+@_guarded
+def _run_migrate(args: argparse.Namespace) -> int:
+    from lyra.core import allocate_workers
+    from lyra.snapshot import migration_plan_document
+
+    snapshot = _load(args)
+    staying = allocate_workers(snapshot)
+    moving = allocate_workers(snapshot, restart_cost_s=args.restart_cost)
+    document = migration_plan_document(
+        snapshot, moving, staying, restart_cost_s=args.restart_cost, min_gain_s=args.min_gain
+    )
+    return _emit(document)
 
 
 @_guarded
 def _run_loans(args: argparse.Namespace) -> int:
-    from lyra.core.loaning import plan_loans
-    from lyra.core.model import InferenceDemand
+    from lyra.core import InferenceDemand, plan_loans
     from lyra.snapshot import loan_plan_document
 
     snapshot = _load(args)

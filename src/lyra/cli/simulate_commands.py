@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -55,8 +56,35 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "--out-dir", type=Path, default=Path("out/simulate"), help="per-job CSV and PNG plots (default: %(default)s)"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        nargs="?",
+        const="",
+        metavar="KNOB[=V1,V2,...]",
+        help="sensitivity sweep instead of the table: vary one assumption at a time (inference-speed, "
+        "elastic-share, scaling-overhead, fit-share; repeat the flag to choose several; bare --sweep: all, "
+        "with their default values) and report where lyra's gain holds",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=max(1, os.cpu_count() or 1),
+        metavar="N",
+        help="simulations run in parallel processes during a sweep (default: the CPUs, %(default)s)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run_simulate)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
 
 
 def _default_input(kind: str, given: Path | None, default: Path) -> Path:
@@ -121,18 +149,20 @@ def run_simulate(args: argparse.Namespace) -> int:
     from lyra.sim.report import format_table, results_json, write_jobs_csv
     from lyra.sim.scenario import ScenarioError, load_scenario
     from lyra.sim.schemes import resolve
+    from lyra.sim.sweep import SweepError, parse_knobs
     from lyra.sim.traces import TraceError, read_trace
     from lyra.sim.workload import Window
 
     try:
         schemes = resolve(args.scheme)
+        knobs = parse_knobs([s for s in args.sweep if s]) if args.sweep is not None else None
         trace = read_trace(_default_input("trace", args.trace, DEFAULT_TRACE))
         load = read_load(_default_input("load", args.load, DEFAULT_LOAD))
         scenario = load_scenario(args.scenario)
         if args.seed is not None:
             scenario = scenario.model_copy(update={"seed": args.seed})
         window = Window.of(trace, parse_start(args.start), args.days)
-    except (FileNotFoundError, TraceError, LoadError, ScenarioError, ValueError) as error:
+    except (FileNotFoundError, TraceError, LoadError, ScenarioError, SweepError, ValueError) as error:
         print(f"lyra simulate: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not any(window.start_s <= j.submit_s < window.start_s + window.length_s for j in trace.jobs):
@@ -170,6 +200,9 @@ def run_simulate(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
 
+    if knobs is not None:
+        return _run_sweep(args, (trace, load, scenario, window), knobs)
+
     started = time.perf_counter()
     comparison = compare(
         trace, load, scenario, window, schemes, calibration=report, progress=None if args.quiet else ProgressBar
@@ -194,5 +227,44 @@ def run_simulate(args: argparse.Namespace) -> int:
 
         for path in write_plots(args.out_dir, comparison.results):
             print(f"wrote {path}", file=sys.stderr)
+    print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return EXIT_OK
+
+
+def _run_sweep(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any], knobs: Any) -> int:
+    from lyra.sim.plots import write_sweep_plot
+    from lyra.sim.sweep import SWEPT_SCHEMES, SweepError, format_sweep, run_sweep
+
+    trace, load, scenario, window = inputs
+    started = time.perf_counter()
+    total = sum(len(values) for values in knobs.values()) * len(SWEPT_SCHEMES) + 1
+    done = 0
+
+    def finished(knob: str, value: float, scheme: str) -> None:
+        nonlocal done
+        done += 1
+        if not args.quiet:
+            where = f"{knob}={value:g}" if knob else "as given"
+            print(
+                f"sweep {done}/{total}: {scheme} ({where}) after {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+            )
+
+    try:
+        result = run_sweep(trace, load, scenario, window, knobs, workers=args.jobs, on_done=finished)
+    except SweepError as error:
+        print(f"lyra simulate: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(format_sweep(result))
+    if args.json is not None:
+        import json
+
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result.as_dict(), indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}", file=sys.stderr)
+    if not args.no_plots:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        path = write_sweep_plot(args.out_dir / "sweep.png", result)
+        print(f"wrote {path}", file=sys.stderr)
     print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return EXIT_OK

@@ -6,13 +6,19 @@ what inference holds, loaned servers are called back: :func:`lyra.core.reclaim.p
 
 Servers already ``reclaiming`` count as inference's: they are on their way back. Idle servers are lent in a
 deterministic order: most GPUs first, then by name.
+
+Hysteresis delays lending, never reclaiming: with ``recent_peak`` (the highest demand over a recent window, which
+the caller keeps), lending keeps ``max(demand, recent_peak) + headroom`` servers, while reclaiming answers the
+demand of now. A server is then lent only once the load has stayed below it for the whole window, so a load that
+wobbles does not lend and reclaim the same server over and over; and inference is never kept waiting by it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lyra.core.model import ClusterSnapshot, InferenceDemand, InvalidClusterError, LoanState
+from lyra.core.errors import InvalidClusterError
+from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +37,15 @@ class LoanPlan:
         return not self.lend and self.reclaim == 0
 
 
-def plan_loans(snapshot: ClusterSnapshot, demand: InferenceDemand, *, headroom: int = 0) -> LoanPlan:
-    """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back."""
+def plan_loans(
+    snapshot: ClusterSnapshot,
+    demand: InferenceDemand,
+    *,
+    headroom: int = 0,
+    recent_peak: InferenceDemand | None = None,
+) -> LoanPlan:
+    """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back;
+    lend only what ``recent_peak`` (hysteresis, optional) leaves idle as well."""
     if not isinstance(headroom, int) or headroom < 0:
         raise InvalidClusterError(f"headroom must be an integer >= 0, got {headroom!r}")
     serving = snapshot.servers_in(LoanState.SERVING)
@@ -44,6 +57,7 @@ def plan_loans(snapshot: ClusterSnapshot, demand: InferenceDemand, *, headroom: 
     if needed > held:
         reclaim = min(needed - held, len(loaned))
         return LoanPlan(lend=(), reclaim=reclaim, shortfall=needed - held - reclaim, needed=needed, held=held)
-    surplus = held - needed
+    keep = max(needed, (recent_peak.servers + headroom) if recent_peak is not None else 0)
+    surplus = max(0, held - keep)
     lendable = sorted(idle, key=lambda s: (-s.gpus, s.name))[:surplus]
     return LoanPlan(lend=tuple(s.name for s in lendable), reclaim=0, shortfall=0, needed=needed, held=held)

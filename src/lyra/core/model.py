@@ -4,21 +4,26 @@ Everything the policies see is built from these types. They are plain Python (no
 the operator, the extender, the simulator and the what-if planner each convert their own inputs into them,
 call a policy, and apply the plan that comes back.
 
-Units: GPUs are counted in whole devices; time is in seconds; *work* is in worker-seconds at speed 1, so a job
-with ``remaining_work = 300`` finishes in 50 s with 6 workers at speed factor 1.
+Units: GPUs are counted in whole devices; time is in seconds; *work* is in worker-seconds on a reference GPU
+(speed 1.0, see :mod:`lyra.core.gpus`), so a job with ``remaining_work = 300`` finishes in 50 s with 6 workers on
+reference GPUs under linear scaling.
+
+The speed model (``docs/policies.md``, "Pace"): a job with ``w`` workers whose slowest worker's GPU type has speed
+``s`` progresses at ``pace = w * s * e(w)`` reference worker-seconds per second, where the scaling efficiency
+``e(w) = 1 / (1 + overhead * (w - 1))`` is 1 for the poster's linear model (``scaling_overhead = 0``). Synchronous
+data-parallel training runs at the pace of its slowest worker: speeds never add across GPU types.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-
-class InvalidClusterError(ValueError):
-    """A value object or snapshot violates an invariant. The message names the object and the field."""
+from lyra.core.errors import InvalidClusterError
+from lyra.core.gpus import GpuCatalog, GpuType
 
 
 class Pool(enum.StrEnum):
@@ -42,17 +47,38 @@ class LoanState(enum.StrEnum):
     RECLAIMING = "reclaiming"
 
 
+#: Upper bounds that keep every policy's work bounded whatever the input says (a job with a billion workers is a
+#: typo, not a plan). Adapters reject larger values with these numbers in the message.
+MAX_WORKERS = 100_000
+MAX_GPUS_PER_SERVER = 1_024
+
 #: Loan states in which training workers may run on an inference server.
 TRAINING_STATES = frozenset({LoanState.LOANED, LoanState.RECLAIMING})
 
 
-def _require(condition: bool, message: str) -> None:
+def _require(condition: bool, message: str | Callable[[], str]) -> None:
+    """Raise :class:`InvalidClusterError` unless ``condition``; a callable message is built only then (value
+    objects are made millions of times in a simulation, and most messages format numbers)."""
     if not condition:
-        raise InvalidClusterError(message)
+        raise InvalidClusterError(message if isinstance(message, str) else message())
+
+
+_NO_SPEEDS: Mapping[str, float] = MappingProxyType({})
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    """A finite float, or an int (not a bool) that a float can hold."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1e300
 
 
 def _require_name(kind: str, name: str) -> None:
-    _require(isinstance(name, str) and name != "", f"{kind} name must be a non-empty string, got {name!r}")
+    _require(isinstance(name, str) and name != "", lambda: f"{kind} name must be a non-empty string, got {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,21 +96,27 @@ class Server:
 
     def __post_init__(self) -> None:
         _require_name("server", self.name)
-        _require(isinstance(self.pool, Pool), f"server {self.name}: pool must be a Pool, got {self.pool!r}")
-        _require(self.gpu_type != "", f"server {self.name}: gpu_type must not be empty")
+        _require(isinstance(self.pool, Pool), lambda: f"server {self.name}: pool must be a Pool, got {self.pool!r}")
         _require(
-            isinstance(self.gpus, int) and self.gpus > 0,
-            f"server {self.name}: gpus must be a positive integer, got {self.gpus!r}",
+            isinstance(self.gpu_type, str) and self.gpu_type != "",
+            lambda: f"server {self.name}: gpu_type must be a non-empty string, got {self.gpu_type!r}",
+        )
+        _require(
+            isinstance(self.gpus, int) and 0 < self.gpus <= MAX_GPUS_PER_SERVER,
+            lambda: (
+                f"server {self.name}: gpus must be a positive integer of at most {MAX_GPUS_PER_SERVER}, "
+                f"got {self.gpus!r}"
+            ),
         )
         if self.pool is Pool.INFERENCE:
             _require(
                 isinstance(self.state, LoanState),
-                f"server {self.name}: an inference server needs a loan state, got {self.state!r}",
+                lambda: f"server {self.name}: an inference server needs a loan state, got {self.state!r}",
             )
         else:
             _require(
                 self.state is None,
-                f"server {self.name}: a training server has no loan state, got {self.state!r}",
+                lambda: f"server {self.name}: a training server has no loan state, got {self.state!r}",
             )
 
     @property
@@ -100,6 +132,11 @@ class TrainingJob:
     ``placement`` maps server name to the number of this job's workers on it; an empty placement means the job is
     queued. Workers are interchangeable: any ``workers - min_workers`` of them are *flexible* and can leave by
     scale-in; the first ``min_workers`` are the *base* gang, and losing any of them preempts the whole job.
+
+    Where it may run: ``gpu_types`` lists the GPU types it may use (``None``: any); ``gpu_memory_gib`` is its
+    per-GPU memory need, which excludes types known to have less. ``speeds`` overrides the cluster's speed of a
+    GPU type with this job's own measured one. A job runs on one GPU type at a time unless ``mix_gpu_types`` is
+    set, and then at the pace of its slowest worker. ``scaling_overhead`` shapes the scaling efficiency.
     """
 
     name: str
@@ -111,45 +148,82 @@ class TrainingJob:
     priority: int = 0
     placement: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     seconds_since_checkpoint: float = 0.0
+    gpu_types: frozenset[str] | None = None
+    gpu_memory_gib: float | None = None
+    speeds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    mix_gpu_types: bool = False
+    scaling_overhead: float = 0.0
 
     def __post_init__(self) -> None:
-        _require_name("job", self.name)
-        _require(
-            isinstance(self.gpus_per_worker, int) and self.gpus_per_worker > 0,
-            f"job {self.name}: gpus_per_worker must be a positive integer, got {self.gpus_per_worker!r}",
-        )
-        _require(
-            isinstance(self.min_workers, int) and self.min_workers >= 1,
-            f"job {self.name}: min_workers must be an integer >= 1, got {self.min_workers!r}",
-        )
-        _require(
-            isinstance(self.max_workers, int) and self.max_workers >= self.min_workers,
-            f"job {self.name}: max_workers ({self.max_workers!r}) must be an integer >= min_workers "
-            f"({self.min_workers})",
-        )
-        _require(
-            math.isfinite(self.remaining_work) and self.remaining_work >= 0,
-            f"job {self.name}: remaining_work must be finite and >= 0, got {self.remaining_work!r}",
-        )
-        _require(math.isfinite(self.submit_time), f"job {self.name}: submit_time must be finite")
-        _require(
-            math.isfinite(self.seconds_since_checkpoint) and self.seconds_since_checkpoint >= 0,
-            f"job {self.name}: seconds_since_checkpoint must be finite and >= 0",
-        )
+        name = self.name
+        _require_name("job", name)
+        gpw, low, high = self.gpus_per_worker, self.min_workers, self.max_workers
+        if not (_is_int(gpw) and 0 < gpw <= MAX_GPUS_PER_SERVER):
+            raise InvalidClusterError(
+                f"job {name}: gpus_per_worker must be an integer in [1, {MAX_GPUS_PER_SERVER}], got {gpw!r}"
+            )
+        if not (_is_int(low) and low >= 1):
+            raise InvalidClusterError(f"job {name}: min_workers must be an integer >= 1, got {low!r}")
+        if not (_is_int(high) and high >= low):
+            raise InvalidClusterError(f"job {name}: max_workers ({high!r}) must be an integer >= min_workers ({low})")
+        if high > MAX_WORKERS:
+            raise InvalidClusterError(f"job {name}: max_workers must be at most {MAX_WORKERS:,}, got {high!r}")
+        if not (_is_number(self.remaining_work) and self.remaining_work >= 0):
+            raise InvalidClusterError(
+                f"job {name}: remaining_work must be finite and >= 0, got {self.remaining_work!r}"
+            )
+        if not _is_number(self.submit_time):
+            raise InvalidClusterError(f"job {name}: submit_time must be finite, got {self.submit_time!r}")
+        if not (_is_number(self.seconds_since_checkpoint) and self.seconds_since_checkpoint >= 0):
+            raise InvalidClusterError(f"job {name}: seconds_since_checkpoint must be finite and >= 0")
+        if not _is_int(self.priority):
+            raise InvalidClusterError(f"job {name}: priority must be an integer, got {self.priority!r}")
+        if self.gpu_types is not None:
+            given: object = self.gpu_types
+            if isinstance(given, str):
+                raise InvalidClusterError(
+                    f"job {name}: gpu_types must be a set of GPU type names, got the string {self.gpu_types!r}"
+                )
+            types = frozenset(self.gpu_types)
+            if not types or not all(isinstance(t, str) and t for t in types):
+                raise InvalidClusterError(
+                    f"job {name}: gpu_types must be non-empty GPU type names (or None for any), got "
+                    f"{sorted(map(str, types))!r}"
+                )
+            object.__setattr__(self, "gpu_types", types)
+        memory = self.gpu_memory_gib
+        if memory is not None and not (_is_number(memory) and memory > 0):
+            raise InvalidClusterError(f"job {name}: gpu_memory_gib must be > 0 (or None), got {memory!r}")
+        if self.speeds:
+            speeds: dict[str, float] = {}
+            for gpu_type, speed in sorted(dict(self.speeds).items()):
+                if not (isinstance(gpu_type, str) and gpu_type and _is_number(speed) and 0 < speed <= 1000):
+                    raise InvalidClusterError(f"job {name}: speed on {gpu_type!r} must be in (0, 1000], got {speed!r}")
+                speeds[gpu_type] = float(speed)
+            object.__setattr__(self, "speeds", MappingProxyType(speeds))
+        elif not isinstance(self.speeds, MappingProxyType):
+            object.__setattr__(self, "speeds", _NO_SPEEDS)
+        if not isinstance(self.mix_gpu_types, bool):
+            raise InvalidClusterError(f"job {name}: mix_gpu_types must be a bool")
+        if not (_is_number(self.scaling_overhead) and 0 <= self.scaling_overhead <= 1):
+            raise InvalidClusterError(f"job {name}: scaling_overhead must be in [0, 1], got {self.scaling_overhead!r}")
         frozen: dict[str, int] = {}
         for server, count in sorted(dict(self.placement).items()):
-            _require_name(f"job {self.name}: placement server", server)
-            _require(
-                isinstance(count, int) and count >= 0,
-                f"job {self.name}: worker count on {server} must be an integer >= 0, got {count!r}",
-            )
+            if not isinstance(server, str) or not server:
+                raise InvalidClusterError(
+                    f"job {name}: placement server name must be a non-empty string, got {server!r}"
+                )
+            if not _is_int(count) or count < 0:
+                raise InvalidClusterError(
+                    f"job {name}: worker count on {server} must be an integer >= 0, got {count!r}"
+                )
             if count:
                 frozen[server] = count
         object.__setattr__(self, "placement", MappingProxyType(frozen))
         workers = sum(frozen.values())
         _require(
             workers == 0 or self.min_workers <= workers <= self.max_workers,
-            f"job {self.name}: runs {workers} workers, outside [{self.min_workers}, {self.max_workers}]",
+            lambda: f"job {self.name}: runs {workers} workers, outside [{self.min_workers}, {self.max_workers}]",
         )
 
     @property
@@ -173,34 +247,38 @@ class TrainingJob:
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
 
+    def efficiency(self, workers: int) -> float:
+        """Scaling efficiency ``e(w) = 1 / (1 + overhead * (w - 1))``: 1 under linear scaling. ``w * e(w)`` rises
+        with ``w``, so a worker of the job's own GPU type never slows it down."""
+        return 1.0 / (1.0 + self.scaling_overhead * (workers - 1)) if workers > 1 else 1.0
+
+    def pace(self, workers: int, speed: float = 1.0) -> float:
+        """Reference worker-seconds per second with ``workers`` workers whose slowest GPU has ``speed``."""
+        if workers <= 0:
+            return 0.0
+        return workers * speed * self.efficiency(workers)
+
     def time_at(self, workers: int, speed: float = 1.0) -> float:
-        """Remaining running time with ``workers`` workers under linear scaling."""
-        if workers <= 0 or speed <= 0:
+        """Remaining running time with ``workers`` workers whose slowest GPU has ``speed``."""
+        pace = self.pace(workers, speed)
+        if pace <= 0:
             return math.inf
-        return self.remaining_work / (workers * speed)
+        return self.remaining_work / pace
+
+    def may_use(self, gpu: GpuType) -> bool:
+        """True if the job may run on ``gpu``: listed in ``gpu_types`` (if given), and not known to be too small."""
+        if self.gpu_types is not None and gpu.name not in self.gpu_types:
+            return False
+        return not (
+            self.gpu_memory_gib is not None and gpu.memory_gib is not None and gpu.memory_gib < self.gpu_memory_gib
+        )
+
+    def speed_on(self, gpu: GpuType) -> float:
+        """The job's speed on ``gpu``: its own measured speed if it has one, else the type's."""
+        return self.speeds.get(gpu.name, gpu.speed)
 
     def __hash__(self) -> int:
         return hash(self.name)
-
-
-@dataclass(frozen=True, slots=True)
-class SpeedFactors:
-    """Per-GPU-type speed relative to the reference type (factor 1.0). Unknown types run at ``default``."""
-
-    factors: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    default: float = 1.0
-
-    def __post_init__(self) -> None:
-        for gpu_type, factor in self.factors.items():
-            _require(
-                math.isfinite(factor) and factor > 0,
-                f"speed factor for {gpu_type!r} must be finite and > 0, got {factor!r}",
-            )
-        _require(math.isfinite(self.default) and self.default > 0, "default speed factor must be > 0")
-        object.__setattr__(self, "factors", MappingProxyType(dict(sorted(self.factors.items()))))
-
-    def of(self, gpu_type: str) -> float:
-        return self.factors.get(gpu_type, self.default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +290,7 @@ class InferenceDemand:
     def __post_init__(self) -> None:
         _require(
             isinstance(self.servers, int) and self.servers >= 0,
-            f"inference demand must be an integer number of servers >= 0, got {self.servers!r}",
+            lambda: f"inference demand must be an integer number of servers >= 0, got {self.servers!r}",
         )
 
 
@@ -220,12 +298,14 @@ class InferenceDemand:
 class ClusterSnapshot:
     """Servers and training jobs at one instant, checked for consistency as a whole.
 
-    Servers and jobs are kept sorted by name, which is the final tie-break of every policy.
+    Servers and jobs are kept sorted by name, which is the final tie-break of every policy. ``gpus`` describes the
+    GPU types (speed, memory); a type it does not list gets its family's defaults (:mod:`lyra.core.gpus`).
+    A running job uses only GPU types it may use, and only one of them unless it opts in to mixing.
     """
 
     servers: tuple[Server, ...]
     jobs: tuple[TrainingJob, ...] = ()
-    speed: SpeedFactors = field(default_factory=SpeedFactors)
+    gpus: GpuCatalog = field(default_factory=GpuCatalog)
 
     def __post_init__(self) -> None:
         servers = tuple(sorted(self.servers, key=lambda s: s.name))
@@ -235,23 +315,38 @@ class ClusterSnapshot:
         _require_unique("server", (s.name for s in servers))
         _require_unique("job", (j.name for j in jobs))
         by_name = {s.name: s for s in servers}
-        used: dict[str, int] = dict.fromkeys(by_name, 0)
+        used: dict[str, int] = {}
+        gpus = self.gpus
         for job in jobs:
+            constrained = job.gpu_types is not None or job.gpu_memory_gib is not None
+            first_type = None
             for server_name, count in job.placement.items():
                 server = by_name.get(server_name)
-                _require(server is not None, f"job {job.name}: runs on unknown server {server_name!r}")
-                assert server is not None
-                _require(
-                    server.hosts_training,
-                    f"job {job.name}: has workers on {server.name}, an inference server in state "
-                    f"{server.state}; training may only run on training or loaned/reclaiming servers",
+                if server is None:
+                    raise InvalidClusterError(f"job {job.name}: runs on unknown server {server_name!r}")
+                if not server.hosts_training:
+                    raise InvalidClusterError(
+                        f"job {job.name}: has workers on {server.name}, an inference server in state "
+                        f"{server.state}; training may only run on training or loaned/reclaiming servers"
+                    )
+                if constrained and not job.may_use(gpus[server.gpu_type]):
+                    raise InvalidClusterError(
+                        f"job {job.name}: has workers on {server.name}, a {server.gpu_type} server, which the job "
+                        f"may not use ({_excluded_because(job, gpus[server.gpu_type])})"
+                    )
+                if first_type is None:
+                    first_type = server.gpu_type
+                elif server.gpu_type != first_type and not job.mix_gpu_types:
+                    kinds = sorted({by_name[s].gpu_type for s in job.placement})
+                    raise InvalidClusterError(
+                        f"job {job.name}: runs on several GPU types ({', '.join(kinds)}) without mix_gpu_types"
+                    )
+                used[server_name] = used.get(server_name, 0) + count * job.gpus_per_worker
+        for name, taken in used.items():
+            if taken > by_name[name].gpus:
+                raise InvalidClusterError(
+                    f"server {name}: training uses {taken} GPUs but the server has {by_name[name].gpus}"
                 )
-                used[server_name] += count * job.gpus_per_worker
-        for name, gpus in used.items():
-            _require(
-                gpus <= by_name[name].gpus,
-                f"server {name}: training uses {gpus} GPUs but the server has {by_name[name].gpus}",
-            )
 
     def server(self, name: str) -> Server:
         for server in self.servers:
@@ -277,13 +372,28 @@ class ClusterSnapshot:
         wanted = frozenset(states)
         return tuple(s for s in self.servers if s.state in wanted)
 
+    def gpu_type_of(self, server: Server) -> GpuType:
+        return self.gpus[server.gpu_type]
+
+    def job_speed(self, job: TrainingJob) -> float:
+        """The speed of a running job's slowest worker (0.0 for a queued job)."""
+        by_name = {s.name: s for s in self.servers}
+        return min((job.speed_on(self.gpus[by_name[s].gpu_type]) for s in job.placement), default=0.0)
+
     def training_capacity(self) -> int:
         """GPUs that training may use now: training servers plus loaned (not reclaiming) inference servers."""
         return sum(s.gpus for s in self.servers if s.pool is Pool.TRAINING or s.state is LoanState.LOANED)
 
 
+def _excluded_because(job: TrainingJob, gpu: GpuType) -> str:
+    if job.gpu_types is not None and gpu.name not in job.gpu_types:
+        return f"its gpu_types are {', '.join(sorted(job.gpu_types))}"
+    return f"it needs {job.gpu_memory_gib:g} GiB per GPU, a {gpu.name} has {gpu.memory_gib:g}"
+
+
 def _require_unique(kind: str, names: Iterable[str]) -> None:
     seen: set[str] = set()
     for name in names:
-        _require(name not in seen, f"duplicate {kind} name {name!r}")
+        if name in seen:
+            raise InvalidClusterError(f"duplicate {kind} name {name!r}")
         seen.add(name)

@@ -4,7 +4,9 @@ Filter (hard rules):
 
 * inference pods run only on inference servers that are ``serving`` or ``idle``, never on loaned or reclaiming
   ones, and never on training servers;
-* training pods run on training servers or on loaned inference servers, never on reclaiming ones;
+* training pods run on training servers or on loaned inference servers, never on reclaiming ones, and only on the
+  GPU type their job was allocated (a job on one type runs at that type's pace; a worker on a slower type would
+  slow the whole job to it);
 * other GPU pods (not managed by Lyra) stay off loaned and reclaiming servers, which training and the reclaim
   plans own;
 * a node without the GPUs the pod asks for fails with the numbers in the reason.
@@ -12,7 +14,8 @@ Filter (hard rules):
 Score (0..10, higher is better; kube-scheduler multiplies by the extender weight and adds its own scores):
 
 * inference pods prefer ``serving`` servers, fullest first (best fit), so idle servers stay idle and lendable;
-* training base workers prefer training servers, flexible workers prefer loaned servers, so a reclaim scales
+* within the GPU type its job was allocated, a training base worker prefers training servers and a flexible
+  worker loaned ones (where an inference pool has the same type as training servers), so a reclaim scales
   jobs in instead of preempting them;
 * within the preferred kind: servers already hosting the job first (fewer loaned servers per job means a lower
   server fraction spread and cheaper reclaims), then fuller servers (packing keeps other loaned servers empty,
@@ -57,16 +60,19 @@ class NodeView:
     gpus: int
     free_gpus: int
     reclaim_rank: int = 0
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """A pod to place: its role, the GPUs it asks for, and where its job's other workers already run."""
+    """A pod to place: its role, the GPUs it asks for, where its job's other workers already run, and (training
+    pods) the GPU types its job was allocated (``None``: any)."""
 
     role: PodRole
     gpus: int
     job: str | None = None
     job_nodes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    gpu_types: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +81,8 @@ class FilterResult:
     failed: Mapping[str, str]
 
 
-def _refusal(role: PodRole, node: NodeView) -> str | None:
+def _refusal(pod: PodRequest, node: NodeView) -> str | None:
+    role = pod.role
     if role is PodRole.INFERENCE:
         if node.pool is not Pool.INFERENCE:
             return "training server: inference pods run only on inference servers"
@@ -89,6 +96,9 @@ def _refusal(role: PodRole, node: NodeView) -> str | None:
             return f"inference server {node.state}: reserved for Lyra training and reclaims"
         return None
     if node.pool is Pool.TRAINING or node.state is LoanState.LOANED:
+        if pod.gpu_types is not None and node.gpu_type not in pod.gpu_types:
+            allocated = ", ".join(sorted(pod.gpu_types))
+            return f"GPU type {node.gpu_type or 'unknown'}: the job was allocated {allocated}"
         return None
     if node.state is LoanState.RECLAIMING:
         return "inference server being reclaimed: no new training work"
@@ -100,7 +110,7 @@ def filter_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> FilterResult:
     passed: list[str] = []
     failed: dict[str, str] = {}
     for node in nodes:
-        reason = _refusal(pod.role, node)
+        reason = _refusal(pod, node)
         if reason is None and node.free_gpus < pod.gpus:
             reason = f"needs {pod.gpus} nvidia.com/gpu, {node.free_gpus} of {node.gpus} free"
         if reason is None:
@@ -120,6 +130,7 @@ def score_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> list[tuple[str, i
     flexible = role is PodRole.TRAINING_FLEXIBLE
     loaned = LoanState.LOANED
     training_pool = Pool.TRAINING
+    allowed = pod.gpu_types
     scores: list[tuple[str, int]] = []
     append = scores.append
     for node in nodes:
@@ -129,6 +140,9 @@ def score_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> list[tuple[str, i
             continue
         fill = 1.0 - free_after / node.gpus
         if training_role:
+            if allowed is not None and node.gpu_type not in allowed:
+                append((node.name, 0))
+                continue
             if node.pool is training_pool:
                 preferred = not flexible
                 safety = 1.0

@@ -21,7 +21,9 @@ Cost, compared lexicographically: jobs preempted (primary), GPU-seconds of work 
 workers scaled in, then server names (deterministic tie-break).
 
 Candidates are the servers in state ``loaned``; servers already ``reclaiming`` are on their way back and their
-workers are treated as gone. Asking for more servers than are loaned raises :class:`ReclaimError`.
+workers are treated as gone. A job they already leave below its base is *doomed*: an earlier reclaim preempted it,
+so it costs this plan nothing and is reported in ``already_preempted``, never counted as a new preemption.
+Asking for more servers than are loaned raises :class:`ReclaimError`.
 
 The naive strategies (``random``, ``least-gpus-used``) and the poster's plain greedy exist for comparison: the
 proofs measure Lyra against them, and the simulator's ``basic`` scheme uses a naive one.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import itertools
 import math
 import random
 from collections import defaultdict
@@ -38,7 +41,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from lyra.core.model import ClusterSnapshot, InvalidClusterError, LoanState, TrainingJob
+from lyra.core.errors import InvalidClusterError
+from lyra.core.model import ClusterSnapshot, LoanState, TrainingJob
 
 
 class ReclaimError(InvalidClusterError):
@@ -67,7 +71,8 @@ class ReclaimPlan:
     """What to do to return ``servers`` to inference.
 
     ``preempted`` jobs stop entirely (all their workers, everywhere); ``scaled_in`` maps each surviving job to the
-    number of workers it loses; ``evictions`` maps each reclaimed server to ``{job: workers}`` leaving it.
+    number of workers it loses; ``evictions`` maps each reclaimed server to ``{job: workers}`` leaving it;
+    ``already_preempted`` lists jobs with workers on the chosen servers that an earlier reclaim already preempted.
     """
 
     servers: tuple[str, ...]
@@ -76,6 +81,7 @@ class ReclaimPlan:
     lost_gpu_seconds: float
     evictions: Mapping[str, Mapping[str, int]]
     strategy: ReclaimStrategy
+    already_preempted: tuple[str, ...] = ()
 
     @property
     def cost(self) -> ReclaimCost:
@@ -95,6 +101,8 @@ class _Instance:
         self.on_server: dict[str, dict[str, int]] = {name: {} for name in self.candidates}
         self.used_gpus: dict[str, int] = dict.fromkeys(self.candidates, 0)
         self.servers_of: dict[str, list[str]] = {}
+        # Jobs an earlier reclaim already left below their base: {server: {job: workers}} for the evictions.
+        self.doomed_on: dict[str, dict[str, int]] = {}
         on_server = self.on_server
         used = self.used_gpus
         for job in snapshot.jobs:
@@ -105,6 +113,11 @@ class _Instance:
             name = job.name
             workers = sum(placement.values())
             leaving = sum(n for s, n in placement.items() if s in reclaiming) if reclaiming else 0
+            if workers - leaving < job.min_workers:
+                for server in hosts:
+                    self.doomed_on.setdefault(server, {})[name] = placement[server]
+                    used[server] += placement[server] * job.gpus_per_worker
+                continue
             self.jobs[name] = job
             self.slack[name] = workers - leaving - job.min_workers
             self.lost[name] = workers * job.gpus_per_worker * job.seconds_since_checkpoint
@@ -147,7 +160,7 @@ def plan_reclaim(
             + (f" ({', '.join(instance.candidates)})" if 0 < loaned <= 10 else "")
         )
     if strategy is ReclaimStrategy.LYRA:
-        chosen = _local_search(instance, _greedy(instance, count, elastic=True))
+        chosen = _lyra(instance, count)
     elif strategy is ReclaimStrategy.POSTER:
         chosen = _greedy(instance, count, elastic=False)
     elif strategy is ReclaimStrategy.LEAST_GPUS_USED:
@@ -168,9 +181,11 @@ def reclaim_order(snapshot: ClusterSnapshot) -> tuple[str, ...]:
 
 def _plan(instance: _Instance, chosen: Sequence[str], strategy: ReclaimStrategy) -> ReclaimPlan:
     cost, preempted, scaled = instance.evaluate(chosen)
-    evictions = {
-        server: MappingProxyType(dict(sorted(instance.on_server[server].items()))) for server in sorted(chosen)
-    }
+    evictions = {}
+    for server in sorted(chosen):
+        leaving = instance.on_server[server] | instance.doomed_on.get(server, {})
+        evictions[server] = MappingProxyType(dict(sorted(leaving.items())))
+    doomed = sorted({job for server in chosen for job in instance.doomed_on.get(server, {})})
     return ReclaimPlan(
         servers=tuple(sorted(chosen)),
         preempted=tuple(sorted(preempted)),
@@ -178,6 +193,7 @@ def _plan(instance: _Instance, chosen: Sequence[str], strategy: ReclaimStrategy)
         lost_gpu_seconds=cost.lost_gpu_seconds,
         evictions=MappingProxyType(evictions),
         strategy=strategy,
+        already_preempted=tuple(doomed),
     )
 
 
@@ -257,6 +273,55 @@ def _greedy(instance: _Instance, count: int, *, elastic: bool) -> list[str]:
             version[other] += 1
             heapq.heappush(heap, entry(other, version[other]))
     return chosen
+
+
+#: Instances with at most this many loaned servers get the thorough search (several starts); pair swaps also run
+#: where one round of them costs at most ``_PAIR_SWAPS`` evaluations.
+_THOROUGH = 32
+_PAIR_SWAPS = 5_000
+
+
+def _lyra(instance: _Instance, count: int) -> list[str]:
+    """The greedy on server fractions, then swaps. On instances of up to ``_THOROUGH`` loaned servers (a reclaim
+    decision of a real cluster, where a few milliseconds buy the better plan) the swap search also starts from the
+    poster's greedy and from the least-used servers, and, where that stays cheap (``_PAIR_SWAPS``), the best result
+    is refined by swapping pairs of servers."""
+    best = _local_search(instance, _greedy(instance, count, elastic=True))
+    if len(instance.candidates) > _THOROUGH or count in (0, len(instance.candidates)):
+        return best
+    best_key = instance.evaluate(best)[0].key()
+    for start in (
+        _greedy(instance, count, elastic=False),
+        sorted(instance.candidates, key=lambda s: (instance.used_gpus[s], s))[:count],
+    ):
+        found = _local_search(instance, start)
+        key = instance.evaluate(found)[0].key()
+        if key < best_key:
+            best, best_key = found, key
+    if math.comb(count, 2) * math.comb(len(instance.candidates) - count, 2) > _PAIR_SWAPS:
+        return best
+    return _pair_swaps(instance, best, best_key)
+
+
+def _pair_swaps(instance: _Instance, chosen: list[str], key: tuple[int, float, int]) -> list[str]:
+    """Swap two chosen servers for two unchosen ones while the exact cost drops (first improvement, a few
+    rounds): moves a one-server swap cannot make, such as trading two half-reclaimed jobs for one whole one."""
+    current = sorted(chosen)
+    for _ in range(4):
+        outside = [s for s in instance.candidates if s not in set(current)]
+        improved = False
+        for out in itertools.combinations(current, 2):
+            for into in itertools.combinations(outside, 2):
+                trial = sorted((set(current) - set(out)) | set(into))
+                trial_key = instance.evaluate(trial)[0].key()
+                if trial_key < key:
+                    current, key, improved = trial, trial_key, True
+                    break
+            if improved:
+                break
+        if not improved:
+            break
+    return current
 
 
 #: Swap candidates tried per chosen server in the local search on large instances.

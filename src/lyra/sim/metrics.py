@@ -10,7 +10,11 @@ Definitions (the poster gives none; these are ours):
   servers) / (all GPUs x window). A serving inference server counts all its GPUs as used, a loaned one only
   those running training workers;
 * inference utilisation: GPUs of serving inference servers / inference GPUs (the poster's ~0.40);
-* preemption ratio: jobs preempted at least once / jobs.
+* preemption ratio: jobs preempted at least once / jobs;
+* inference shortfall: server-seconds of inference demand not met, in all (``inference_short_server_s``) and the
+  part that loaning caused (``reclaim_wait_server_s``: demand the inference pool could have met but its servers
+  were loaned or still reclaiming; what exceeds the whole pool is not counted there), also as a share of the
+  demand's server-seconds (``reclaim_wait_share``).
 
 Usage integrals cover the submit window only; jobs still running after it finish but no longer count.
 """
@@ -44,6 +48,10 @@ class SchemeMetrics:
     reclaims: int
     reclaimed_servers: int
     allocator_calls: int
+    migrations: int
+    inference_short_server_s: float
+    reclaim_wait_server_s: float
+    reclaim_wait_share: float
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -77,6 +85,14 @@ def summarise(result: SimulationResult) -> SchemeMetrics:
         reclaims=result.reclaims,
         reclaimed_servers=result.reclaimed_servers,
         allocator_calls=result.allocator_calls,
+        migrations=result.migrations,
+        inference_short_server_s=result.short_server_s,
+        reclaim_wait_server_s=result.short_server_s - result.structural_short_server_s,
+        reclaim_wait_share=(
+            (result.short_server_s - result.structural_short_server_s) / result.demand_server_s
+            if result.demand_server_s
+            else 0.0
+        ),
     )
 
 

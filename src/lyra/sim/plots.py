@@ -3,7 +3,8 @@
 * ``jct_cdf.png``: the JCT distribution of every scheme (log time axis);
 * ``loans.png``: inference servers needed by the load against servers loaned to training, per loaning scheme,
   over the first week of the window (a longer span is too dense to read);
-* ``queue.png``: queued jobs over time, per scheme (symmetric-log axis: both 0 and thousands stay visible).
+* ``queue.png``: queued jobs over time, per scheme (symmetric-log axis: both 0 and thousands stay visible);
+* ``sweep.png``: the sensitivity sweep (:mod:`lyra.sim.sweep`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lyra.sim.engine import SimulationResult
+from lyra.sim.sweep import KNOBS, SWEPT_SCHEMES, SweepResult
 
 DAY_S = 86_400.0
 
@@ -96,3 +98,26 @@ def _save(figure: Figure, path: Path) -> Path:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def write_sweep_plot(path: Path, result: SweepResult) -> Path:
+    """``sweep.png``: one panel per knob, mean JCT of basic, lyra and ideal against the knob's value, baseline
+    dashed, and a red mark where the gain does not hold."""
+    knobs = list(dict.fromkeys(p.knob for p in result.points))
+    figure, axes = plt.subplots(1, len(knobs), figsize=(4.2 * len(knobs), 3.8), squeeze=False)
+    for axis, knob in zip(axes[0], knobs, strict=True):
+        points = [p for p in result.points if p.knob == knob]
+        xs = [p.value for p in points]
+        for scheme in SWEPT_SCHEMES:
+            axis.plot(xs, [p.jct(scheme) for p in points], marker="o", label=scheme)
+        axis.axhline(result.baseline.jct_mean_s, color="grey", linestyle="--", label="baseline")
+        for p in points:
+            if not result.holds(p):
+                axis.axvspan(p.value, p.value, color="red", alpha=0.6, linewidth=6)
+        axis.set_title(KNOBS[knob].label if knob in KNOBS else knob, fontsize=9)
+        axis.set_xlabel(knob)
+        axis.set_ylabel("mean JCT (s)")
+        axis.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    figure.suptitle("Where Lyra's gain holds (red marks: a point where it does not)", fontsize=10)
+    return _save(figure, path)

@@ -60,7 +60,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
     baseline = metrics.get("baseline")
     header = (
         f"{'scheme':<10} {'queue mean/median/p95 (s)':>27} {'JCT mean/median/p95 (s)':>27} "
-        f"{'usage tr/all':>12} {'preempt':>8} {'queue x':>8} {'JCT x':>6}"
+        f"{'usage tr/all':>12} {'preempt':>8} {'inf. wait':>9} {'queue x':>8} {'JCT x':>6}"
     )
     lines = [header, "-" * len(header)]
     for name, m in metrics.items():
@@ -72,6 +72,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
                 jct=(m.jct_mean_s, m.jct_median_s, m.jct_p95_s),
                 usage=(m.usage_training, m.usage_overall),
                 preemption=m.preemption_ratio,
+                wait=m.reclaim_wait_share,
                 queue_ratio=r["queue_mean_reduction"],
                 jct_ratio=r["jct_mean_reduction"],
             )
@@ -87,6 +88,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
                     jct=(p["jct_mean_s"], p["jct_median_s"], p["jct_p95_s"]),
                     usage=(p["usage_training"], p["usage_overall"]),
                     preemption=p["preemption_ratio"],
+                    wait=None,
                     queue_ratio=base["queue_mean_s"] / p["queue_mean_s"],
                     jct_ratio=base["jct_mean_s"] / p["jct_mean_s"],
                 )
@@ -101,6 +103,7 @@ def _row(
     jct: Sequence[float],
     usage: Sequence[float],
     preemption: float,
+    wait: float | None,
     queue_ratio: float | None,
     jct_ratio: float | None,
 ) -> str:
@@ -114,7 +117,8 @@ def _row(
 
     return (
         f"{name:<10} {triple(queue):>27} {triple(jct):>27} "
-        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {preemption:>7.2%} {times(queue_ratio):>8} {times(jct_ratio):>6}"
+        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {preemption:>7.2%} {'-' if wait is None else f'{wait:.3%}':>9} "
+        f"{times(queue_ratio):>8} {times(jct_ratio):>6}"
     )
 
 
@@ -138,7 +142,7 @@ def _finite(value: Any) -> Any:
 
 JOB_COLUMNS = (
     "scheme", "name", "submit_s", "num_gpus", "min_workers", "max_workers", "first_start_s", "finish_s",
-    "queue_s", "jct_s", "preemptions", "resizes",
+    "queue_s", "jct_s", "preemptions", "resizes", "migrations",
 )  # fmt: skip
 
 
@@ -154,6 +158,6 @@ def write_jobs_csv(path: Path, results: Sequence[SimulationResult]) -> None:
                     (
                         result.scheme, r.name, f"{r.submit_s:.3f}", r.num_gpus, r.min_workers, r.max_workers,
                         f"{r.first_start_s:.3f}", f"{r.finish_s:.3f}", f"{r.queue_s:.3f}", f"{r.jct_s:.3f}",
-                        r.preemptions, r.resizes,
+                        r.preemptions, r.resizes, r.migrations,
                     )
                 )  # fmt: skip

@@ -34,7 +34,8 @@ class InferencePool(_Strict):
     servers: int = Field(ge=1)
     gpus_per_server: int = Field(default=8, ge=1)
     gpu_type: str = Field(default="T4", min_length=1)
-    #: Requests per second one serving server absorbs; servers needed = ceil(rate / this), capped at ``servers``.
+    #: Requests per second one serving server absorbs; servers needed = ceil(rate / this). Demand beyond the whole
+    #: pool is counted as inference shortfall that no scheme could serve.
     req_per_server: float = Field(gt=0)
     #: Share of the inference servers kept idle, never loaned, as a safety margin (rounded up to whole servers,
     #: so it scales with the calibrated pool).
@@ -45,12 +46,34 @@ class InferencePool(_Strict):
         return math.ceil(self.headroom_share * self.servers - 1e-9)
 
 
+class Loaning(_Strict):
+    #: Hysteresis: a server is lent only if the peak demand of the last this-many seconds leaves it idle (lending
+    #: waits; reclaiming never does).
+    lend_hysteresis_s: float = Field(default=1800.0, ge=0)
+    #: Seconds from the moment a reclaimed server's training workers are gone until it serves inference (pod
+    #: deletion, device and node readiness). A server with no training workers on it is back at once.
+    drain_s: float = Field(default=30.0, ge=0)
+
+
+class Memory(_Strict):
+    #: Share of the trace's jobs whose per-GPU memory need fits an inference GPU (seeded draw per job; Philly
+    #: records no memory need). The others may only use training GPUs.
+    inference_fit_share: float = Field(default=0.5, ge=0, le=1)
+
+
+class Scaling(_Strict):
+    #: Scaling efficiency e(w) = 1 / (1 + overhead * (w - 1)): 0 is the poster's linear scaling.
+    overhead: float = Field(default=0.0, ge=0, le=1)
+
+
 class Elasticity(_Strict):
     #: Share of jobs made elastic (chosen by a seeded draw per job).
     share: float = Field(default=0.5, ge=0, le=1)
     #: An elastic job that ran on n GPUs gets w_min = ceil(n * min_factor) and w_max = n * max_factor workers.
     min_factor: float = Field(default=0.5, gt=0, le=1)
     max_factor: int = Field(default=2, ge=1)
+    #: Share of elastic jobs that opt in to mixing GPU types (then at the pace of their slowest worker).
+    mixing_share: float = Field(default=0.0, ge=0, le=1)
 
 
 class Preemption(_Strict):
@@ -60,6 +83,12 @@ class Preemption(_Strict):
     checkpoint_interval_s: float = Field(default=1800.0, gt=0)
     #: Seconds without progress when an elastic job changes its worker count (it checkpoints as it resizes).
     resize_cost_s: float = Field(default=20.0, ge=0)
+    #: Grace period of a preempted or scaled-in worker (SIGTERM to exit): a reclaimed server waits this long for
+    #: its training workers, and a preempted job re-enters the queue only after it.
+    checkpoint_grace_s: float = Field(default=60.0, ge=0)
+    #: Whether jobs save a checkpoint within the grace period. If not (the default, the cautious reading), a
+    #: preemption loses the work since the last periodic checkpoint.
+    saves_on_signal: bool = False
 
 
 class DurationKnowledge(enum.StrEnum):
@@ -76,14 +105,21 @@ class Durations(_Strict):
 
 
 class Scheduler(_Strict):
+    #: Scheduling decisions happen at most this often: the events in between are decided together, as an
+    #: operator's reconcile loop batches them (0: decide at every event).
+    decision_interval_s: float = Field(default=30.0, ge=0)
     #: Full rebalancing of flexible workers over all running elastic jobs at most this often.
     rebalance_interval_s: float = Field(default=600.0, gt=0)
-    #: Running elastic jobs offered to the allocator in an event-driven (between rebalances) decision.
-    view_jobs: int = Field(default=16, ge=1)
+    #: Running elastic jobs offered to the allocator per GPU type and role (donors, receivers, movers) in a
+    #: decision (see lyra.sim.decisions).
+    view_jobs: int = Field(default=8, ge=1)
     #: Phase-2 search budget per decision, in fluid evaluations of the jobs offered (budget = this x jobs).
-    search_evaluations: int = Field(default=6, ge=0)
+    search_evaluations: int = Field(default=4, ge=0)
     #: Tiresias-style least-attained-service queue thresholds for the ``las`` context policy, in GPU-seconds.
     las_thresholds_gpu_s: tuple[float, ...] = (3_600.0, 36_000.0)
+    #: Whether the schemes that use Lyra's allocation move jobs from inference to training GPUs when that
+    #: shortens them by more than the restart costs (``restart_cost_s`` of :func:`lyra.core.allocate_workers`).
+    migration: bool = True
 
 
 class Calibration(_Strict):
@@ -100,7 +136,10 @@ class Scenario(_Strict):
     training: TrainingPool
     inference: InferencePool
     #: Training speed per GPU type relative to the reference (1.0); unknown types run at 1.0.
-    speed: dict[str, float] = Field(default_factory=lambda: {"V100": 1.0, "T4": 0.5})
+    speed: dict[str, float] = Field(default_factory=lambda: {"V100": 1.0, "T4": 0.4})
+    loaning: Loaning = Loaning()
+    memory: Memory = Memory()
+    scaling: Scaling = Scaling()
     elasticity: Elasticity = Elasticity()
     preemption: Preemption = Preemption()
     durations: Durations = Durations()
@@ -112,8 +151,8 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _speeds_positive(self) -> Scenario:
         for gpu_type, factor in self.speed.items():
-            if not factor > 0:
-                raise ValueError(f"speed.{gpu_type} must be > 0, got {factor}")
+            if not 0 < factor <= 1000:
+                raise ValueError(f"speed.{gpu_type} must be in (0, 1000], got {factor}")
         return self
 
     def with_sizes(self, *, training_servers: int, inference_servers: int, req_per_server: float) -> Scenario:

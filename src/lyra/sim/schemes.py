@@ -1,23 +1,29 @@
 """The schemes the simulator compares, each defined by what it may use.
 
+All of them run in the same world (:mod:`lyra.sim.engine`): jobs run at the pace of their slowest worker's GPU type,
+a job uses inference GPUs only if its memory fits them (``memory.inference_fit_share``), reclaims take the workers'
+grace period and a drain while inference waits, and decisions are batched every ``decision_interval_s``.
+
 * ``baseline``: separate clusters, as the poster's baseline. Training runs on the training servers only; every
   job is inelastic (it runs on exactly the GPUs the trace gives it). Admission is the core allocator's phase 1:
-  shortest estimated job first with backfilling, never preempting a running job (the allocator is called with
-  ``allow_deferral=False``: deferring admitted gangs is part of Lyra's phase 2). Inference keeps its servers.
-* ``basic``: baseline plus capacity loaning. Idle inference servers are lent to training; when inference needs
-  them back, the naive reclaim (``least-gpus-used``: return the loaned servers with the fewest training GPUs in
-  use) chooses them, and every job on a returned server is preempted. Jobs stay inelastic.
-* ``lyra``: loaning with Lyra's reclaim (knapsack with dependent values plus elastic scale-in) and the two-phase
-  elastic allocation (base demand by SJF, flexible demand by the fluid-scored knapsack); a share of jobs is
-  elastic (scenario ``elasticity``). Flexible workers prefer loaned servers.
-* ``ideal``: ``lyra`` with perfect knowledge of durations (estimates are exact) and free preemption and resizing
-  (no lost work, no restart or resize cost). An upper bound on what the policies could gain, not a policy.
+  shortest estimated job first with backfilling, never preempting a running job. Inference keeps its servers.
+* ``basic``: baseline plus capacity loaning. Idle inference servers are lent to training (a job starts on them, at
+  their pace, when the training servers are full and its memory fits); when inference needs them back, the naive
+  reclaim (``least-gpus-used``: return the loaned servers with the fewest training GPUs in use) chooses them, and
+  every job on a returned server is preempted. Jobs stay inelastic and never migrate.
+* ``lyra``: loaning with Lyra's reclaim (knapsack with dependent values plus elastic scale-in) and the core's
+  allocation: base demand first-class, flexible workers and GPU types by the fluid objective, and migration of jobs
+  from inference to training GPUs when that pays for the restart (``scheduler.migration``); a share of jobs is
+  elastic (scenario ``elasticity``).
+* ``ideal``: ``lyra`` with perfect knowledge of durations (estimates are exact) and free preemption, resizing and
+  migration (no lost work, no grace, no restart or resize cost; a reclaimed server still drains). An upper bound on
+  what the policies could gain, not a policy.
 
-Context policies on the separate training cluster (no loaning, no elasticity), implemented in the driver since
-they are not Lyra's policy: ``fifo`` (arrival order, head-of-line blocking, no backfilling), ``sjf`` (shortest
-estimated job first with backfilling; the same rule as ``baseline`` written independently of the core, so it
-cross-checks the driver) and ``las`` (Tiresias-style discretised least attained service: duration-agnostic,
-preemptive; queues by attained GPU-seconds, FIFO inside a queue).
+Context policies on the separate training cluster (no loaning, no elasticity), in
+:mod:`lyra.sim.context_policies` since they are not Lyra's policy: ``fifo`` (arrival order, head-of-line
+blocking, no backfilling), ``sjf`` (shortest estimated job first with backfilling; the same rule as ``baseline``
+written independently of the core, so it cross-checks the driver) and ``las`` (Tiresias-style discretised least
+attained service: duration-agnostic, preemptive; queues by attained GPU-seconds, FIFO inside a queue).
 """
 
 from __future__ import annotations

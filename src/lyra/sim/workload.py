@@ -3,12 +3,18 @@
 Rules (all seeded, so one seed gives one workload for every scheme):
 
 * The window is ``[start, start + days)`` of submit times; times become seconds since the window start.
-* A job's work is ``duration * num_gpus`` worker-seconds at speed 1 (one worker = one GPU, linear scaling, as
-  the poster's examples). A job asking for more GPUs than the training cluster has is clamped to the cluster's
-  size with its work kept (it runs longer), and counted in ``clamped``.
+* One worker is one GPU (the trace records GPU counts, not workers). The trace ran each job on its own GPUs, which
+  the simulator takes as reference GPUs (speed 1.0, the training pool's type): a job that ran ``n`` GPUs for ``d``
+  seconds has ``d * n * e(n)`` reference worker-seconds of work, ``e`` being the scenario's scaling efficiency, so
+  that at its trace width on training GPUs it takes exactly ``d``. A job asking for more GPUs than the training
+  cluster has is clamped to the cluster's size with its work kept (it runs longer), and counted in ``clamped``.
 * Two draws per job, in trace order, from ``random.Random(seed)``: ``u`` (uniform) makes the job elastic when
   ``u < elasticity.share``, and ``z`` (standard normal) gives the estimate error ``exp(sigma * z)``. Both are
   drawn for every job whatever the scenario says, so changing one knob does not reshuffle the others.
+* Two more per job from a second stream (``random.Random(f"{seed}/gpus")``), also drawn for every job: ``m``
+  (uniform) lets the job use the inference GPU type when ``m < memory.inference_fit_share`` (its memory fits; it
+  always may if both pools have the same type), and ``x`` (uniform) makes an elastic job mix GPU types when
+  ``x < elasticity.mixing_share``.
 * An elastic job that ran on ``n`` GPUs gets ``w_min = ceil(n * min_factor)`` and ``w_max = n * max_factor``
   (clamped to the training cluster). Schemes without elasticity run every job at exactly ``n``.
 """
@@ -57,6 +63,8 @@ class JobSpec:
     elastic_max: int
     drawn_elastic: bool
     estimate_factor: float
+    fits_inference_gpu: bool = True
+    mixes_gpu_types: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,9 @@ class Workload:
 
 def build_workload(trace: Trace, scenario: Scenario, window: Window) -> Workload:
     rng = random.Random(scenario.seed)
+    gpu_rng = random.Random(f"{scenario.seed}/gpus")
+    same_type = scenario.training.gpu_type == scenario.inference.gpu_type
+    overhead = scenario.scaling.overhead
     cluster_gpus = scenario.training.servers * scenario.training.gpus_per_server
     sigma = scenario.durations.sigma if scenario.durations.knowledge is DurationKnowledge.NOISY else 0.0
     rule = scenario.elasticity
@@ -77,6 +88,8 @@ def build_workload(trace: Trace, scenario: Scenario, window: Window) -> Workload
     for row in trace.jobs:
         u = rng.random()
         z = rng.gauss(0.0, 1.0)
+        m = gpu_rng.random()
+        x = gpu_rng.random()
         if not window.start_s <= row.submit_s < end:
             continue
         gpus = row.num_gpus
@@ -91,11 +104,13 @@ def build_workload(trace: Trace, scenario: Scenario, window: Window) -> Workload
                 name=row.name,
                 submit_s=row.submit_s - window.start_s,
                 num_gpus=gpus,
-                work=row.duration_s * row.num_gpus,
+                work=row.duration_s * row.num_gpus / (1.0 + overhead * (row.num_gpus - 1)),
                 elastic_min=low if elastic else gpus,
                 elastic_max=max(high, low) if elastic else gpus,
                 drawn_elastic=elastic,
                 estimate_factor=math.exp(sigma * z),
+                fits_inference_gpu=same_type or m < scenario.memory.inference_fit_share,
+                mixes_gpu_types=elastic and x < rule.mixing_share,
             )
         )
     return Workload(tuple(jobs), window, clamped)

@@ -5,41 +5,68 @@ It is the wire format of :class:`lyra.core.model.ClusterSnapshot`, with camelCas
     {
       "servers": [{"name": "t4-0", "pool": "inference", "gpuType": "Tesla-T4", "gpus": 8, "state": "loaned"}],
       "jobs": [{"name": "bert", "gpusPerWorker": 1, "minWorkers": 2, "maxWorkers": 6,
-                "remainingWork": 3600, "submitTime": 0, "workers": {"t4-0": 4}}],
-      "speedFactors": {"Tesla-T4": 0.35}
+                "remainingWork": 3600, "submitTime": 0, "workers": {"t4-0": 4}, "gpuMemoryGiB": 12}],
+      "gpuCatalog": {"Tesla-T4": {"speed": 0.4, "memoryGiB": 16}}
     }
 
-``remainingWork`` is in worker-seconds at speed 1; a job with no workers is queued. Training servers have no
-``state``. Unknown keys are rejected so a typo never passes silently. Every error names the offending field with
-its path, e.g. ``jobs[1].minWorkers``.
+``remainingWork`` is in worker-seconds on a reference GPU (speed 1); a job with no workers is queued. Unknown keys
+are rejected so a typo never passes silently. Every error names the offending field with its path, e.g.
+``jobs[1].minWorkers (job 'bert')``, in the document's own camelCase terms.
+
+Parsing never raises anything but :class:`SnapshotError`, whatever the input: the size, the nesting, the numbers
+and every count are bounded (``docs/snapshot.md``, "Limits"), so no document can make a policy run away.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+import math
+import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lyra.core.model import (
+from lyra.core import (
+    MAX_GPUS_PER_SERVER,
+    MAX_WORKERS,
     ClusterSnapshot,
+    GpuCatalog,
+    GpuType,
     InvalidClusterError,
     LoanState,
     Pool,
     Server,
-    SpeedFactors,
     TrainingJob,
 )
 
 SNAPSHOT_API_VERSION = "lyra.dev/v1alpha1"
+
+#: Limits of a document (the core bounds workers and GPUs per server itself: MAX_WORKERS, MAX_GPUS_PER_SERVER).
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+MAX_SERVERS = 100_000
+MAX_JOBS = 100_000
+MAX_GPU_TYPES = 1_000
+#: A Kubernetes object name (DNS subdomain) is at most 253 characters; so are server, job and GPU type names here.
+MAX_NAME_LENGTH = 253
+#: Times and work: about 31,700 years, far beyond any real job, and small enough that no sum overflows.
+MAX_SECONDS = 1e12
+#: Priorities are Kubernetes PriorityClass values: 32-bit integers.
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+#: Integers longer than this are no count or time (Python would refuse them past 4,300 digits anyway).
+_MAX_INTEGER_DIGITS = 20
 
 
 class SnapshotError(ValueError):
     """The snapshot document is malformed; the message names the field."""
 
 
-Name = Annotated[str, Field(min_length=1, max_length=253)]
-Seconds = Annotated[float, Field(allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH)]
+Seconds = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_SECONDS, le=MAX_SECONDS)]
+Duration = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX_SECONDS)]
+Speed = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1000)]
+MemoryGiB = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1e6)]
+WorkerCount = Annotated[int, Field(strict=True, ge=0, le=MAX_WORKERS)]
 
 
 class _Strict(BaseModel):
@@ -50,28 +77,62 @@ class ServerDocument(_Strict):
     name: Name
     pool: Pool
     gpu_type: Name = Field(alias="gpuType")
-    gpus: Annotated[int, Field(gt=0, strict=True)]
+    gpus: Annotated[int, Field(strict=True, gt=0, le=MAX_GPUS_PER_SERVER)]
     state: LoanState | None = None
 
     @model_validator(mode="after")
     def _state_matches_pool(self) -> ServerDocument:
         if self.pool is Pool.INFERENCE and self.state is None:
             raise ValueError("an inference server needs a state: serving, idle, loaned or reclaiming")
-        if self.pool is Pool.TRAINING and self.state is not None:
-            raise ValueError("a training server has no loan state; omit 'state'")
+        if self.pool is Pool.TRAINING and self.state not in (None, LoanState.SERVING):
+            raise ValueError(
+                f"a training server has no loan state (it is never lent), got {self.state}; "
+                "omit 'state' or write 'serving'"
+            )
         return self
+
+    def to_core(self) -> Server:
+        state = self.state if self.pool is Pool.INFERENCE else None
+        return Server(self.name, self.pool, self.gpu_type, self.gpus, state)
+
+
+class GpuTypeDocument(_Strict):
+    """One ``gpuCatalog`` entry: how fast the type trains, relative to a reference GPU, and its memory."""
+
+    speed: Speed
+    memory_gib: MemoryGiB | None = Field(default=None, alias="memoryGiB")
 
 
 class JobDocument(_Strict):
     name: Name
-    gpus_per_worker: Annotated[int, Field(alias="gpusPerWorker", gt=0, strict=True)]
-    min_workers: Annotated[int, Field(alias="minWorkers", ge=1, strict=True)]
-    max_workers: Annotated[int, Field(alias="maxWorkers", ge=1, strict=True)]
-    remaining_work: Annotated[Seconds, Field(alias="remainingWork", ge=0)]
+    gpus_per_worker: Annotated[int, Field(alias="gpusPerWorker", strict=True, gt=0, le=MAX_GPUS_PER_SERVER)]
+    min_workers: Annotated[int, Field(alias="minWorkers", strict=True, ge=1, le=MAX_WORKERS)]
+    max_workers: Annotated[int, Field(alias="maxWorkers", strict=True, ge=1, le=MAX_WORKERS)]
+    remaining_work: Annotated[Duration, Field(alias="remainingWork")]
     submit_time: Annotated[Seconds, Field(alias="submitTime")] = 0.0
-    priority: Annotated[int, Field(strict=True)] = 0
-    seconds_since_checkpoint: Annotated[Seconds, Field(alias="secondsSinceCheckpoint", ge=0)] = 0.0
-    workers: dict[Name, Annotated[int, Field(ge=0, strict=True)]] = Field(default_factory=dict)
+    priority: Annotated[int, Field(strict=True, ge=MIN_PRIORITY, le=MAX_PRIORITY)] = 0
+    seconds_since_checkpoint: Annotated[Duration, Field(alias="secondsSinceCheckpoint")] = 0.0
+    gpu_types: Annotated[list[Name], Field(min_length=1, max_length=MAX_GPU_TYPES)] | None = Field(
+        default=None, alias="gpuTypes"
+    )
+    gpu_memory_gib: MemoryGiB | None = Field(default=None, alias="gpuMemoryGiB")
+    speeds: Annotated[dict[Name, Speed], Field(max_length=MAX_GPU_TYPES)] = Field(default_factory=dict)
+    mix_gpu_types: Annotated[bool, Field(alias="mixGpuTypes", strict=True)] = False
+    scaling_overhead: Annotated[float, Field(alias="scalingOverhead", strict=True, allow_inf_nan=False, ge=0, le=1)] = (
+        0.0
+    )
+    workers: Annotated[dict[Name, WorkerCount], Field(max_length=MAX_SERVERS)] = Field(default_factory=dict)
+
+    @field_validator("gpu_types")
+    @classmethod
+    def _unique_types(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            seen: set[str] = set()
+            for name in value:
+                if name in seen:
+                    raise ValueError(f"lists the GPU type {name!r} twice; list each type once")
+                seen.add(name)
+        return value
 
     @model_validator(mode="after")
     def _range(self) -> JobDocument:
@@ -84,47 +145,77 @@ class JobDocument(_Strict):
             )
         return self
 
+    def to_core(self) -> TrainingJob:
+        return TrainingJob(
+            name=self.name,
+            gpus_per_worker=self.gpus_per_worker,
+            min_workers=self.min_workers,
+            max_workers=self.max_workers,
+            remaining_work=self.remaining_work,
+            submit_time=self.submit_time,
+            priority=self.priority,
+            placement=dict(self.workers),
+            seconds_since_checkpoint=self.seconds_since_checkpoint,
+            gpu_types=frozenset(self.gpu_types) if self.gpu_types is not None else None,
+            gpu_memory_gib=self.gpu_memory_gib,
+            speeds=dict(self.speeds),
+            mix_gpu_types=self.mix_gpu_types,
+            scaling_overhead=self.scaling_overhead,
+        )
+
+    @classmethod
+    def from_core(cls, job: TrainingJob) -> JobDocument:
+        return cls(
+            name=job.name,
+            gpus_per_worker=job.gpus_per_worker,
+            min_workers=job.min_workers,
+            max_workers=job.max_workers,
+            remaining_work=job.remaining_work,
+            submit_time=job.submit_time,
+            priority=job.priority,
+            seconds_since_checkpoint=job.seconds_since_checkpoint,
+            gpu_types=sorted(job.gpu_types) if job.gpu_types is not None else None,
+            gpu_memory_gib=job.gpu_memory_gib,
+            speeds=dict(job.speeds),
+            mix_gpu_types=job.mix_gpu_types,
+            scaling_overhead=job.scaling_overhead,
+            workers=dict(job.placement),
+        )
+
 
 class SnapshotDocument(_Strict):
     api_version: str = Field(default=SNAPSHOT_API_VERSION, alias="apiVersion")
     kind: str = "ClusterSnapshot"
-    servers: list[ServerDocument]
-    jobs: list[JobDocument] = Field(default_factory=list)
-    speed_factors: dict[Name, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
-        default_factory=dict, alias="speedFactors"
+    servers: Annotated[list[ServerDocument], Field(max_length=MAX_SERVERS)]
+    jobs: Annotated[list[JobDocument], Field(max_length=MAX_JOBS)] = Field(default_factory=list)
+    gpu_catalog: Annotated[dict[Name, GpuTypeDocument], Field(alias="gpuCatalog", max_length=MAX_GPU_TYPES)] = Field(
+        default_factory=dict
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_speed_factors(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "speedFactors" in data:
+            raise ValueError(f"'speedFactors' was replaced by 'gpuCatalog': {_catalog_hint(data['speedFactors'])}")
+        return data
 
     @field_validator("api_version")
     @classmethod
     def _known_version(cls, value: str) -> str:
         if value != SNAPSHOT_API_VERSION:
-            raise ValueError(f"unsupported apiVersion {value!r}; this Lyra reads {SNAPSHOT_API_VERSION!r}")
+            raise ValueError(f"unsupported apiVersion {value[:80]!r}; this Lyra reads {SNAPSHOT_API_VERSION!r}")
         return value
 
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, value: str) -> str:
         if value != "ClusterSnapshot":
-            raise ValueError(f"kind must be 'ClusterSnapshot', got {value!r}")
+            raise ValueError(f"kind must be 'ClusterSnapshot', got {value[:80]!r}")
         return value
 
     def to_core(self) -> ClusterSnapshot:
-        servers = tuple(Server(s.name, s.pool, s.gpu_type, s.gpus, s.state) for s in self.servers)
-        jobs = tuple(
-            TrainingJob(
-                name=j.name,
-                gpus_per_worker=j.gpus_per_worker,
-                min_workers=j.min_workers,
-                max_workers=j.max_workers,
-                remaining_work=j.remaining_work,
-                submit_time=j.submit_time,
-                priority=j.priority,
-                placement=dict(j.workers),
-                seconds_since_checkpoint=j.seconds_since_checkpoint,
-            )
-            for j in self.jobs
-        )
-        return ClusterSnapshot(servers, jobs, SpeedFactors(dict(self.speed_factors)))
+        catalog = GpuCatalog.of(*(GpuType(name, t.speed, t.memory_gib) for name, t in self.gpu_catalog.items()))
+        return ClusterSnapshot(tuple(s.to_core() for s in self.servers), tuple(j.to_core() for j in self.jobs), catalog)
 
     @classmethod
     def from_core(cls, snapshot: ClusterSnapshot) -> SnapshotDocument:
@@ -133,59 +224,154 @@ class SnapshotDocument(_Strict):
                 ServerDocument(name=s.name, pool=s.pool, gpu_type=s.gpu_type, gpus=s.gpus, state=s.state)
                 for s in snapshot.servers
             ],
-            jobs=[
-                JobDocument(
-                    name=j.name,
-                    gpus_per_worker=j.gpus_per_worker,
-                    min_workers=j.min_workers,
-                    max_workers=j.max_workers,
-                    remaining_work=j.remaining_work,
-                    submit_time=j.submit_time,
-                    priority=j.priority,
-                    seconds_since_checkpoint=j.seconds_since_checkpoint,
-                    workers=dict(j.placement),
-                )
-                for j in snapshot.jobs
-            ],
-            speed_factors=dict(snapshot.speed.factors),
+            jobs=[JobDocument.from_core(j) for j in snapshot.jobs],
+            gpu_catalog={
+                name: GpuTypeDocument(speed=gpu.speed, memory_gib=gpu.memory_gib)
+                for name, gpu in snapshot.gpus.types.items()
+            },
         )
+
+
+def _catalog_hint(factors: Any) -> str:
+    """How the old ``speedFactors`` reads as a ``gpuCatalog`` (the first few entries, if they are numbers)."""
+    example = '"gpuCatalog": {"Tesla-T4": {"speed": 0.4, "memoryGiB": 16}}'
+    if isinstance(factors, dict) and factors:
+        entries = [
+            f'{json.dumps(str(name)[:MAX_NAME_LENGTH])}: {{"speed": {speed!r}}}'
+            for name, speed in list(factors.items())[:3]
+            if isinstance(speed, int | float) and not isinstance(speed, bool)
+        ]
+        if entries:
+            example = '"gpuCatalog": {' + ", ".join(entries) + (", ..." if len(factors) > 3 else "") + "}"
+    return f"write {example}"
+
+
+#: The core's names for fields, as the document spells them, so a message names what to edit.
+_WIRE_NAMES = {
+    "gpus_per_worker": "gpusPerWorker",
+    "min_workers": "minWorkers",
+    "max_workers": "maxWorkers",
+    "remaining_work": "remainingWork",
+    "submit_time": "submitTime",
+    "seconds_since_checkpoint": "secondsSinceCheckpoint",
+    "gpu_types": "gpuTypes",
+    "gpu_memory_gib": "gpuMemoryGiB",
+    "mix_gpu_types": "mixGpuTypes",
+    "scaling_overhead": "scalingOverhead",
+    "gpu_type": "gpuType",
+    "memory_gib": "memoryGiB",
+    "placement": "workers",
+}
+_CORE_NAME = re.compile(r"\b(" + "|".join(sorted(_WIRE_NAMES, key=len, reverse=True)) + r")\b")
+
+#: Pydantic error types that mean "beyond a limit of Lyra's": the message points to the list of limits.
+_LIMIT_ERRORS = frozenset({"less_than_equal", "string_too_long", "too_long"})
+#: Error types whose message is clear without the value that caused it.
+_NO_INPUT_ERRORS = frozenset({"value_error", "extra_forbidden", "missing"})
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _field_path(location: tuple[int | str, ...], document: Any) -> str:
     """``('jobs', 1, 'minWorkers')`` -> ``jobs[1].minWorkers (job 'bert')``."""
     path = ""
     for part in location:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        if part == "[key]":
+            path += " (key)"
+        elif isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{_short(part)}" if path else _short(part)
     if len(location) >= 2 and isinstance(location[1], int) and isinstance(document, dict):
         items = document.get(str(location[0]))
         if isinstance(items, list) and location[1] < len(items) and isinstance(items[location[1]], dict):
             name = items[location[1]].get("name")
             if isinstance(name, str):
-                path += f" ({str(location[0]).rstrip('s')} {name!r})"
+                path += f" ({str(location[0]).rstrip('s')} {_short(name)!r})"
     return path or "snapshot"
 
 
-def parse_snapshot(text: str) -> ClusterSnapshot:
-    """Parse and check a snapshot document; raise :class:`SnapshotError` naming the first bad field."""
+def _reject_constant(name: str) -> Any:
+    raise _NumberError(f"{name} is not a JSON number; write a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NumberError(f"the number {_short(text, 40)} is too large; numbers must be finite")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > _MAX_INTEGER_DIGITS:
+        raise _NumberError(f"an integer of {digits:,} digits is too large ({_short(text, 24)})")
+    return int(text)
+
+
+class _NumberError(ValueError):
+    pass
+
+
+def _decode(data: str | bytes) -> str:
+    limit = f"{MAX_SNAPSHOT_BYTES // (1024 * 1024)} MiB"
+    if isinstance(data, bytes | bytearray):
+        if len(data) > MAX_SNAPSHOT_BYTES:
+            raise SnapshotError(f"the document is larger than the limit of {limit}; trim it (or split the cluster)")
+        skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+        try:
+            return bytes(data[skip:]).decode("utf-8")
+        except UnicodeDecodeError as error:
+            offset = skip + error.start
+            raise SnapshotError(
+                f"not UTF-8: byte 0x{data[offset]:02x} at offset {offset}; save the file as UTF-8"
+            ) from None
+    if len(data) > MAX_SNAPSHOT_BYTES // 4 and len(data.encode("utf-8", "surrogatepass")) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(f"the document is larger than the limit of {limit}; trim it (or split the cluster)")
+    return data
+
+
+def parse_snapshot(data: str | bytes) -> ClusterSnapshot:
+    """Parse and check a snapshot document (text, or UTF-8 bytes); raise :class:`SnapshotError` naming the first
+    bad fields. No input raises anything else."""
+    text = _decode(data)
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
     except json.JSONDecodeError as error:
         raise SnapshotError(f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+    except _NumberError as error:
+        raise SnapshotError(f"not valid JSON: {error}") from None
+    except RecursionError:
+        raise SnapshotError("not valid JSON: nested too deeply (a snapshot is at most 4 levels deep)") from None
     if not isinstance(raw, dict):
         raise SnapshotError(f"the snapshot must be a JSON object, got {type(raw).__name__}")
+    # The counts first: validating a million servers only to refuse them would take a while.
+    for key, limit in (("servers", MAX_SERVERS), ("jobs", MAX_JOBS)):
+        items = raw.get(key)
+        if isinstance(items, list) and len(items) > limit:
+            raise SnapshotError(f"{key}: {len(items):,} {key}, more than the limit of {limit:,}; split the cluster")
     try:
         document = SnapshotDocument.model_validate(raw)
     except ValidationError as error:
         problems = []
-        for item in error.errors()[:5]:
+        for item in error.errors(include_url=False)[:5]:
             message = str(item["msg"]).removeprefix("Value error, ")
+            given = item.get("input")
+            if item["type"] not in _NO_INPUT_ERRORS and isinstance(given, str | int | float | bool):
+                message += f", got {_short(repr(given), 40)}"
+            if item["type"] in _LIMIT_ERRORS:
+                message += " (a limit of Lyra's: docs/snapshot.md lists them)"
             problems.append(f"{_field_path(tuple(item['loc']), raw)}: {message}")
         more = f" (and {error.error_count() - 5} more)" if error.error_count() > 5 else ""
         raise SnapshotError("; ".join(problems) + more) from None
+    except RecursionError:
+        raise SnapshotError("nested too deeply (a snapshot is at most 4 levels deep)") from None
     try:
         return document.to_core()
     except InvalidClusterError as error:
-        raise SnapshotError(str(error)) from None
+        raise SnapshotError(_CORE_NAME.sub(lambda m: _WIRE_NAMES[m.group(1)], str(error))) from None
 
 
 def snapshot_json_schema() -> dict[str, Any]:

@@ -1,80 +1,379 @@
-"""Reference solutions the proofs measure the policy core against, written independently of the core's internals.
+"""Reference solutions the proofs measure the policy core against. They share no model code with the core.
 
-* Allocation: exhaustive search over every worker vector in the fluid model, and the poster's own-reduction
-  multiple-choice knapsack solved exactly by dynamic programming.
-* Reclaim: the preemptions a set of servers causes (recomputed from the snapshot, not from the core's private
-  accounting), the exact minimum by brute force over combinations, and the same minimum as an integer program
-  solved by HiGHS through ``scipy.optimize.milp``.
+Everything here reads the core's value objects only as data (their fields) and implements the rules of
+``docs/policies.md`` on its own, the slow and obvious way:
+
+* the typed fluid model (completions one at a time, queued bases by priority and time at base, growth by earliest
+  projected finish), evaluated by a plain loop over jobs at each event;
+* exact bin packing of workers onto servers, by backtracking;
+* brute-force allocation: every GPU type and worker count of every job whose workers pack;
+* the poster's own-reduction multiple-choice knapsack, solved exactly by dynamic programming;
+* the reclaim's lexicographic optimum (jobs preempted, GPU-seconds lost, workers scaled in), by brute force over
+  combinations and by three stacked integer programs (HiGHS through ``scipy.optimize.milp``).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from lyra.core import ClusterSnapshot, LoanState, TrainingJob
-from lyra.core.fluid import FluidJob, average_jct
+from lyra.core import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
+
+# ----------------------------------------------------------------------------------------------- GPU types
 
 
-def fluid_jobs(jobs: Sequence[TrainingJob]) -> list[FluidJob]:
-    return [FluidJob(j.remaining_work, j.gpus_per_worker, j.min_workers, j.max_workers, j.priority) for j in jobs]
+def _catalogue(snapshot: ClusterSnapshot) -> dict[str, tuple[float, float | None]]:
+    """Speed and memory of every server's GPU type, from the snapshot's explicit catalogue entries only."""
+    types: dict[str, tuple[float, float | None]] = {}
+    for server in snapshot.servers:
+        entry = snapshot.gpus.types.get(server.gpu_type)
+        assert entry is not None, f"the proofs describe every GPU type; {server.gpu_type} is missing"
+        types[server.gpu_type] = (entry.speed, entry.memory_gib)
+    return types
 
 
-def brute_force_allocation(jobs: Sequence[TrainingJob], capacity: int) -> tuple[float, tuple[int, ...]]:
-    """The least fluid average JCT over every vector with ``w_j`` in {0} or [min, max] that fits ``capacity``."""
-    model = fluid_jobs(jobs)
-    best = (math.inf, tuple(0 for _ in jobs))
-    vector = [0] * len(jobs)
+def allowed_speeds(snapshot: ClusterSnapshot, job: TrainingJob) -> dict[str, float]:
+    """The job's speed on every type it may use (its own measured speed, else the type's)."""
+    speeds: dict[str, float] = {}
+    for name, (speed, memory) in _catalogue(snapshot).items():
+        if job.gpu_types is not None and name not in job.gpu_types:
+            continue
+        if job.gpu_memory_gib is not None and memory is not None and memory < job.gpu_memory_gib:
+            continue
+        speeds[name] = job.speeds.get(name, speed)
+    return speeds
 
-    def visit(i: int, left: int) -> None:
-        nonlocal best
-        if i == len(jobs):
-            value = average_jct(model, vector, capacity)
-            if value < best[0]:
-                best = (value, tuple(vector))
-            return
-        job = jobs[i]
-        vector[i] = 0
-        visit(i + 1, left)
-        for w in range(job.min_workers, job.max_workers + 1):
-            cost = w * job.gpus_per_worker
-            if cost > left:
-                break
-            vector[i] = w
-            visit(i + 1, left - cost)
-        vector[i] = 0
 
-    visit(0, capacity)
+def _usable(server: Server) -> bool:
+    return server.pool is Pool.TRAINING or server.state is LoanState.LOANED
+
+
+# ------------------------------------------------------------------------------------------ the fluid model
+
+
+@dataclass(frozen=True)
+class OracleJob:
+    name: str
+    work: float
+    gpus_per_worker: int
+    min_workers: int
+    max_workers: int
+    speeds: dict[str, float]
+    priority: int = 0
+    overhead: float = 0.0
+
+    def pace(self, workers: int, speed: float) -> float:
+        return workers * speed / (1.0 + self.overhead * (workers - 1))
+
+
+def oracle_jobs(snapshot: ClusterSnapshot) -> list[OracleJob]:
+    """Every job of the snapshot (name order), with its maximum capped at what its types could ever hold."""
+    capacity: dict[str, int] = {}
+    for server in snapshot.servers:
+        if _usable(server):
+            capacity[server.gpu_type] = capacity.get(server.gpu_type, 0) + server.gpus
+    jobs = []
+    for job in snapshot.jobs:
+        speeds = allowed_speeds(snapshot, job)
+        room = sum(capacity.get(t, 0) for t in speeds) // job.gpus_per_worker
+        jobs.append(
+            OracleJob(
+                job.name,
+                job.remaining_work,
+                job.gpus_per_worker,
+                job.min_workers,
+                max(job.min_workers, min(job.max_workers, room)),
+                speeds,
+                job.priority,
+                job.scaling_overhead,
+            )
+        )
+    return jobs
+
+
+def oracle_completion_times(
+    jobs: Sequence[OracleJob], start: Mapping[str, Mapping[str, int]], capacity: Mapping[str, int]
+) -> dict[str, float]:
+    """Completion time of every job from ``start`` (job -> type -> workers; absent: queued)."""
+    type_names = sorted(capacity)
+    free = {t: capacity[t] for t in type_names}
+    workers: dict[str, dict[str, int]] = {}
+    for job in jobs:
+        allocation = {t: w for t, w in start.get(job.name, {}).items() if w}
+        for t, w in allocation.items():
+            if t not in job.speeds:
+                raise ValueError(f"{job.name} starts on {t}, which it may not use")
+            free[t] -= w * job.gpus_per_worker
+        if allocation:
+            workers[job.name] = allocation
+    if any(f < 0 for f in free.values()):
+        raise ValueError("the start does not fit the capacity")
+    index = {job.name: i for i, job in enumerate(jobs)}
+    left = {job.name: job.work for job in jobs}
+    finish: dict[str, float] = {}
+    now = 0.0
+
+    def rate(job: OracleJob) -> float:
+        allocation = workers[job.name]
+        return job.pace(sum(allocation.values()), min(job.speeds[t] for t in allocation))
+
+    def fastest(job: OracleJob) -> list[str]:
+        return sorted(job.speeds, key=lambda t: (-job.speeds[t], type_names.index(t)))
+
+    def at_base(job: OracleJob) -> float:
+        return job.work / job.pace(job.min_workers, job.speeds[fastest(job)[0]])
+
+    waiting = sorted(
+        (job for job in jobs if job.name not in workers and job.speeds),
+        key=lambda job: (-job.priority, at_base(job), index[job.name]),
+    )
+    projected = {job.name: now + left[job.name] / rate(job) for job in jobs if job.name in workers}
+    while projected:
+        name = min(projected, key=lambda n: (projected[n], index[n]))
+        done_at = projected.pop(name)
+        for other, until in projected.items():  # every running job progresses to this instant
+            left[other] = (until - done_at) * rate(jobs[index[other]])
+        now = done_at
+        finish[name] = now
+        job = jobs[index[name]]
+        for t, w in workers.pop(name).items():
+            free[t] += w * job.gpus_per_worker
+        # Queued bases, whole or not at all, in queue order, on their fastest type with room.
+        still = []
+        for candidate in waiting:
+            need = candidate.min_workers * candidate.gpus_per_worker
+            room = [t for t in fastest(candidate) if free[t] >= need]
+            if room:
+                free[room[0]] -= need
+                workers[candidate.name] = {room[0]: candidate.min_workers}
+                projected[candidate.name] = now + left[candidate.name] / rate(candidate)
+            else:
+                still.append(candidate)
+        waiting = still
+        # Growth, type by type: single-type jobs below their maximum, not finishing now, earliest finish first.
+        for t in type_names:
+            growers = sorted(
+                (
+                    n
+                    for n in projected
+                    if list(workers[n]) == [t] and workers[n][t] < jobs[index[n]].max_workers and projected[n] > now
+                ),
+                key=lambda n: (projected[n], index[n]),
+            )
+            for other in growers:
+                job = jobs[index[other]]
+                extra = min(job.max_workers - workers[other][t], free[t] // job.gpus_per_worker)
+                if extra <= 0:
+                    continue
+                remaining = (projected[other] - now) * rate(job)
+                workers[other][t] += extra
+                free[t] -= extra * job.gpus_per_worker
+                projected[other] = now + remaining / rate(job)
+    return {job.name: finish.get(job.name, math.inf) for job in jobs}
+
+
+def oracle_average_jct(
+    jobs: Sequence[OracleJob], start: Mapping[str, Mapping[str, int]], capacity: Mapping[str, int]
+) -> float:
+    times = oracle_completion_times(jobs, start, capacity)
+    return math.fsum(times.values()) / len(times) if times else 0.0
+
+
+# ------------------------------------------------------------------------------------------- bin packing
+
+
+def _fits(sizes: Sequence[int], bins: Sequence[int]) -> bool:
+    """Can items of ``sizes`` (GPUs each, never split) go into ``bins`` (free GPUs each)? Exact."""
+
+    @functools.cache
+    def place(item: int, left: tuple[int, ...]) -> bool:
+        if item == len(order):
+            return True
+        size = order[item]
+        tried: set[int] = set()
+        for b, room in enumerate(left):
+            if room >= size and room not in tried:
+                tried.add(room)
+                after = list(left)
+                after[b] -= size
+                if place(item + 1, tuple(sorted(after, reverse=True))):
+                    return True
+        return False
+
+    order = sorted(sizes, reverse=True)
+    if sum(order) > sum(bins):
+        return False
+    return place(0, tuple(sorted(bins, reverse=True)))
+
+
+def packs(
+    snapshot: ClusterSnapshot,
+    vector: Mapping[str, tuple[str | None, int]],
+    *,
+    held: Mapping[str, int] | None = None,
+) -> bool:
+    """Do the jobs' workers (job -> (type, workers)) pack onto the usable servers of their types, exactly?"""
+    held = held or {}
+    gpw = {job.name: job.gpus_per_worker for job in snapshot.jobs}
+    by_type: dict[str, list[int]] = {}
+    for job, (gpu_type, count) in vector.items():
+        if gpu_type is not None and count:
+            by_type.setdefault(gpu_type, []).extend([gpw[job]] * count)
+    for gpu_type, sizes in by_type.items():
+        bins = [s.gpus - held.get(s.name, 0) for s in snapshot.servers if _usable(s) and s.gpu_type == gpu_type]
+        if not _fits(sizes, bins):
+            return False
+    return True
+
+
+def plan_problems(
+    snapshot: ClusterSnapshot,
+    workers: Mapping[str, int],
+    placement: Mapping[str, Mapping[str, int]],
+    *,
+    held: Mapping[str, int] | None = None,
+) -> list[str]:
+    """Every way the plan fails to be realisable, in words (empty: it is)."""
+    held = held or {}
+    servers = {s.name: s for s in snapshot.servers}
+    jobs = {j.name: j for j in snapshot.jobs}
+    problems: list[str] = []
+    used: dict[str, int] = {}
+    for name, count in workers.items():
+        job = jobs[name]
+        hosts = placement.get(name, {})
+        if sum(hosts.values()) != count:
+            problems.append(f"{name}: placed {sum(hosts.values())} workers, planned {count}")
+        if count and not job.min_workers <= count <= job.max_workers:
+            problems.append(f"{name}: {count} workers outside [{job.min_workers}, {job.max_workers}]")
+        allowed = allowed_speeds(snapshot, job)
+        kinds = set()
+        for server_name, n in hosts.items():
+            server = servers.get(server_name)
+            if server is None:
+                problems.append(f"{name}: unknown server {server_name}")
+                continue
+            if not _usable(server):
+                problems.append(f"{name}: server {server_name} ({server.pool}, {server.state}) takes no training")
+            if server.gpu_type not in allowed:
+                problems.append(f"{name}: server {server_name} is a {server.gpu_type}, which it may not use")
+            kinds.add(server.gpu_type)
+            used[server_name] = used.get(server_name, 0) + n * job.gpus_per_worker
+        if len(kinds) > 1 and not job.mix_gpu_types:
+            problems.append(f"{name}: on several GPU types {sorted(kinds)} without mixing")
+    for server_name, gpus in used.items():
+        server = servers.get(server_name)
+        if server is not None and gpus + held.get(server_name, 0) > server.gpus:
+            problems.append(f"{server_name}: {gpus} GPUs used and {held.get(server_name, 0)} held of {server.gpus}")
+    return problems
+
+
+# ------------------------------------------------------------------------------ brute-force allocation
+
+
+def brute_force_allocation(
+    snapshot: ClusterSnapshot, *, all_start: bool
+) -> tuple[float, dict[str, tuple[str | None, int]]]:
+    """The least fluid average JCT over every allocation of the (all queued) jobs whose workers pack.
+
+    With ``all_start`` every job must start; otherwise a job may wait only if its base could not be added next to
+    the bases of the jobs that start (base demand is first-class).
+    """
+    assert all(not job.placement for job in snapshot.jobs), "brute force allocates queued jobs only"
+    jobs = oracle_jobs(snapshot)
+    capacity: dict[str, int] = {}
+    for server in snapshot.servers:
+        if _usable(server):
+            capacity[server.gpu_type] = capacity.get(server.gpu_type, 0) + server.gpus
+    options: list[list[tuple[str | None, int]]] = []
+    for job in jobs:
+        choices: list[tuple[str | None, int]] = [] if all_start else [(None, 0)]
+        for gpu_type in sorted(job.speeds):
+            if gpu_type in capacity:
+                choices += [(gpu_type, w) for w in range(job.min_workers, job.max_workers + 1)]
+        options.append(choices)
+    best: tuple[float, dict[str, tuple[str | None, int]]] = (math.inf, {})
+    names = [job.name for job in jobs]
+    for combination in itertools.product(*options):
+        used: dict[str, int] = {}
+        for job, (gpu_type, count) in zip(jobs, combination, strict=True):
+            if gpu_type is not None:
+                used[gpu_type] = used.get(gpu_type, 0) + count * job.gpus_per_worker
+        if any(used[t] > capacity[t] for t in used):
+            continue
+        vector = dict(zip(names, combination, strict=True))
+        if not packs(snapshot, vector):
+            continue
+        if not all_start and not _bases_first(snapshot, jobs, vector):
+            continue
+        start = {n: {t: w} for n, (t, w) in vector.items() if t is not None}
+        value = oracle_average_jct(jobs, start, capacity)
+        if value < best[0]:
+            best = (value, vector)
     return best
+
+
+def starts_every_base_that_fits(snapshot: ClusterSnapshot, placement: Mapping[str, Mapping[str, int]]) -> bool:
+    """Whether a plan (job -> server -> workers; all jobs queued before it) leaves no job waiting whose base could
+    join the bases of the jobs it starts, on their types."""
+    types = {s.name: s.gpu_type for s in snapshot.servers}
+    vector: dict[str, tuple[str | None, int]] = {}
+    for job in snapshot.jobs:
+        hosts = placement.get(job.name, {})
+        kinds = {types[s] for s in hosts}
+        vector[job.name] = (next(iter(kinds)), sum(hosts.values())) if kinds else (None, 0)
+    return _bases_first(snapshot, oracle_jobs(snapshot), vector)
+
+
+def _bases_first(
+    snapshot: ClusterSnapshot, jobs: Sequence[OracleJob], vector: Mapping[str, tuple[str | None, int]]
+) -> bool:
+    """No waiting job's base could join the bases of the started jobs."""
+    bases = {j.name: (vector[j.name][0], j.min_workers) for j in jobs if vector[j.name][0] is not None}
+    for job in jobs:
+        if vector[job.name][0] is not None:
+            continue
+        for gpu_type in job.speeds:
+            if packs(snapshot, {**bases, job.name: (gpu_type, job.min_workers)}):
+                return False
+    return True
+
+
+# ------------------------------------------------------------------------------ the poster's knapsack
+
+
+def _time_at(job: TrainingJob, workers: int) -> float:
+    return job.remaining_work / workers
 
 
 def poster_item_values(job: TrainingJob) -> list[float]:
     """The poster's knapsack items of one elastic job: value of ``k`` more workers = T(base) - T(base + k)."""
-    base = job.time_at(job.min_workers)
-    return [base - job.time_at(job.min_workers + k) for k in range(1, job.max_workers - job.min_workers + 1)]
+    base = _time_at(job, job.min_workers)
+    return [base - _time_at(job, job.min_workers + k) for k in range(1, job.max_workers - job.min_workers + 1)]
 
 
 def poster_allocation(jobs: Sequence[TrainingJob], capacity: int) -> list[int]:
-    """The poster's two phases: SJF bases (whole gang or nothing, backfilling), then the multiple-choice knapsack
-    over its own-reduction item values, solved exactly (ties keep fewer extra workers, earlier jobs first)."""
+    """The poster's two phases on one pool of speed-1 GPUs: SJF bases (whole gang or nothing, backfilling), then
+    the multiple-choice knapsack over its own-reduction item values, solved exactly (ties keep fewer extra workers,
+    earlier jobs first)."""
     vector = [0] * len(jobs)
     free = capacity
     order = sorted(
         range(len(jobs)),
-        key=lambda i: (-jobs[i].priority, jobs[i].time_at(jobs[i].min_workers), jobs[i].submit_time, jobs[i].name),
+        key=lambda i: (-jobs[i].priority, _time_at(jobs[i], jobs[i].min_workers), jobs[i].submit_time, jobs[i].name),
     )
     for i in order:
         need = jobs[i].min_workers * jobs[i].gpus_per_worker
         if need <= free:
             vector[i] = jobs[i].min_workers
             free -= need
-    groups = [i for i in range(len(jobs)) if vector[i] and jobs[i].is_elastic]
-    # best[c] = (value, choices) using at most c GPUs over the groups seen so far.
+    groups = [i for i in range(len(jobs)) if vector[i] and jobs[i].max_workers > jobs[i].min_workers]
     best: list[tuple[float, tuple[int, ...]]] = [(0.0, ())] * (free + 1)
     for i in groups:
         values = poster_item_values(jobs[i])
@@ -95,79 +394,139 @@ def poster_allocation(jobs: Sequence[TrainingJob], capacity: int) -> list[int]:
     return vector
 
 
+# -------------------------------------------------------------------------------------------------- reclaim
+
+Cost = tuple[int, float, int]
+
+
 @dataclass(frozen=True)
 class ReclaimProblem:
-    """Loaned servers, the workers each job has on each, and how many workers each job can lose and survive."""
+    """Loaned servers, each live job's workers on them, what each can spare, and what it loses if preempted.
+    Jobs a reclaiming server already left below their base (doomed) are not part of the problem."""
 
     candidates: tuple[str, ...]
     on_server: dict[str, dict[str, int]]
     spare: dict[str, int]
+    lost: dict[str, float]
 
     @classmethod
     def of(cls, snapshot: ClusterSnapshot) -> ReclaimProblem:
-        candidates = tuple(s.name for s in snapshot.servers if s.state is LoanState.LOANED)
-        leaving = {s.name for s in snapshot.servers if s.state is LoanState.RECLAIMING}
+        candidates = tuple(sorted(s.name for s in snapshot.servers if s.state is LoanState.LOANED))
+        leaving_servers = {s.name for s in snapshot.servers if s.state is LoanState.RECLAIMING}
         on_server: dict[str, dict[str, int]] = {name: {} for name in candidates}
         spare: dict[str, int] = {}
+        lost: dict[str, float] = {}
         for job in snapshot.jobs:
-            # Workers on reclaiming servers are already going; the rest above min_workers may leave by scale-in.
-            staying = job.workers - sum(n for s, n in job.placement.items() if s in leaving)
-            spare[job.name] = max(0, staying - job.min_workers)
+            total = sum(job.placement.values())
+            surviving = total - sum(n for s, n in job.placement.items() if s in leaving_servers)
+            if surviving < job.min_workers:
+                continue  # doomed already: costs nothing here
+            spare[job.name] = surviving - job.min_workers
+            lost[job.name] = total * job.gpus_per_worker * job.seconds_since_checkpoint
             for server, n in job.placement.items():
                 if server in on_server:
                     on_server[server][job.name] = n
-        return cls(candidates, on_server, spare)
-
-    def removed(self, chosen: Iterable[str]) -> dict[str, int]:
-        lost: dict[str, int] = {}
-        for server in chosen:
-            for job, n in self.on_server[server].items():
-                lost[job] = lost.get(job, 0) + n
-        return lost
-
-    def preempted(self, chosen: Iterable[str]) -> set[str]:
-        return {job for job, n in self.removed(chosen).items() if n > self.spare[job]}
+        return cls(candidates, on_server, spare, lost)
 
 
-def brute_force_min_preemptions(problem: ReclaimProblem, count: int) -> int:
-    return min(len(problem.preempted(c)) for c in itertools.combinations(problem.candidates, count))
+def reclaim_cost(problem: ReclaimProblem, chosen: Iterable[str]) -> Cost:
+    removed: dict[str, int] = {}
+    for server in chosen:
+        for job, n in problem.on_server[server].items():
+            removed[job] = removed.get(job, 0) + n
+    preempted = [job for job, n in removed.items() if n > problem.spare[job]]
+    scaled = sum(n for job, n in removed.items() if n <= problem.spare[job])
+    return (len(preempted), math.fsum(problem.lost[job] for job in sorted(preempted)), scaled)
+
+
+def _lexicographic_less(a: Cost, b: Cost) -> bool:
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if abs(a[1] - b[1]) > 1e-6 * max(1.0, abs(a[1]), abs(b[1])):
+        return a[1] < b[1]
+    return a[2] < b[2]
+
+
+def brute_force_reclaim(problem: ReclaimProblem, count: int) -> Cost:
+    best: Cost | None = None
+    for chosen in itertools.combinations(problem.candidates, count):
+        cost = reclaim_cost(problem, chosen)
+        if best is None or _lexicographic_less(cost, best):
+            best = cost
+    assert best is not None
+    return best
 
 
 def combinations_count(problem: ReclaimProblem, count: int) -> int:
     return math.comb(len(problem.candidates), count)
 
 
-def ilp_min_preemptions(problem: ReclaimProblem, count: int) -> int:
-    """min sum(y_j) s.t. sum(x_s) = count and, for every job, removed_j - spare_j <= (total_j - spare_j) * y_j,
-    with x (servers taken) and y (jobs preempted) binary."""
+def ilp_reclaim(problem: ReclaimProblem, count: int) -> Cost:
+    """Three stacked integer programs. Variables: x_s (server taken), y_j (job preempted, exactly: y_j = 1 iff
+    removed_j >= spare_j + 1), z_j (workers scaled in: z_j >= removed_j - total_j y_j, z_j >= 0). Minimise the
+    preemptions; then, at that many, the work lost; then, at both, the workers scaled in."""
     servers = list(problem.candidates)
     jobs = sorted({j for s in servers for j in problem.on_server[s]})
     if not jobs:
-        return 0
-    n_x, n_y = len(servers), len(jobs)
-    rows = [np.concatenate([np.ones(n_x), np.zeros(n_y)])]
-    lower = [float(count)]
-    upper = [float(count)]
+        return (0, 0.0, 0)
+    nx, ny = len(servers), len(jobs)
+    size = nx + 2 * ny
+    rows: list[np.ndarray] = []
+    lower: list[float] = []
+    upper: list[float] = []
+
+    def constrain(row: np.ndarray, low: float, high: float) -> None:
+        rows.append(row)
+        lower.append(low)
+        upper.append(high)
+
+    row = np.zeros(size)
+    row[:nx] = 1
+    constrain(row, count, count)
     for k, job in enumerate(jobs):
-        row = np.zeros(n_x + n_y)
+        removal = np.zeros(size)
         total = 0
         for i, server in enumerate(servers):
             n = problem.on_server[server].get(job, 0)
-            row[i] = n
+            removal[i] = n
             total += n
         spare = problem.spare[job]
-        row[n_x + k] = -(total - spare)
-        rows.append(row)
-        lower.append(-np.inf)
-        upper.append(float(spare))
-    objective = np.concatenate([np.zeros(n_x), np.ones(n_y)])
-    result = milp(
-        objective,
-        constraints=LinearConstraint(np.array(rows), lower, upper),
-        integrality=np.ones(n_x + n_y),
-        bounds=Bounds(0, 1),
-    )
-    if not result.success:
-        raise AssertionError(f"HiGHS failed: {result.message}")
-    optimum: float = result.fun
-    return round(optimum)
+        y, z = nx + k, nx + ny + k
+        # removed - (spare + 1) y >= 0: a preempted job loses more than it can spare.
+        at_least = removal.copy()
+        at_least[y] = -(spare + 1)
+        constrain(at_least, 0, np.inf)
+        # removed - (total - spare) y <= spare: a job not preempted loses at most what it can spare.
+        at_most = removal.copy()
+        at_most[y] = -(total - spare)
+        constrain(at_most, -np.inf, spare)
+        # z - removed + total y >= 0.
+        scaled = -removal
+        scaled[z] = 1
+        scaled[y] = total
+        constrain(scaled, 0, np.inf)
+    integrality = np.concatenate([np.ones(nx + ny), np.zeros(ny)])
+    bounds = Bounds(np.zeros(size), np.concatenate([np.ones(nx + ny), np.full(ny, np.inf)]))
+
+    def solve(objective: np.ndarray) -> float:
+        result = milp(
+            objective,
+            constraints=LinearConstraint(np.array(rows), lower, upper),
+            integrality=integrality,
+            bounds=bounds,
+        )
+        assert result.success, f"HiGHS failed: {result.message}"
+        return float(result.fun)
+
+    preempt = np.zeros(size)
+    preempt[nx : nx + ny] = 1
+    preemptions = round(solve(preempt))
+    constrain(preempt, preemptions, preemptions)
+    losing = np.zeros(size)
+    losing[nx : nx + ny] = [problem.lost[job] for job in jobs]
+    lost = solve(losing)
+    constrain(losing, -np.inf, lost + 1e-6 * max(1.0, lost))
+    scaling = np.zeros(size)
+    scaling[nx + ny :] = 1
+    scaled = round(solve(scaling))
+    return (preemptions, lost, scaled)

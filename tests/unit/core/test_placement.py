@@ -1,4 +1,8 @@
-"""Placement: the extender's filter (hard rules, with reasons) and scores (preferences in 0..10)."""
+"""Placement: the extender's filter (hard rules, with reasons) and scores (preferences in 0..10).
+
+Nodes are V100 training servers and T4 inference servers unless a test says otherwise; a training pod may carry the
+GPU types its job was allocated, and then runs only on nodes of those types.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import pytest
 
 from lyra.core import NodeView, PodRequest, PodRole, filter_nodes, reclaim_order, score_nodes
 
-from .builders import NodeBuilder, job, loaned, node, pod, snapshot, training
+from .builders import T4, V100, NodeBuilder, job, loaned, node, pod, snapshot, training
 
 INFERENCE = PodRole.INFERENCE
 BASE = PodRole.TRAINING_BASE
@@ -64,6 +68,75 @@ def test_filter_rules(role: PodRole, kind: str, refusal: str | None) -> None:
         assert result.passed == ()
         assert re.search(refusal, result.failed["n"]), result.failed["n"]
         assert score == 0, "a node the filter refuses scores 0"
+
+
+@pytest.mark.parametrize(
+    ("role", "kind", "refusal"),
+    [c for c in FILTER_TABLE if c[0] in (INFERENCE, UNMANAGED)],
+    ids=[f"{role}-on-{kind}" for role, kind, _ in FILTER_TABLE if role in (INFERENCE, UNMANAGED)],
+)
+def test_gpu_types_do_not_change_the_rules_of_other_pods(role: PodRole, kind: str, refusal: str | None) -> None:
+    """Only training pods are held to their job's GPU types; inference and unmanaged pods keep their rules."""
+    for gpu_type in (V100, T4, "NVIDIA-A100-SXM4-80GB"):
+        view = KINDS[kind].type(gpu_type).build()
+        result = filter_nodes(pod(role, gpus=1, types=[V100]), [view])
+        assert (result.passed == ("n",)) is (refusal is None), (gpu_type, result.failed)
+
+
+# (id, role, node, GPU types the job was allocated, None if the pod may run there else the refusal's pattern)
+TYPE_TABLE = [
+    ("base-on-its-type", BASE, node("n").training().type(V100), [V100], None),
+    ("base-on-another-type", BASE, node("n").training().type(T4), [V100], r"GPU type T4: the job was allocated V100"),
+    ("flexible-on-its-loaned-type", FLEXIBLE, node("n").loaned().type(T4), [T4], None),
+    (
+        "flexible-on-another-loaned-type",
+        FLEXIBLE,
+        node("n").loaned().type(T4),
+        [V100],
+        r"GPU type T4: the job was allocated V100",
+    ),
+    ("one-of-several-types", BASE, node("n").loaned().type(T4), [V100, T4], None),
+    ("any-type", FLEXIBLE, node("n").loaned().type(T4), None, None),
+    (
+        "node-of-unknown-type",
+        BASE,
+        node("n").training().type(""),
+        [T4, V100],
+        r"GPU type unknown: the job was allocated T4, V100",
+    ),
+    # The state's refusal comes first: a reclaiming node takes no new training work, whatever its type.
+    ("reclaiming-of-another-type", BASE, node("n").reclaiming().type(T4), [V100], r"being reclaimed"),
+]
+
+
+@pytest.mark.parametrize(
+    ("role", "builder", "types", "refusal"), [c[1:] for c in TYPE_TABLE], ids=[c[0] for c in TYPE_TABLE]
+)
+def test_training_pods_run_only_on_their_jobs_gpu_types(
+    role: PodRole, builder: NodeBuilder, types: list[str] | None, refusal: str | None
+) -> None:
+    view = builder.build()
+    request = pod(role, gpus=1, job="j", on={"n": 1}, types=types)
+    result = filter_nodes(request, [view])
+    score = dict(score_nodes(request, [view]))["n"]
+    if refusal is None:
+        assert result.passed == ("n",)
+        assert score >= 1
+    else:
+        assert result.passed == ()
+        assert re.search(refusal, result.failed["n"]), result.failed["n"]
+        assert score == 0, "a node of a type the job was not allocated scores 0"
+
+
+def test_a_node_of_the_jobs_type_wins_over_a_better_node_of_another_type() -> None:
+    views = [
+        node("t4").loaned(rank=9).type(T4).free(1).build(),
+        node("v100").loaned(rank=0).type(V100).build(),
+    ]
+    for role in (BASE, FLEXIBLE):
+        scores = dict(score_nodes(pod(role, gpus=1, job="j", on={"t4": 3}, types=[V100]), views))
+        assert scores["t4"] == 0 < scores["v100"], (role, scores)
+        assert filter_nodes(pod(role, gpus=1, types=[V100]), views).passed == ("v100",)
 
 
 @pytest.mark.parametrize("role", list(PodRole), ids=str)
@@ -227,8 +300,8 @@ def test_scores_follow_input_order_and_stay_in_range() -> None:
 
 
 def test_reclaim_rank_is_ignored_off_loaned_nodes() -> None:
-    a = NodeView("a", training("a").pool, None, 8, 8, reclaim_rank=0)
-    b = NodeView("b", training("b").pool, None, 8, 8, reclaim_rank=99)
+    a = NodeView("a", training("a").pool, None, 8, 8, reclaim_rank=0, gpu_type=V100)
+    b = NodeView("b", training("b").pool, None, 8, 8, reclaim_rank=99, gpu_type=V100)
     for role in (BASE, FLEXIBLE, UNMANAGED):
         scores = dict(score_nodes(pod(role, gpus=1), [a, b]))
         assert scores["a"] == scores["b"]
@@ -244,14 +317,14 @@ def test_flexible_workers_go_where_reclaim_comes_last() -> None:
         [loaned("l0"), loaned("l1"), training("t0")],
         [
             job("p").gpus(4).workers(1).on({"l0": 1}),
-            job("q").gpus(4).workers(1, 2).on({"l1": 1, "t0": 1}),
+            job("q").gpus(4).workers(1, 2).mixing().on({"l1": 1, "t0": 1}),
         ],
     )
     order = reclaim_order(snap)
     assert order == ("l1", "l0")
     used = snap.used_gpus()
     views = [
-        NodeView(name, snap.server(name).pool, snap.server(name).state, 8, 8 - used[name], rank)
+        NodeView(name, snap.server(name).pool, snap.server(name).state, 8, 8 - used[name], rank, T4)
         for rank, name in enumerate(order)
     ]
     scores = dict(score_nodes(pod(FLEXIBLE, gpus=2, job="new"), views))

@@ -9,16 +9,25 @@ from hypothesis import strategies as st
 
 from lyra.core import LoanState, NodeView, PodRequest, PodRole, filter_nodes, score_nodes
 
+from .builders import T4, V100
 from .strategies import PROPERTY, node_views
+
+ALLOCATED = st.sampled_from([None, frozenset({V100}), frozenset({T4}), frozenset({V100, T4})])
 
 
 @PROPERTY
-@given(views=node_views(), role=st.sampled_from(list(PodRole)), gpus=st.integers(0, 16), data=st.data())
+@given(
+    views=node_views(),
+    role=st.sampled_from(list(PodRole)),
+    gpus=st.integers(0, 16),
+    types=ALLOCATED,
+    data=st.data(),
+)
 def test_scores_agree_with_the_filter_and_stay_in_range(
-    views: list[NodeView], role: PodRole, gpus: int, data: st.DataObject
+    views: list[NodeView], role: PodRole, gpus: int, types: frozenset[str] | None, data: st.DataObject
 ) -> None:
     job_nodes = {v.name: 1 for v in views if data.draw(st.booleans(), label=f"hosts {v.name}")}
-    pod = PodRequest(role, gpus, "j", job_nodes)
+    pod = PodRequest(role, gpus, "j", job_nodes, types)
     scores = score_nodes(pod, views)
     result = filter_nodes(pod, views)
     assert [n for n, _ in scores] == [v.name for v in views]
@@ -30,6 +39,30 @@ def test_scores_agree_with_the_filter_and_stay_in_range(
             assert score == 0, (name, result.failed[name])
         elif role is not PodRole.UNMANAGED:
             assert score >= 1, name
+
+
+@PROPERTY
+@given(
+    views=node_views(),
+    role=st.sampled_from([PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE]),
+    gpus=st.integers(0, 4),
+    types=ALLOCATED,
+)
+def test_training_pods_never_land_on_a_type_their_job_was_not_allocated(
+    views: list[NodeView], role: PodRole, gpus: int, types: frozenset[str] | None
+) -> None:
+    pod = PodRequest(role, gpus, "j", {v.name: 1 for v in views}, types)
+    passed = set(filter_nodes(pod, views).passed)
+    scores = dict(score_nodes(pod, views))
+    for view in views:
+        if types is not None and view.gpu_type not in types:
+            assert view.name not in passed
+            assert scores[view.name] == 0
+    # Allocating every type is the same as allocating none.
+    unrestricted = PodRequest(role, gpus, "j", pod.job_nodes, None)
+    if types == frozenset({V100, T4}):
+        assert passed == set(filter_nodes(unrestricted, views).passed)
+        assert scores == dict(score_nodes(unrestricted, views))
 
 
 @PROPERTY

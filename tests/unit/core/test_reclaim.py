@@ -1,15 +1,27 @@
-"""Reclaim: which loaned servers go back to inference, criterion by criterion, plus the poster's example."""
+"""Reclaim: which loaned servers go back to inference, criterion by criterion, plus the poster's example.
+
+Loaned servers are T4 inference servers and training servers V100s, so a job on both opts in to mixing types.
+Jobs an earlier reclaim already left below their base (doomed) cost a plan nothing: they are reported in
+``already_preempted``, never as new preemptions.
+"""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 
-from lyra.core import ClusterSnapshot, ReclaimError, ReclaimStrategy, Server, plan_reclaim, reclaim_order
+from lyra.core import ClusterSnapshot, LoanState, ReclaimError, ReclaimStrategy, Server, plan_reclaim, reclaim_order
 
 from .builders import JobBuilder, job, loaned, reclaiming, serving, snapshot, training
-from .oracles import ReclaimProblem, brute_force_min_preemptions
+from .plan_checks import reclaim_outcome
+
+
+def min_preemptions(snap: ClusterSnapshot, count: int) -> int:
+    """The exact minimum number of new preemptions over every choice of ``count`` loaned servers."""
+    loaned_servers = [s.name for s in snap.servers if s.state is LoanState.LOANED]
+    return min(len(reclaim_outcome(snap, chosen).preempted) for chosen in itertools.combinations(loaned_servers, count))
 
 
 def poster_example() -> tuple[list[Server], list[JobBuilder]]:
@@ -34,8 +46,7 @@ def test_poster_reclaim_example() -> None:
     values = {s.name: sum(fractions[j.name] for j in snap.jobs if s.name in j.placement) for s in servers}
     assert values == {"s1": 1.5, "s2": 1.0, "s3": 1.0, "s4": 0.5}
 
-    optimum = brute_force_min_preemptions(ReclaimProblem.of(snap), 2)
-    assert optimum == 2
+    assert min_preemptions(snap, 2) == 2
     for strategy in (ReclaimStrategy.LYRA, ReclaimStrategy.POSTER):
         plan = plan_reclaim(snap, 2, strategy=strategy)
         # s4 first (0.5); preempting p drops s3 to 0.5 (c only), so s3 next: c and p, the optimum.
@@ -46,7 +57,7 @@ def test_poster_reclaim_example() -> None:
     # Without step (c), updating the values, s2 would tie s3 at 1.0 and win by name: a, c and p preempted.
     static = sorted(values, key=lambda s: (values[s], s))[:2]
     assert static == ["s4", "s2"]
-    assert ReclaimProblem.of(snap).preempted(static) == {"a", "c", "p"}
+    assert reclaim_outcome(snap, static).preempted == {"a", "c", "p"}
     # Least GPUs used: s4 (1 GPU), then s2 and s3 (2 each) by name: the same needless third preemption.
     naive = plan_reclaim(snap, 2, strategy=ReclaimStrategy.LEAST_GPUS_USED)
     assert naive.servers == ("s2", "s4")
@@ -67,7 +78,7 @@ SCENARIOS: list[tuple[str, list[Server], list[JobBuilder], int, tuple[str, ...],
     (
         "flexible-only-server-is-free",
         [loaned("l0"), loaned("l1"), training("t0")],
-        [job("e").workers(1, 2).on({"t0": 1, "l0": 1}), job("x").on({"l1": 1})],
+        [job("e").workers(1, 2).mixing().on({"t0": 1, "l0": 1}), job("x").on({"l1": 1})],
         1,
         ("l0",),
         (),
@@ -112,7 +123,10 @@ SCENARIOS: list[tuple[str, list[Server], list[JobBuilder], int, tuple[str, ...],
     (
         "fewer-scaled-workers-breaks-ties",
         [loaned("l0"), loaned("l1"), training("t0")],
-        [job("e").workers(1, 4).on({"l0": 2, "t0": 1}), job("f").workers(1, 4).on({"l1": 1, "t0": 1})],
+        [
+            job("e").workers(1, 4).mixing().on({"l0": 2, "t0": 1}),
+            job("f").workers(1, 4).mixing().on({"l1": 1, "t0": 1}),
+        ],
         1,
         ("l1",),
         (),
@@ -132,7 +146,7 @@ SCENARIOS: list[tuple[str, list[Server], list[JobBuilder], int, tuple[str, ...],
         # loaned servers only (1.0): preempting x frees just l0, so taking y's pair costs one job for two servers.
         "fraction-counts-loaned-servers-only",
         [loaned("l0"), loaned("l1"), loaned("l2"), training("t0"), training("t1")],
-        [job("x").workers(3).on({"l0": 1, "t0": 1, "t1": 1}), job("y").workers(2).on({"l1": 1, "l2": 1})],
+        [job("x").workers(3).mixing().on({"l0": 1, "t0": 1, "t1": 1}), job("y").workers(2).on({"l1": 1, "l2": 1})],
         2,
         ("l1", "l2"),
         ("y",),
@@ -185,7 +199,8 @@ def test_reclaim_scenarios(
     plan = plan_reclaim(snap, count)
     assert (plan.servers, plan.preempted, dict(plan.scaled_in)) == (servers_out, preempted, scaled_in)
     assert plan.strategy is ReclaimStrategy.LYRA
-    assert len(plan.preempted) == brute_force_min_preemptions(ReclaimProblem.of(snap), count)
+    assert len(plan.preempted) == min_preemptions(snap, count)
+    assert plan.already_preempted == ()
 
 
 def test_greedy_alone_misses_what_the_local_search_finds() -> None:
@@ -197,29 +212,99 @@ def test_greedy_alone_misses_what_the_local_search_finds() -> None:
     assert len(plan_reclaim(snap, 2).preempted) == 1
 
 
-def test_local_search_never_adds_a_preemption() -> None:
-    """d already loses a base worker on the reclaiming r0 (slack -1). Taking l1 preempts d and b; taking l0
-    preempts only a (whose 600 s since checkpoint the buggy swap tries to save)."""
-    snap = snapshot(
+# (id, servers, jobs, count, expected servers, new preemptions, already preempted, evictions)
+DOOMED: list[
+    tuple[
+        str,
+        list[Server],
+        list[JobBuilder],
+        int,
+        tuple[str, ...],
+        tuple[str, ...],
+        tuple[str, ...],
+        dict[str, dict[str, int]],
+    ]
+] = [
+    (
+        # d keeps 1 of its 2 base workers once r0 is back: doomed. l0 holds only d, so it costs nothing.
+        "a-doomed-job-costs-nothing",
+        [loaned("l0"), loaned("l1"), reclaiming("r0")],
+        [job("d").workers(2).on({"r0": 1, "l0": 1}), job("x").on({"l1": 1})],
+        1,
+        ("l0",),
+        (),
+        ("d",),
+        {"l0": {"d": 1}},
+    ),
+    (
+        # d is doomed by r0, so l1 costs one preemption (b, no work lost), l0 one with 600 GPU-seconds lost (a).
+        # (Counting d as a new preemption on l1 would make l0 the cheaper server.)
+        "doomed-job-does-not-make-a-server-dearer",
         [loaned("l0"), loaned("l1"), reclaiming("r0")],
         [
             job("a").on({"l0": 1}).checkpointed(600),
             job("b").on({"l1": 1}),
             job("d").workers(2).on({"r0": 1, "l1": 1}),
         ],
-    )
-    assert reclaim_order(snap)[0] == "l0", "the greedy gets it right"
-    assert brute_force_min_preemptions(ReclaimProblem.of(snap), 1) == 1
-    plan = plan_reclaim(snap, 1)
-    assert (plan.servers, plan.preempted) == (("l0",), ("a",))
+        1,
+        ("l1",),
+        ("b",),
+        ("d",),
+        {"l1": {"b": 1, "d": 1}},
+    ),
+    (
+        # l0 (empty) and l1 (only the doomed d) both cost nothing; the name decides, and d is not on l0.
+        "doomed-job-on-servers-not-taken-is-not-reported",
+        [loaned("l0"), loaned("l1"), loaned("l2"), reclaiming("r0")],
+        [job("d").workers(3).checkpointed(600).on({"r0": 2, "l1": 1}), job("x").on({"l2": 1})],
+        1,
+        ("l0",),
+        (),
+        (),
+        {"l0": {}},
+    ),
+    (
+        "every-server-with-a-doomed-job",
+        [loaned("l0"), loaned("l1"), reclaiming("r0")],
+        [job("d").gpus(2).workers(4, 5).checkpointed(600).on({"r0": 2, "l0": 1, "l1": 2})],
+        2,
+        ("l0", "l1"),
+        (),
+        ("d",),
+        {"l0": {"d": 1}, "l1": {"d": 2}},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("snap", "count", "servers_out", "preempted", "already", "evictions"),
+    [(snapshot(servers, jobs), *rest) for _, servers, jobs, *rest in DOOMED],
+    ids=[c[0] for c in DOOMED],
+)
+def test_jobs_an_earlier_reclaim_preempted(
+    *,
+    snap: ClusterSnapshot,
+    count: int,
+    servers_out: tuple[str, ...],
+    preempted: tuple[str, ...],
+    already: tuple[str, ...],
+    evictions: dict[str, dict[str, int]],
+) -> None:
+    plan = plan_reclaim(snap, count)
+    assert (plan.servers, plan.preempted, plan.already_preempted) == (servers_out, preempted, already)
+    assert {s: dict(e) for s, e in plan.evictions.items()} == evictions, "evictions list every worker leaving"
+    assert plan.lost_gpu_seconds == sum(j.gpus * j.seconds_since_checkpoint for j in snap.jobs if j.name in preempted)
+    for strategy in ReclaimStrategy:
+        other = plan_reclaim(snap, count, strategy=strategy)
+        assert set(other.already_preempted).isdisjoint(other.preempted), strategy
 
 
 def test_plan_details() -> None:
     snap = snapshot(
         [loaned("l0"), loaned("l1"), training("t0")],
         [
-            job("a").gpus(2).workers(2).on({"l0": 1, "t0": 1}).checkpointed(100),
-            job("b").gpus(1).workers(1, 3).on({"l0": 1, "t0": 2}),
+            job("a").gpus(2).workers(2).mixing().on({"l0": 1, "t0": 1}).checkpointed(100),
+            job("b").gpus(1).workers(1, 3).mixing().on({"l0": 1, "t0": 2}),
             job("c").on({"l1": 1}).checkpointed(5),
         ],
     )

@@ -22,11 +22,17 @@ def random_trace(seed: int, jobs: int = 120) -> Trace:
     )
 
 
+#: The tiny world with every cost and limit of the faithful model switched on (values of the shipped default).
 SETUP = scenario(
-    "training: {servers: 2, gpus_per_server: 8}\n"
-    "inference: {servers: 2, gpus_per_server: 8, req_per_server: 100.0, headroom_share: 0}\n"
-    "durations: {knowledge: noisy, sigma: 0.5}\n"
-    "preemption: {restart_cost_s: 60, resize_cost_s: 20, checkpoint_interval_s: 1800}\n"
+    """
+training: {servers: 2}
+memory: {inference_fit_share: 0.5}
+loaning: {lend_hysteresis_s: 1800, drain_s: 30}
+elasticity: {share: 0.5, mixing_share: 0.2}
+durations: {knowledge: noisy, sigma: 0.5}
+preemption: {restart_cost_s: 60, resize_cost_s: 20, checkpoint_interval_s: 1800, checkpoint_grace_s: 60}
+scheduler: {decision_interval_s: 30}
+"""
 )
 
 

@@ -1,43 +1,39 @@
-"""Golden runs small enough to compute by hand, and the driver's shortcuts checked against the core."""
+"""Golden runs of the event loop small enough to compute by hand: admission, pace, memory, scaling and the costs
+of a preemption. Every run is on the tiny world of :data:`tests.unit.sim.builders.TINY` (V100 speed 1.0, T4 speed
+0.4, one 8-GPU V100 server, two 8-GPU T4 servers lent when inference needs none)."""
 
 from __future__ import annotations
 
-import random
+import math
+from typing import Any
 
 import pytest
 
-from lyra.core.allocation import allocate_workers
 from lyra.core.model import TrainingJob
 from lyra.sim.engine import Simulation, SimulationResult
-from lyra.sim.load import LoadSeries
+from lyra.sim.jobs import SimJob
 from lyra.sim.metrics import summarise
-from lyra.sim.scenario import Scenario
 from lyra.sim.schemes import SCHEMES
 from lyra.sim.workload import Window, build_workload
-from tests.unit.sim.builders import flat_load, scenario, trace
+from tests.unit.sim.builders import flat_load, scenario, simulate, stepped_load, trace
 
+#: A (100 s on 8 GPUs), B (50 s on 8) and C (10 s on 4).
 THREE_JOBS = trace((0, 100, 8), (10, 50, 8), (20, 10, 4))
-
-
-def run(
-    scheme: str,
-    jobs: object = THREE_JOBS,
-    *,
-    load: LoadSeries | None = None,
-    setup: Scenario | None = None,
-    length_s: float = 200.0,
-) -> SimulationResult:
-    chosen = setup or scenario()
-    workload = build_workload(jobs, chosen, Window(0.0, length_s))  # type: ignore[arg-type]
-    return Simulation(workload, chosen, SCHEMES[scheme], load or flat_load(0.0)).run()
 
 
 def by_name(result: SimulationResult) -> dict[str, tuple[float, float, float]]:
     return {r.name: (r.first_start_s, r.finish_s, r.queue_s) for r in result.records}
 
 
+def records(result: SimulationResult) -> dict[str, Any]:
+    return {r.name: r for r in result.records}
+
+
+# ------------------------------------------------------------------------------------------------ admission
+
+
 def test_baseline_is_shortest_job_first_with_backfilling() -> None:
-    result = run("baseline")
+    result = simulate("baseline", THREE_JOBS)
     # A runs 0-100; at 100, C (10 s) beats B (50 s); B cannot share the server with C, so it waits.
     assert by_name(result) == {"job-0": (0, 100, 0), "job-1": (110, 160, 100), "job-2": (100, 110, 80)}
     metrics = summarise(result)
@@ -54,24 +50,99 @@ def test_baseline_is_shortest_job_first_with_backfilling() -> None:
 
 
 def test_fifo_blocks_behind_the_head_and_sjf_matches_baseline() -> None:
-    assert by_name(run("fifo")) == {"job-0": (0, 100, 0), "job-1": (100, 150, 90), "job-2": (150, 160, 130)}
-    assert by_name(run("sjf")) == by_name(run("baseline"))
+    assert by_name(simulate("fifo", THREE_JOBS)) == {
+        "job-0": (0, 100, 0),
+        "job-1": (100, 150, 90),
+        "job-2": (150, 160, 130),
+    }
+    assert by_name(simulate("sjf", THREE_JOBS)) == by_name(simulate("baseline", THREE_JOBS))
 
 
-def test_basic_runs_on_loaned_servers_at_their_speed() -> None:
-    # No inference demand: both inference servers are lent. B does not fit on the training server and runs
-    # on a loaned T4 server at half speed: 800 worker-seconds at rate 4.
-    result = run("basic", trace((0, 1000, 8), (1, 100, 8)), length_s=2000)
-    assert by_name(result)["job-1"] == (1, 201, 0)
+def test_decisions_are_batched_every_decision_interval() -> None:
+    result = simulate("baseline", THREE_JOBS, setup=scenario("scheduler: {decision_interval_s: 30}"))
+    # Decisions at 0 (nothing queued yet), then at most every 30 s: at 30 all three wait and C (shortest) starts
+    # (30-40); at 40 the next decision is due at 60: B starts (60-110); at 110 A starts (110-210).
+    assert by_name(result) == {"job-0": (110, 210, 110), "job-1": (60, 110, 50), "job-2": (30, 40, 10)}
 
 
-def test_a_reclaim_preempts_and_the_job_restarts_from_its_checkpoint() -> None:
-    rising = LoadSeries("<t>", 600.0, (0.0,) + (200.0,) * 143)  # from 600 s inference needs both servers
-    result = run("basic", trace((0, 1000, 8), (1, 1000, 8)), load=rising, length_s=3000)
-    records = {r.name: r for r in result.records}
-    b = records["job-1"]
-    # B ran on a loaned server from 1 s; at 600 s the reclaim preempts it; no checkpoint yet, so all is lost.
-    # It restarts when A leaves the training server at 1000 s and runs 1000 s at full speed.
+# ------------------------------------------------------------------------------------------------------ pace
+
+
+def test_an_inelastic_job_that_only_fits_on_t4_runs_at_the_t4_pace() -> None:
+    # A holds the V100 server; B (100 s on 8 GPUs: 800 reference worker-seconds) starts at 1 s on a lent T4
+    # server at pace 8 x 0.4 = 3.2 and takes 800 / 3.2 = 250 s.
+    result = simulate("basic", trace((0, 1000, 8), (1, 100, 8)), length_s=2000)
+    assert by_name(result)["job-1"] == (1, 251, 0)
+    metrics = summarise(result)
+    # B's 8 GPUs for 250 s over the two lent servers' 16 GPUs for the 2000 s window.
+    assert metrics.loaned_usage == pytest.approx(8 * 250 / (16 * 2000))
+
+
+def test_a_job_mixing_gpu_types_runs_at_its_slowest_workers_pace() -> None:
+    # Every job elastic and mixing; T4 speed 0.9. A (2 GPUs: w_max 4) takes 4 of the 8 V100s. B (8 GPUs x 1000 s =
+    # 8000; w_min 4, w_max 8, the training cluster's size) starts at 1 s with its base on the 4 free V100s and
+    # grows onto 4 T4s, since 8 workers at 0.9 (7.2) beat 4 at 1.0. Its pace is 8 x 0.9 = 7.2, not 4 + 4 x 0.9.
+    setup = scenario("elasticity: {share: 1, mixing_share: 1}\nspeed: {T4: 0.9}\nscheduler: {migration: false}")
+    result = simulate("lyra", trace((0, 10_000, 2), (1, 1000, 8)), setup=setup, length_s=8000)
+    b = records(result)["job-1"]
+    assert b.finish_s == pytest.approx(1 + 8000 / 7.2)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5, 16])
+@pytest.mark.parametrize("speed", [0.4, 1.0])
+@pytest.mark.parametrize("overhead", [0.0, 0.05, 1.0])
+def test_the_engines_pace_is_the_cores(workers: int, speed: float, overhead: float) -> None:
+    setup = scenario(f"scaling: {{overhead: {overhead}}}")
+    workload = build_workload(trace((0, 10, 1)), setup, Window(0.0, 10.0))
+    sim = Simulation(workload, setup, SCHEMES["lyra"], flat_load(0.0))
+    core = TrainingJob("j", 1, 1, 16, 1.0, scaling_overhead=overhead)
+    assert sim.pace(sim.jobs[0], workers, speed) == pytest.approx(core.pace(workers, speed))
+
+
+@pytest.mark.parametrize("scheme", ["basic", "lyra"])
+def test_a_job_whose_memory_does_not_fit_a_t4_never_runs_on_one(scheme: str) -> None:
+    # Both T4 servers are lent (no inference demand) and idle, yet B (8 GPUs, 100 s) waits for A's V100s.
+    setup = scenario("memory: {inference_fit_share: 0}")
+    result = simulate(scheme, trace((0, 1000, 8), (1, 100, 8)), setup=setup, length_s=2000)
+    assert by_name(result)["job-1"] == (1000, 1100, 999)
+    assert result.busy_loaned_gpu_s == 0.0
+    assert result.loaned_gpu_s == 16 * 2000  # lent all along, never used
+
+
+# --------------------------------------------------------------------------------------------------- scaling
+
+
+def test_at_its_trace_width_a_job_takes_its_trace_duration_whatever_the_overhead() -> None:
+    # Work = d n / (1 + o (n - 1)) = 100 x 4 / 1.3; on 4 V100s at pace 4 / 1.3 that is exactly 100 s.
+    setup = scenario("scaling: {overhead: 0.1}")
+    workload = build_workload(trace((0, 100, 4)), setup, Window(0.0, 200.0))
+    assert workload.jobs[0].work == pytest.approx(400 / 1.3)
+    assert by_name(simulate("baseline", trace((0, 100, 4)), setup=setup))["job-0"] == (0, 100, 0)
+
+
+def test_more_workers_are_faster_but_sublinearly() -> None:
+    # Elastic: w_max = 8. Pace 8 / (1 + 0.1 x 7) = 8 / 1.7; work 400 / 1.3: 400 x 1.7 / (1.3 x 8) = 65.38 s,
+    # between linear scaling's 50 s and the trace's 100 s.
+    setup = scenario("scaling: {overhead: 0.1}\nelasticity: {share: 1}")
+    record = simulate("lyra", trace((0, 100, 4)), setup=setup).records[0]
+    assert record.max_workers == 8
+    assert record.finish_s == pytest.approx(400 * 1.7 / (1.3 * 8))
+    assert 50 < record.finish_s < 100
+
+
+# ------------------------------------------------------------------------------------------ preemption costs
+
+#: From 600 s inference needs both T4 servers (200 req/s at 100 req/s per server).
+RISING = stepped_load(0, 200)
+#: A holds the V100s for 1000 s; B (8 GPUs x 1000 s = 8000) runs on a lent T4 server from 1 s at pace 3.2.
+B_ON_LOAN = trace((0, 1000, 8), (1, 1000, 8))
+
+
+def test_a_reclaim_preempts_and_the_job_restarts_from_scratch_without_a_checkpoint() -> None:
+    result = simulate("basic", B_ON_LOAN, load=RISING, length_s=3000)
+    b = records(result)["job-1"]
+    # The reclaim at 600 s preempts B (no checkpoint in 599 s: all lost); it waits from 600 s until A leaves the
+    # V100s at 1000 s and runs 8000 at pace 8.
     assert (b.first_start_s, b.finish_s, b.queue_s, b.preemptions) == (1, 2000, 400, 1)
     metrics = summarise(result)
     assert metrics.preemption_ratio == 0.5
@@ -79,70 +150,56 @@ def test_a_reclaim_preempts_and_the_job_restarts_from_its_checkpoint() -> None:
 
 
 def test_a_checkpoint_limits_the_lost_work() -> None:
-    rising = LoadSeries("<t>", 600.0, (0.0,) + (200.0,) * 143)
-    setup = scenario("preemption: {restart_cost_s: 0, resize_cost_s: 0, checkpoint_interval_s: 500}\n")
-    result = run("basic", trace((0, 1000, 8), (1, 1000, 8)), load=rising, setup=setup, length_s=3000)
-    b = {r.name: r for r in result.records}["job-1"]
-    # Checkpoint at 501 s: 500 s at rate 4 kept (2000 of 8000 worker-seconds); 6000 left at rate 8 from 1000 s.
-    assert b.finish_s == pytest.approx(1750)
+    setup = scenario("preemption: {checkpoint_interval_s: 500}")
+    b = records(simulate("basic", B_ON_LOAN, load=RISING, setup=setup, length_s=3000))["job-1"]
+    # Checkpoint at 501 s: 500 s x 3.2 = 1600 kept, the 99 s after it lost; 6400 left at pace 8 from 1000 s.
+    assert b.finish_s == pytest.approx(1000 + 6400 / 8)
+
+
+def test_a_resize_is_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    lost: list[tuple[str, float, float]] = []
+    preempt = Simulation.preempt
+
+    def spy(sim: Simulation, job: SimJob, t: float) -> None:
+        done = job.remaining - job.rate * (t - job.last)
+        preempt(sim, job, t)
+        lost.append((job.name, t, job.remaining - done))
+
+    monkeypatch.setattr(Simulation, "preempt", spy)
+    # Two V100 servers. A (elastic, w_max 16) takes them all; B (8 GPUs, w_min 4, w_max 16) runs 16 workers on
+    # both lent T4s. Inference needs one server from 600 s (B is scaled in to 8: a checkpoint) and both from
+    # 1200 s (B is preempted). Checkpoints are otherwise every 10^6 s: B loses only the 600 s since the resize,
+    # at pace 8 x 0.4 = 3.2.
+    setup = scenario("training: {servers: 2}\nelasticity: {share: 1}\nscheduler: {migration: false}")
+    jobs = trace((0, 20_000, 8), (1, 2000, 8))
+    simulate("lyra", jobs, load=stepped_load(0, 100, 200), setup=setup, length_s=8000)
+    ((name, when, work),) = lost
+    assert (name, when) == ("job-1", 1200)
+    assert work == pytest.approx(600 * 3.2)
+
+
+def test_a_restart_costs_its_seconds_at_the_new_pace() -> None:
+    setup = scenario("preemption: {restart_cost_s: 60}")
+    b = records(simulate("basic", B_ON_LOAN, load=RISING, setup=setup, length_s=3000))["job-1"]
+    # As from scratch (finish 2000), plus 60 s x pace 8 = 480 worker-seconds: 60 s more.
+    assert b.finish_s == pytest.approx(2060)
 
 
 def test_ideal_loses_nothing_on_preemption() -> None:
-    rising = LoadSeries("<t>", 600.0, (0.0,) + (200.0,) * 143)
-    setup = scenario("elasticity: {share: 0}\n")
-    result = run("ideal", trace((0, 1000, 8), (1, 1000, 8)), load=rising, setup=setup, length_s=3000)
-    b = {r.name: r for r in result.records}["job-1"]
-    # 599 s at rate 4 kept: 8000 - 2396 = 5604 worker-seconds at rate 8 from 1000 s.
-    assert b.finish_s == pytest.approx(1000 + 5604 / 8)
-
-
-def test_lyra_scales_an_elastic_job_up_to_its_maximum_when_alone() -> None:
-    busy_inference = flat_load(200.0)  # both inference servers serving: nothing to lend
-    setup = scenario("elasticity: {share: 1, min_factor: 0.5, max_factor: 2}\n")
-    result = run("lyra", trace((0, 100, 2)), load=busy_inference, setup=setup)
-    record = result.records[0]
-    assert (record.min_workers, record.max_workers) == (1, 4)
-    assert (record.first_start_s, record.finish_s) == (0, 50)  # 200 worker-seconds on 4 workers
-
-
-def test_lyra_scales_in_instead_of_preempting_on_reclaim() -> None:
-    rising = LoadSeries("<t>", 600.0, (0.0,) + (200.0,) * 143)
-    setup = scenario("elasticity: {share: 1, min_factor: 0.5, max_factor: 2}\n")
-    # One elastic job of 8 GPUs: w_min 4, w_max 16. Its base sits on the training server, flexible workers on
-    # a loaned one; the reclaim at 600 s scales it in, no preemption.
-    result = run("lyra", trace((0, 4000, 8)), load=rising, setup=setup, length_s=8000)
-    metrics = summarise(result)
-    assert metrics.preemption_ratio == 0.0
-    assert metrics.reclaimed_servers >= 1
-    assert result.records[0].resizes >= 1
+    setup = scenario("preemption: {restart_cost_s: 60, checkpoint_grace_s: 60}")
+    b = records(simulate("ideal", B_ON_LOAN, load=RISING, setup=setup, length_s=3000))["job-1"]
+    # Free preemption: 599 s x 3.2 = 1916.8 kept, no restart cost, no grace; 6083.2 at pace 8 from 1000 s.
+    assert b.finish_s == pytest.approx(1000 + 6083.2 / 8)
+    assert b.preemptions == 1
 
 
 def test_usage_counts_only_the_window() -> None:
-    result = run("baseline", trace((0, 400, 8)), length_s=100)
+    result = simulate("baseline", trace((0, 400, 8)), length_s=100)
     assert summarise(result).usage_training == pytest.approx(1.0)
     assert result.records[0].finish_s == 400  # the job still finishes after the window
 
 
-def test_the_everyone_fits_shortcut_agrees_with_the_allocator() -> None:
-    """When free GPUs cover every offered job at its maximum the driver skips the call, assuming the allocator
-    would start every queued job and grow every running one to its maximum. Check that on random instances."""
-    rng = random.Random(7)
-    for case in range(300):
-        jobs = []
-        for i in range(rng.randint(1, 6)):
-            low = rng.randint(1, 3)
-            high = low + rng.randint(0, 3)
-            running = rng.random() < 0.5
-            jobs.append(
-                TrainingJob(
-                    name=f"j{case}-{i}",
-                    gpus_per_worker=1,
-                    min_workers=low,
-                    max_workers=high,
-                    remaining_work=rng.uniform(1, 1000),
-                    placement={"pool": rng.randint(low, high)} if running else {},
-                )
-            )
-        capacity = sum(j.max_workers for j in jobs) + rng.randint(0, 4)
-        plan = allocate_workers(jobs, capacity, search_budget=60, allow_deferral=True)
-        assert dict(plan.workers) == {j.name: j.max_workers for j in jobs}, case
+def test_an_empty_window_stalls_nothing() -> None:
+    result = simulate("lyra", trace((500, 10, 1)), length_s=100)
+    assert result.records == ()
+    assert math.isclose(result.window_s, 100)

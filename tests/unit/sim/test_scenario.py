@@ -4,14 +4,36 @@ import pytest
 
 from lyra.sim.scenario import DurationKnowledge, ScenarioError, load_scenario, parse_scenario
 
+POOLS = "training: {servers: 1}\ninference: {servers: 1, req_per_server: 1}\n"
+
 
 def test_the_shipped_default_is_valid_and_documented_values_hold() -> None:
     scenario = load_scenario()
     assert scenario.training.gpu_type == "V100"
     assert scenario.inference.gpu_type == "T4"
-    assert scenario.speed_of("T4") == 0.5
+    assert scenario.speed_of("V100") == 1.0
+    assert scenario.speed_of("T4") == 0.4
+    assert scenario.inference.headroom_servers == 6  # 5% of 108, rounded up
+    assert (scenario.loaning.lend_hysteresis_s, scenario.loaning.drain_s) == (1800, 30)
+    assert scenario.memory.inference_fit_share == 0.5
+    assert scenario.scaling.overhead == 0.0
+    assert (scenario.elasticity.share, scenario.elasticity.mixing_share) == (0.5, 0.0)
+    preemption = scenario.preemption
+    assert (preemption.checkpoint_grace_s, preemption.saves_on_signal) == (60, False)
+    assert (preemption.restart_cost_s, preemption.resize_cost_s, preemption.checkpoint_interval_s) == (60, 20, 1800)
+    assert (scenario.scheduler.decision_interval_s, scenario.scheduler.migration) == (30, True)
     assert scenario.durations.knowledge is DurationKnowledge.NOISY
     assert scenario.calibration.training_usage == 0.72
+
+
+def test_fields_left_out_take_the_documented_defaults() -> None:
+    scenario = parse_scenario(POOLS)
+    assert scenario.speed == {"V100": 1.0, "T4": 0.4}
+    assert scenario.speed_of("A100") == 1.0  # unknown types run at the reference speed
+    assert (scenario.loaning.lend_hysteresis_s, scenario.loaning.drain_s) == (1800, 30)
+    assert scenario.memory.inference_fit_share == 0.5
+    assert (scenario.preemption.checkpoint_grace_s, scenario.preemption.saves_on_signal) == (60, False)
+    assert scenario.scheduler.migration is True
 
 
 @pytest.mark.parametrize(
@@ -19,9 +41,24 @@ def test_the_shipped_default_is_valid_and_documented_values_hold() -> None:
     [
         ("training: {servers: 0}\ninference: {servers: 1, req_per_server: 1}", "training.servers"),
         ("training: {servers: 1}\ninference: {servers: 1}", "inference.req_per_server"),
-        ("training: {servers: 1}\ninference: {servers: 1, req_per_server: 1}\nelasticity: {share: 2}", "share"),
+        (POOLS + "elasticity: {share: 2}", "elasticity.share"),
         ("training: {servers: 1, colour: red}\ninference: {servers: 1, req_per_server: 1}", "training.colour"),
-        ("training: {servers: 1}\ninference: {servers: 1, req_per_server: 1}\nspeed: {T4: 0}", "speed.T4"),
+        (POOLS + "speed: {T4: 0}", "speed.T4"),
+        (POOLS + "loaning: {lend_hysteresis_s: -1}", "loaning.lend_hysteresis_s"),
+        (POOLS + "loaning: {drain_s: -5}", "loaning.drain_s"),
+        (POOLS + "loaning: {drain_s: soon}", "loaning.drain_s"),
+        (POOLS + "loaning: {lend_every_s: 5}", "loaning.lend_every_s"),
+        (POOLS + "memory: {inference_fit_share: 1.5}", "memory.inference_fit_share"),
+        (POOLS + "memory: {inference_fit_share: -0.1}", "memory.inference_fit_share"),
+        (POOLS + "memory: {gib: 16}", "memory.gib"),
+        (POOLS + "scaling: {overhead: 1.5}", "scaling.overhead"),
+        (POOLS + "scaling: {overhead: -0.01}", "scaling.overhead"),
+        (POOLS + "elasticity: {mixing_share: 2}", "elasticity.mixing_share"),
+        (POOLS + "elasticity: {mixing_share: -1}", "elasticity.mixing_share"),
+        (POOLS + "preemption: {checkpoint_grace_s: -1}", "preemption.checkpoint_grace_s"),
+        (POOLS + "preemption: {saves_on_signal: perhaps}", "preemption.saves_on_signal"),
+        (POOLS + "scheduler: {migration: sometimes}", "scheduler.migration"),
+        (POOLS + "scheduler: {decision_interval_s: -30}", "scheduler.decision_interval_s"),
     ],
 )
 def test_a_bad_field_is_named(text: str, field: str) -> None:

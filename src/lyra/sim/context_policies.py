@@ -1,0 +1,117 @@
+"""Context policies: how common schedulers do on the same separate training cluster (no loaning, no elasticity).
+
+They are not Lyra's policy, so they live in the driver, but they place workers by the core's placement rule
+(:class:`lyra.core.packing.Layout`), like everything else here.
+
+* ``fifo``: arrival order, head-of-line blocking, no backfilling;
+* ``sjf``: shortest estimated job first with backfilling. It is the same rule as ``baseline`` written
+  independently of the core's allocator, so it cross-checks the driver;
+* ``las``: Tiresias-style discretised least attained service: duration-agnostic and preemptive. Jobs queue by
+  attained GPU-seconds (thresholds ``las_thresholds_gpu_s``), FIFO inside a queue; as GPUs free up, the best
+  head that fits starts; every ``rebalance_interval_s`` (if anything changed) running and queued jobs are
+  re-ranked together and running jobs that no longer make the cut are preempted.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from lyra.sim.jobs import QueueEntry, SimJob, Status
+from lyra.sim.schemes import Admission
+
+if TYPE_CHECKING:
+    from lyra.sim.engine import Decider, Simulation
+
+
+def context_policy(sim: Simulation, admission: Admission) -> Decider:
+    if admission is Admission.LAS:
+        return LeastAttainedService(sim)
+    return GreedyAdmission(sim, fifo=admission is Admission.FIFO)
+
+
+def start_on_training_gpus(sim: Simulation, job: SimJob, t: float) -> bool:
+    """Start a queued job with its base on the training pool's GPUs, placed by the core's rule."""
+    cluster = sim.cluster
+    layout = cluster.layout
+    moves = layout.place(job.name, 1, cluster.training_type, job.wmin)
+    if moves is None:
+        return False
+    layout.undo(job.name, moves, 1)
+    placement: dict[int, int] = {}
+    for server, count in moves:
+        placement[server] = placement.get(server, 0) + count
+    sim.apply({job: placement}, t)
+    return True
+
+
+class GreedyAdmission:
+    """``fifo`` (the head or nobody) and ``sjf`` (the best head that fits, repeatedly: backfilling)."""
+
+    allocator_calls = 0
+
+    def __init__(self, sim: Simulation, *, fifo: bool) -> None:
+        self.sim = sim
+        self.fifo = fifo
+
+    def mark_dirty(self) -> None:
+        """Greedy admission has no periodic work."""
+
+    def decide(self, t: float) -> None:
+        sim = self.sim
+        free = sim.cluster.layout.free_of_type
+        training = sim.cluster.training_type
+        while free[training] > 0:
+            entry = sim.queue.head() if self.fifo else sim.queue.best_fit(free[training])
+            if entry is None:
+                return
+            job = sim.jobs[entry[3]]
+            if job.wmin > free[training] or not start_on_training_gpus(sim, job, t):
+                return
+
+
+class LeastAttainedService:
+    allocator_calls = 0
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.dirty = False
+        self.next_full = 0.0
+        self.interval = sim.scenario.scheduler.rebalance_interval_s
+
+    def mark_dirty(self) -> None:
+        self.dirty = True
+
+    def decide(self, t: float) -> None:
+        sim = self.sim
+        free = sim.cluster.layout.free_of_type
+        training = sim.cluster.training_type
+        if not (self.dirty and t >= self.next_full):
+            while free[training] > 0:
+                entry = sim.queue.best_fit(free[training])
+                if entry is None or not start_on_training_gpus(sim, sim.jobs[entry[3]], t):
+                    return
+            return
+        self.dirty = False
+        self.next_full = t + self.interval
+        running: list[QueueEntry] = []
+        for i in sim.running:
+            job = sim.jobs[i]
+            job.progress(t)
+            running.append((float(sim.las_level(job.attained)), job.submit, job.name, i))
+        running.sort()
+        left = sim.cluster.training_gpus
+        keep: set[int] = set()
+        for entry in heapq.merge(running, sim.queue.ordered()):
+            job = sim.jobs[entry[3]]
+            if job.wmin <= left:
+                keep.add(entry[3])
+                left -= job.wmin
+                if left == 0:
+                    break
+        for entry in running:
+            if entry[3] not in keep:
+                sim.preempt(sim.jobs[entry[3]], t)
+        starts = sorted((sim.jobs[i] for i in keep if sim.jobs[i].status is Status.QUEUED), key=lambda j: j.name)
+        for job in starts:
+            start_on_training_gpus(sim, job, t)

@@ -1,0 +1,352 @@
+"""Scheduling decisions by the policy core: the simulator asks :func:`lyra.core.allocation.allocate_workers` and
+applies its placements as they are.
+
+Decisions are made on a *view*, so that a decision costs what it touches, not the size of the cluster:
+
+* queued jobs: per bucket of the queue (the GPU types a job may use, its base size ``b``), the first ``A // b``
+  jobs in the scheme's order, where ``A`` is what those types offer a base (free GPUs plus flexible workers).
+  Within a bucket the allocator admits a prefix of that order, so this is a superset of whom it can admit; at
+  most ``4 * view_jobs`` of them, in admission order (the next decision offers the rest);
+* running elastic jobs: when a queued base needs flexible workers, those on its GPU type holding the most, enough
+  to make room and two more (at most ``view_jobs`` per type); when free
+  GPUs are left over, the ``view_jobs`` that could grow with the shortest estimated remaining time (the fluid
+  model grows those first);
+* servers: those the view's jobs run on and, per GPU type they may use, servers with free GPUs (tightest first)
+  until they hold every worker the view could add; GPUs that jobs outside the view hold are passed as ``held``:
+  those jobs keep their workers.
+
+Every ``rebalance_interval_s`` (if anything changed) a periodic decision also offers, with migration, the
+``view_jobs`` jobs on inference GPUs with the longest estimated time left whose base the training GPUs could hold,
+plus the donors that could make room for them; the allocator may move such a job to the faster GPUs when that
+pays for the restart (``allocate_workers(..., restart_cost_s=...)``).
+
+The allocator is not called at all when nothing could change: no queued base fits in what its types offer, no
+free GPU could grow an elastic job, and (periodically, with migration) no job on inference GPUs could move. Views
+never offer running jobs only to move workers between them: measured on the poster's 15 days, 97% of such
+rebalances changed nothing, and each move would pay two resizes that the fluid objective does not count.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from lyra.core.allocation import allocate_workers
+from lyra.core.model import ClusterSnapshot, Server, TrainingJob
+from lyra.sim.jobs import SimJob, Status
+
+if TYPE_CHECKING:
+    from lyra.sim.engine import Simulation
+
+
+class CoreDecisions:
+    """The scheduler of the ``baseline``, ``basic``, ``lyra`` and ``ideal`` schemes."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        scheduler = sim.scenario.scheduler
+        self.view_jobs = scheduler.view_jobs
+        self.search_evaluations = scheduler.search_evaluations
+        self.rebalance_interval = scheduler.rebalance_interval_s
+        self.migrate = sim.scheme.elastic and scheduler.migration
+        self.allocator_calls = 0
+        self.dirty = False
+        self.next_full = 0.0
+        cluster = sim.cluster
+        self.catalog = cluster.catalog
+        self.type_index = {name: i for i, name in enumerate(cluster.type_names)}
+        self._indices_of: dict[frozenset[str], tuple[int, ...]] = {}
+
+    def mark_dirty(self) -> None:
+        self.dirty = True
+
+    def _indices(self, types: frozenset[str]) -> tuple[int, ...]:
+        indices = self._indices_of.get(types)
+        if indices is None:
+            indices = self._indices_of[types] = tuple(sorted(self.type_index[t] for t in types))
+        return indices
+
+    def _available(self, types: frozenset[str]) -> int:
+        """GPUs a queued base of these types could get now: free GPUs plus flexible workers on them."""
+        free = self.sim.cluster.layout.free_of_type
+        flexible = self.sim.flexible
+        return sum(free[i] + flexible[i] for i in self._indices(types))
+
+    def _free(self, types: frozenset[str]) -> int:
+        free = self.sim.cluster.layout.free_of_type
+        return sum(free[i] for i in self._indices(types))
+
+    def _can_grow(self) -> bool:
+        free = self.sim.cluster.layout.free_of_type
+        return any(f > 0 and g > 0 for f, g in zip(free, self.sim.growable, strict=True))
+
+    def decide(self, t: float) -> None:
+        sim = self.sim
+        if sim.scheme.elastic and self.dirty and t >= self.next_full:
+            self.dirty = False
+            self.next_full = t + self.rebalance_interval
+            queued = self._queued()
+            offered: set[int] = set()
+            if self.migrate:
+                movers = self._migration_candidates(t)
+                if movers:
+                    cluster = sim.cluster
+                    # Every job that could make room on the training GPUs, up to view_jobs: moving a job there
+                    # may be worth more than the flexible workers it displaces, and the objective decides.
+                    offered.update(movers)
+                    offered.update(self._donors_on(cluster.training_type, cluster.training_gpus))
+            if queued:
+                offered.update(self._donors())
+            if self._can_grow():
+                offered.update(self._receivers(t))
+            if queued or offered:
+                self._allocate(t, sorted(offered, key=lambda i: sim.jobs[i].name), queued)
+            return
+        if sim.queue.could_start(self._available):
+            queued = self._queued()
+            # Free GPUs suffice for some base: offer jobs that could grow; otherwise jobs that could give way.
+            running = self._receivers(t) if sim.queue.could_start(self._free) else self._donors()
+        elif self._can_grow():
+            queued, running = [], self._receivers(t)
+        else:
+            return
+        self._allocate(t, running, queued)
+
+    def _queued(self) -> list[int]:
+        """The queue's prefix (see the module docstring), at most ``4 * view_jobs`` jobs in admission order."""
+        sim = self.sim
+        chosen = sim.queue.prefix(self._available)
+        cap = 4 * self.view_jobs
+        if len(chosen) <= cap:
+            return chosen
+        jobs = sim.jobs
+        return sorted(chosen, key=lambda i: jobs[i].entry or (0.0, 0.0, jobs[i].name, i))[:cap]
+
+    def _migration_candidates(self, t: float) -> list[int]:
+        """Jobs on the inference GPUs whose base the training GPUs could hold (free or flexible workers), longest
+        estimated time left first (they gain the most from moving): at most ``view_jobs``."""
+        sim = self.sim
+        cluster = sim.cluster
+        if cluster.training_type == cluster.inference_type:
+            return []
+        jobs = sim.jobs
+        room = cluster.layout.free_of_type[cluster.training_type] + sim.flexible[cluster.training_type]
+        candidates = (i for i in sim.on_type[cluster.inference_type] if jobs[i].wmin <= room)
+        return heapq.nsmallest(self.view_jobs, candidates, key=lambda i: (-self._time_left(i, t), jobs[i].name))
+
+    def _time_left(self, i: int, t: float) -> float:
+        job = self.sim.jobs[i]
+        left = job.remaining - job.rate * (t - job.last)
+        return left * job.estimate_factor / job.rate
+
+    def _donors(self) -> list[int]:
+        """Per GPU type where a queued base needs flexible workers to fit, the running elastic jobs there holding
+        the most, enough to make room for the largest such base and two more to choose from; at most
+        ``view_jobs`` per type."""
+        sim = self.sim
+        free = sim.cluster.layout.free_of_type
+        flexible = sim.flexible
+        deficit = [0] * len(free)
+        for (types, need), bucket in sim.queue.buckets.items():
+            if not bucket:
+                continue
+            for name in types:
+                t = self.type_index[name]
+                if free[t] < need <= free[t] + flexible[t]:
+                    deficit[t] = max(deficit[t], need - free[t])
+        chosen: list[int] = []
+        for t, missing in enumerate(deficit):
+            chosen += self._donors_on(t, missing)
+        return chosen
+
+    def _donors_on(self, gpu_type: int, missing: int) -> list[int]:
+        """Running elastic jobs on a type holding the most flexible workers: enough to free ``missing`` GPUs, and
+        two more to choose from; at most ``view_jobs``."""
+        if missing <= 0:
+            return []
+        sim = self.sim
+        jobs = sim.jobs
+        ranked = sorted(
+            (i for i in sim.on_type[gpu_type] if i in sim.running_elastic and jobs[i].workers > jobs[i].wmin),
+            key=lambda i: (jobs[i].wmin - jobs[i].workers, jobs[i].name),
+        )
+        chosen: list[int] = []
+        extra = 2
+        for i in ranked[: self.view_jobs]:
+            if missing <= 0:
+                if extra == 0:
+                    break
+                extra -= 1
+            chosen.append(i)
+            missing -= jobs[i].workers - jobs[i].wmin
+        return chosen
+
+    def _receivers(self, t: float) -> list[int]:
+        """Running elastic jobs below their maximum on a type with free GPUs, shortest estimated time first."""
+        sim = self.sim
+        jobs = sim.jobs
+        free = sim.cluster.layout.free_of_type
+
+        def remaining_time(i: int) -> tuple[float, str]:
+            return (self._time_left(i, t), jobs[i].name)
+
+        growable = (
+            i
+            for i in sim.running_elastic
+            if jobs[i].workers < jobs[i].wmax and sim.kind[i] >= 0 and free[sim.kind[i]] > 0
+        )
+        return heapq.nsmallest(self.view_jobs, growable, key=remaining_time)
+
+    # ------------------------------------------------------------------------------------------ the core
+
+    def _core_job(self, job: SimJob, t: float) -> TrainingJob:
+        """The core's view of a job: its estimated remaining work, its GPU types and, if it runs, its workers."""
+        sim = self.sim
+        if job.status is Status.QUEUED and isinstance(job.view, TrainingJob):
+            return job.view
+        if job.status is Status.RUNNING:
+            job.progress(t)
+        names = sim.cluster.names
+        view = TrainingJob(
+            name=job.name,
+            gpus_per_worker=1,
+            min_workers=job.wmin,
+            max_workers=job.wmax,
+            remaining_work=job.estimate,
+            submit_time=job.submit,
+            placement={names[s]: n for s, n in job.placement.items()},
+            gpu_types=job.gpu_types,
+            mix_gpu_types=job.mixes,
+            scaling_overhead=sim.overhead,
+            seconds_since_checkpoint=sim.since_checkpoint(job, t) if job.workers and sim.lose_work else 0.0,
+        )
+        if job.status is Status.QUEUED:
+            job.view = view
+        return view
+
+    def snapshot(self, jobs: Iterable[SimJob], t: float) -> tuple[ClusterSnapshot, dict[str, int]]:
+        """The view as a core snapshot: the view's jobs, the servers they run on, and, of each GPU type they may
+        use, the servers with free GPUs, tightest first, until they hold every worker the view could add there
+        (more could not change the plan's counts); plus the GPUs that jobs outside the view hold on them."""
+        cluster = self.sim.cluster
+        layout = cluster.layout
+        members = list(jobs)
+        used: dict[int, int] = {}
+        wanted = [0] * len(cluster.type_names)
+        for job in members:
+            for server, count in job.placement.items():
+                used[server] = used.get(server, 0) + count
+            kind = self.sim.kind[job.index]
+            if kind >= 0:
+                wanted[kind] += job.wmax - job.workers
+                if self.migrate and kind != self.sim.cluster.training_type:
+                    # It may move to the training GPUs: offer room there for all of it.
+                    wanted[self.sim.cluster.training_type] += job.wmax
+            else:
+                for name in job.gpu_types:
+                    wanted[self.type_index[name]] += job.wmax - job.workers
+        chosen = set(used)
+        for t_index, need in enumerate(wanted):
+            left = need
+            for server in self._open_servers(t_index) if left > 0 else ():
+                if left <= 0:
+                    break
+                chosen.add(server)
+                left -= layout.free[server]
+        servers: list[Server] = []
+        held: dict[str, int] = {}
+        for server in sorted(chosen):
+            servers.append(cluster.server_view(server))
+            others = cluster.gpus[server] - layout.free[server] - used.get(server, 0)
+            if others:
+                held[cluster.names[server]] = others
+        views = tuple(self._core_job(job, t) for job in members)
+        return ClusterSnapshot(tuple(servers), views, self.catalog), held
+
+    def _open_servers(self, gpu_type: int) -> Iterator[int]:
+        """Servers of a type with free GPUs, tightest first (then index), read off the layout's buckets so that a
+        caller that stops early pays for what it reads. (Inference servers not loaned have no free GPUs: their
+        GPUs are held, so every server here may take training work.)"""
+        layout = self.sim.cluster.layout
+        free = layout.free
+        count = layout.count
+        for f in range(1, layout.largest[gpu_type] + 1):
+            if not count.get((gpu_type, f)):
+                continue
+            servers: set[int] = set()
+            for unsafe in (0, 1):
+                servers.update(s for s in layout.buckets.get((gpu_type, unsafe, f), ()) if free[s] == f)
+            yield from sorted(servers)
+
+    def _everyone_fits(self, running: list[int], queued: list[int]) -> dict[SimJob, dict[int, int]] | None:
+        """When the free GPUs hold every offered job at its maximum (queued jobs on the training GPUs, the
+        fastest; running ones on their own type), the allocator's answer is known: everyone at its maximum,
+        since with ``w * e(w)`` rising no job is faster with fewer workers and none waits. Then the placements
+        come straight from the core's placement rule and the call is skipped (a unit test checks this shortcut
+        against :func:`allocate_workers`). ``None`` when it does not apply."""
+        sim = self.sim
+        cluster = sim.cluster
+        layout = cluster.layout
+        jobs = sim.jobs
+        wanted = [0] * len(cluster.type_names)
+        for i in queued:
+            wanted[cluster.training_type] += jobs[i].wmax
+        for i in running:
+            kind = sim.kind[i]
+            if kind < 0:
+                return None
+            if self.migrate and kind != cluster.training_type:
+                return None  # the allocator may move it to the training GPUs, free or held by flexible workers
+            wanted[kind] += jobs[i].wmax - jobs[i].workers
+        if any(w > f for w, f in zip(wanted, layout.free_of_type, strict=True)):
+            return None
+        changes: dict[SimJob, dict[int, int]] = {}
+        journal: list[tuple[str, list[tuple[int, int]]]] = []
+        order = [jobs[i] for i in running] + sorted(
+            (jobs[i] for i in queued), key=lambda job: job.entry or (0.0, 0.0, job.name, job.index)
+        )
+        for job in order:
+            kind = sim.kind[job.index] if job.workers else cluster.training_type
+            extra = job.wmax - job.workers
+            if extra <= 0:
+                continue
+            moves = layout.place(job.name, 1, kind, extra)
+            if moves is None:
+                for name, made in reversed(journal):
+                    layout.undo(name, made, 1)
+                return None
+            journal.append((job.name, moves))
+            placement = changes.setdefault(job, dict(job.placement))
+            for server, count in moves:
+                placement[server] = placement.get(server, 0) + count
+        for name, made in reversed(journal):
+            layout.undo(name, made, 1)
+        return changes
+
+    def _allocate(self, t: float, running: list[int], queued: list[int]) -> None:
+        sim = self.sim
+        shortcut = self._everyone_fits(running, queued)
+        if shortcut is not None:
+            if shortcut:
+                sim.apply(shortcut, t)
+            return
+        members = [sim.jobs[i] for i in running] + [sim.jobs[i] for i in queued]
+        snapshot, held = self.snapshot(members, t)
+        budget = self.search_evaluations * len(members)
+        restart = sim.restart_cost if self.migrate else None
+        plan = allocate_workers(snapshot, held=held, search_budget=budget, restart_cost_s=restart)
+        self.allocator_calls += 1
+        index = sim.cluster.layout.index
+        changes: dict[SimJob, Mapping[int, int]] = {}
+        for job in members:
+            placement = plan.placement.get(job.name)
+            if placement is None:
+                if job.status is Status.RUNNING:
+                    raise RuntimeError(f"the allocator stopped running job {job.name}")
+                continue
+            wanted = {index[name]: count for name, count in placement.items()}
+            if wanted != job.placement:
+                changes[job] = wanted
+        if changes:
+            sim.apply(changes, t)

@@ -1,0 +1,223 @@
+"""Sensitivity sweep: where Lyra's gain holds and where it does not, one assumption at a time.
+
+The world model rests on assumptions no trace records: how fast an inference GPU trains, how many jobs are
+elastic, how well jobs scale, how many fit an inference GPU's memory. The sweep varies each around the scenario's
+value, keeping the others at the scenario's, and runs ``basic``, ``lyra`` and ``ideal`` at every point (``baseline``
+uses none of these knobs, so it runs once). A point *holds* when ``ideal >= lyra >= basic`` on mean JCT (each no
+slower than the next, within ``tolerance``) and Lyra beats ``baseline``.
+
+Points are independent simulations, so they run in parallel processes (``workers``); results come back in the
+order of the grid whatever the order they finish in, so a sweep is reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from lyra.sim.engine import Simulation
+from lyra.sim.load import LoadSeries
+from lyra.sim.metrics import SchemeMetrics, summarise
+from lyra.sim.scenario import Scenario
+from lyra.sim.schemes import SCHEMES
+from lyra.sim.traces import Trace
+from lyra.sim.workload import Window, build_workload
+
+#: Schemes run at every point of the sweep; ``baseline`` runs once, on the scenario as given.
+SWEPT_SCHEMES = ("basic", "lyra", "ideal")
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One swept assumption: its name in the output, how to set it on a scenario, and its default values."""
+
+    name: str
+    label: str
+    values: tuple[float, ...]
+    apply: Callable[[Scenario, float], Scenario]
+
+
+def _inference_speed(scenario: Scenario, value: float) -> Scenario:
+    speed = dict(scenario.speed)
+    speed[scenario.inference.gpu_type] = value
+    return scenario.model_copy(update={"speed": speed})
+
+
+def _elastic_share(scenario: Scenario, value: float) -> Scenario:
+    return scenario.model_copy(update={"elasticity": scenario.elasticity.model_copy(update={"share": value})})
+
+
+def _scaling_overhead(scenario: Scenario, value: float) -> Scenario:
+    return scenario.model_copy(update={"scaling": scenario.scaling.model_copy(update={"overhead": value})})
+
+
+def _fit_share(scenario: Scenario, value: float) -> Scenario:
+    return scenario.model_copy(update={"memory": scenario.memory.model_copy(update={"inference_fit_share": value})})
+
+
+KNOBS: dict[str, Knob] = {
+    knob.name: knob
+    for knob in (
+        Knob("inference-speed", "inference GPU training speed (x reference)", (0.3, 0.4, 0.5), _inference_speed),
+        Knob("elastic-share", "share of elastic jobs", (0.25, 0.5, 0.75), _elastic_share),
+        Knob("scaling-overhead", "scaling overhead (e(w) = 1 / (1 + o (w - 1)))", (0.0, 0.02, 0.05), _scaling_overhead),
+        Knob("fit-share", "share of jobs that fit an inference GPU", (0.25, 0.5, 0.75, 1.0), _fit_share),
+    )
+}
+
+
+class SweepError(ValueError):
+    """A ``--sweep`` specification is malformed; the message says what to write instead."""
+
+
+def parse_knobs(specs: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """``["inference-speed=0.3,0.5", "fit-share"]`` -> values per knob; no spec sweeps every knob's defaults."""
+    if not specs:
+        return {name: knob.values for name, knob in KNOBS.items()}
+    chosen: dict[str, tuple[float, ...]] = {}
+    for spec in specs:
+        name, _, values = spec.partition("=")
+        knob = KNOBS.get(name.strip())
+        if knob is None:
+            raise SweepError(f"unknown sweep knob {name.strip()!r}; choose from {', '.join(KNOBS)}")
+        if not values:
+            chosen[knob.name] = knob.values
+            continue
+        try:
+            parsed = tuple(float(v) for v in values.split(","))
+        except ValueError:
+            raise SweepError(f"--sweep {spec}: values must be numbers separated by commas") from None
+        if not parsed or not all(math.isfinite(v) for v in parsed):
+            raise SweepError(f"--sweep {spec}: values must be finite numbers")
+        chosen[knob.name] = parsed
+    return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    knob: str
+    value: float
+    metrics: Mapping[str, SchemeMetrics]
+
+    def jct(self, scheme: str) -> float:
+        return self.metrics[scheme].jct_mean_s
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    baseline: SchemeMetrics
+    points: tuple[SweepPoint, ...]
+    tolerance: float
+
+    def holds(self, point: SweepPoint) -> bool:
+        """``ideal >= lyra >= basic`` on mean JCT (shorter is better; within the tolerance) and lyra beats
+        baseline."""
+        slack = 1.0 + self.tolerance
+        ideal, lyra, basic = point.jct("ideal"), point.jct("lyra"), point.jct("basic")
+        return ideal <= lyra * slack and lyra <= basic * slack and lyra < self.baseline.jct_mean_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline.as_dict(),
+            "tolerance": self.tolerance,
+            "points": [
+                {
+                    "knob": p.knob,
+                    "value": p.value,
+                    "holds": self.holds(p),
+                    "schemes": {name: m.as_dict() for name, m in p.metrics.items()},
+                }
+                for p in self.points
+            ],
+        }
+
+
+def _scenario_for(scenario: Scenario, knob: str, value: float) -> Scenario:
+    """The scenario with one knob set, checked again as a whole (a copy with updates is not validated)."""
+    varied = KNOBS[knob].apply(scenario, value)
+    try:
+        return Scenario.model_validate(varied.model_dump())
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'scenario'}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in error.errors()
+        )
+        raise SweepError(f"--sweep {knob}={value:g}: {problems}") from None
+
+
+def _run_point(task: tuple[Trace, LoadSeries, Scenario, Window, str]) -> SchemeMetrics:
+    trace, load, scenario, window, scheme = task
+    workload = build_workload(trace, scenario, window)
+    return summarise(Simulation(workload, scenario, SCHEMES[scheme], load).run())
+
+
+def run_sweep(
+    trace: Trace,
+    load: LoadSeries,
+    scenario: Scenario,
+    window: Window,
+    knobs: Mapping[str, Sequence[float]],
+    *,
+    workers: int = 1,
+    tolerance: float = 0.01,
+    on_done: Callable[[str, float, str], None] | None = None,
+) -> SweepResult:
+    """Every (knob, value, scheme) simulation, plus one baseline; in parallel processes if ``workers > 1``."""
+    grid: list[tuple[str, float, str]] = []
+    tasks: list[tuple[Trace, LoadSeries, Scenario, Window, str]] = []
+    for knob, values in knobs.items():
+        for value in values:
+            varied = _scenario_for(scenario, knob, value)
+            for scheme in SWEPT_SCHEMES:
+                grid.append((knob, value, scheme))
+                tasks.append((trace, load, varied, window, scheme))
+    grid.append(("", math.nan, "baseline"))
+    tasks.append((trace, load, scenario, window, "baseline"))
+    results: list[SchemeMetrics | None] = [None] * len(tasks)
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(_run_point, task) for task in tasks]
+            for index, future in enumerate(futures):
+                results[index] = future.result()
+                if on_done is not None:
+                    on_done(*grid[index])
+    else:
+        for index, task in enumerate(tasks):
+            results[index] = _run_point(task)
+            if on_done is not None:
+                on_done(*grid[index])
+    by_point: dict[tuple[str, float], dict[str, SchemeMetrics]] = {}
+    baseline: SchemeMetrics | None = None
+    for (knob, value, scheme), metrics in zip(grid, results, strict=True):
+        assert metrics is not None
+        if scheme == "baseline":
+            baseline = metrics
+        else:
+            by_point.setdefault((knob, value), {})[scheme] = metrics
+    assert baseline is not None
+    points = tuple(SweepPoint(knob, value, dict(m)) for (knob, value), m in by_point.items())
+    return SweepResult(baseline, points, tolerance)
+
+
+def format_sweep(result: SweepResult) -> str:
+    """A table: per point, mean JCT of each scheme, lyra's gain over basic and baseline, and whether it holds."""
+    header = (
+        f"{'assumption':<18} {'value':>6} {'basic JCT':>10} {'lyra JCT':>10} {'ideal JCT':>10} "
+        f"{'lyra/basic':>10} {'lyra/base':>10} {'lyra queue':>10}  holds"
+    )
+    lines = [f"baseline (unaffected by these knobs): mean JCT {result.baseline.jct_mean_s:.0f} s", header]
+    lines.append("-" * len(header))
+    base = result.baseline.jct_mean_s
+    for point in result.points:
+        basic, lyra, ideal = point.jct("basic"), point.jct("lyra"), point.jct("ideal")
+        lines.append(
+            f"{point.knob:<18} {point.value:>6g} {basic:>10.0f} {lyra:>10.0f} {ideal:>10.0f} "
+            f"{basic / lyra:>9.2f}x {base / lyra:>9.2f}x {point.metrics['lyra'].queue_mean_s:>10.0f}  "
+            f"{'yes' if result.holds(point) else 'NO'}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""The sensitivity sweep: knob specifications, the grid's order, and when a point holds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from lyra.sim.engine import Simulation
+from lyra.sim.metrics import SchemeMetrics, summarise
+from lyra.sim.schemes import SCHEMES
+from lyra.sim.sweep import (
+    KNOBS,
+    SWEPT_SCHEMES,
+    SweepError,
+    SweepPoint,
+    SweepResult,
+    format_sweep,
+    parse_knobs,
+    run_sweep,
+)
+from lyra.sim.workload import Window, build_workload
+from tests.unit.sim.builders import flat_load, scenario, simulate, trace
+
+#: Enough to keep the V100s busy, so that the lent T4s matter.
+JOBS = trace((0, 400, 8), (10, 300, 4), (20, 200, 2), (30, 100, 8))
+LOAD = flat_load(0.0)
+WINDOW = Window(0.0, 1000.0)
+SETUP = scenario("elasticity: {share: 0.5}\nmemory: {inference_fit_share: 0.5}")
+
+# ---------------------------------------------------------------------------------------------- parse_knobs
+
+
+@pytest.mark.parametrize(
+    ("specs", "knobs"),
+    [
+        (["inference-speed=0.3,0.5"], {"inference-speed": (0.3, 0.5)}),
+        (["fit-share"], {"fit-share": KNOBS["fit-share"].values}),
+        (["elastic-share=0.25", "scaling-overhead=0,0.05"], {"elastic-share": (0.25,), "scaling-overhead": (0, 0.05)}),
+        (["inference-speed = 0.4"], {"inference-speed": (0.4,)}),
+        ([], {name: knob.values for name, knob in KNOBS.items()}),
+    ],
+)
+def test_parse_knobs_accepts(specs: list[str], knobs: dict[str, tuple[float, ...]]) -> None:
+    assert parse_knobs(specs) == knobs
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("speed=0.3", "unknown sweep knob 'speed'; choose from inference-speed, elastic-share, scaling-overhead"),
+        ("inference-speed=fast", "--sweep inference-speed=fast: values must be numbers separated by commas"),
+        ("inference-speed=0.3,,0.5", "values must be numbers separated by commas"),
+        ("fit-share=nan", "--sweep fit-share=nan: values must be finite numbers"),
+        ("fit-share=0.5,inf", "values must be finite numbers"),
+    ],
+)
+def test_parse_knobs_refuses_with_a_message(spec: str, message: str) -> None:
+    with pytest.raises(SweepError) as error:
+        parse_knobs([spec])
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "field"),
+    [
+        ("fit-share", 2.0, "inference_fit_share"),
+        ("elastic-share", 1.5, "share"),
+        ("scaling-overhead", 3.0, "overhead"),
+        ("inference-speed", 0.0, "speed"),
+    ],
+)
+def test_an_out_of_range_value_is_refused_naming_the_field(knob: str, value: float, field: str) -> None:
+    """``_scenario_for`` says pydantic re-checks the field; the refusal must come before any simulation runs."""
+    with pytest.raises(SweepError) as error:
+        run_sweep(JOBS, LOAD, SETUP, WINDOW, {knob: (value,)})
+    assert f"--sweep {knob}={value:g}" in str(error.value)
+    assert field in str(error.value)
+
+
+# ------------------------------------------------------------------------------------------------ run_sweep
+
+
+def test_points_come_back_in_grid_order_with_the_metrics_of_their_scenario() -> None:
+    done: list[tuple[str, float, str]] = []
+    result = run_sweep(
+        JOBS,
+        LOAD,
+        SETUP,
+        WINDOW,
+        {"inference-speed": (0.5, 0.3), "fit-share": (1.0,)},
+        workers=1,
+        on_done=lambda knob, value, scheme: done.append((knob, value, scheme)),
+    )
+    assert all(tuple(p.metrics) == SWEPT_SCHEMES for p in result.points)
+    # Every (knob, value, scheme) in grid order, then the one baseline.
+    grid = [("inference-speed", 0.5), ("inference-speed", 0.3), ("fit-share", 1.0)]
+    assert [(p.knob, p.value) for p in result.points] == grid
+    assert done[:-1] == [(knob, value, scheme) for knob, value in grid for scheme in SWEPT_SCHEMES]
+    assert (done[-1][0], done[-1][2]) == ("", "baseline")
+    # A point is the simulation of the scenario with that one knob changed.
+    slow = SETUP.model_copy(update={"speed": {"V100": 1.0, "T4": 0.3}})
+    workload = build_workload(JOBS, slow, WINDOW)
+    direct = summarise(Simulation(workload, slow, SCHEMES["lyra"], LOAD).run())
+    assert result.points[1].metrics["lyra"] == direct
+    assert result.baseline == summarise(simulate("baseline", JOBS, setup=SETUP, length_s=WINDOW.length_s))
+    for point in result.points:
+        ideal, lyra, basic = (point.jct(s) for s in ("ideal", "lyra", "basic"))
+        expected = ideal <= lyra * 1.01 and lyra <= basic * 1.01 and lyra < result.baseline.jct_mean_s
+        assert result.holds(point) == expected
+
+
+def with_jct(metrics: SchemeMetrics, jct: float) -> SchemeMetrics:
+    return replace(metrics, jct_mean_s=jct)
+
+
+TEMPLATE = summarise(simulate("baseline", trace((0, 10, 1))))
+
+
+@pytest.mark.parametrize(
+    ("ideal", "lyra", "basic", "holds"),
+    [
+        (80.0, 80.0, 90.0, True),
+        (80.8, 80.0, 90.0, True),  # ideal within 1% of lyra (80 x 1.01)
+        (81.0, 80.0, 90.0, False),
+        (80.0, 90.9, 90.0, True),  # lyra within 1% of basic (90 x 1.01)
+        (80.0, 91.0, 90.0, False),
+        (80.0, 100.0, 110.0, False),  # lyra must beat baseline (100) strictly
+        (80.0, 99.9, 110.0, True),
+    ],
+)
+def test_a_point_holds_when_ideal_lyra_basic_are_ordered_and_lyra_beats_baseline(
+    ideal: float, lyra: float, basic: float, holds: bool
+) -> None:
+    point = SweepPoint(
+        "inference-speed",
+        0.4,
+        {"basic": with_jct(TEMPLATE, basic), "lyra": with_jct(TEMPLATE, lyra), "ideal": with_jct(TEMPLATE, ideal)},
+    )
+    result = SweepResult(with_jct(TEMPLATE, 100.0), (point,), tolerance=0.01)
+    assert result.holds(point) is holds
+    assert result.as_dict()["points"][0]["holds"] is holds
+    assert format_sweep(result).splitlines()[-1].endswith("yes" if holds else "NO")
+
+
+def test_the_sweeps_document_lists_every_point() -> None:
+    point = SweepPoint("fit-share", 0.5, {s: with_jct(TEMPLATE, 50.0) for s in SWEPT_SCHEMES})
+    document = SweepResult(with_jct(TEMPLATE, 100.0), (point,), tolerance=0.02).as_dict()
+    assert set(document) == {"baseline", "tolerance", "points"}
+    assert document["tolerance"] == 0.02
+    (entry,) = document["points"]
+    assert (entry["knob"], entry["value"], entry["holds"]) == ("fit-share", 0.5, True)
+    assert set(entry["schemes"]) == set(SWEPT_SCHEMES)
+    assert entry["schemes"]["lyra"]["jct_mean_s"] == 50.0
