@@ -430,6 +430,8 @@ class _Problem:
         if moves is not None:
             self._dirty.setdefault(t, set()).update(s for s, _ in moves)
             return True
+        if layout.free_of_type[t] < job.min_workers * job.gpus_per_worker:
+            return False  # the started bases stay on t: no packing of them leaves room for this base
         group = [k for k in self.started if self.kind[k] == t] + [i]
         group.sort(key=lambda k: -self.jobs[k].gpus_per_worker)  # stable: admission order among equals
         before = {k: dict(layout.hosts(self.jobs[k].name)) for k in group}

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from lyra.sim.csvfiles import csv_with_header
 
@@ -51,6 +52,10 @@ class TraceJob:
     num_gpus: int
 
 
+def _rebuild_trace(path: str, fmt: TraceFormat, jobs: tuple[TraceJob, ...], skipped: dict[str, int]) -> Trace:
+    return Trace(path, fmt, jobs, MappingProxyType(skipped))
+
+
 @dataclass(frozen=True, slots=True)
 class Trace:
     """Jobs sorted by submit time. ``skipped`` counts rows left out by a documented rule, by reason."""
@@ -59,6 +64,10 @@ class Trace:
     format: TraceFormat
     jobs: tuple[TraceJob, ...]
     skipped: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A read-only mapping does not pickle; sweeps send traces to worker processes.
+        return (_rebuild_trace, (self.path, self.format, self.jobs, dict(self.skipped)))
 
     @property
     def first_submit_s(self) -> float:

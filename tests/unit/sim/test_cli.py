@@ -123,6 +123,16 @@ def test_sweep_prints_the_table_and_writes_json_and_the_plot(
     assert not (out / "jobs.csv").exists()  # a sweep writes no per-job table
 
 
+def test_a_parallel_sweep_gives_the_same_figures_as_a_serial_one(inputs: dict[str, Path], tmp_path: Path) -> None:
+    documents = []
+    for jobs in ("1", "2"):
+        path = tmp_path / f"sweep-{jobs}.json"
+        args = sweep_args(inputs, "--sweep", "elastic-share=0.2,0.8", "--jobs", jobs, "--json", str(path), "--no-plots")
+        assert main(args) == 0
+        documents.append(json.loads(path.read_text()))
+    assert documents[0] == documents[1]
+
+
 @pytest.mark.parametrize(
     ("sweep", "message"),
     [
