@@ -37,15 +37,15 @@ class StubExtender:
     def answer(self, verb: str, request: dict[str, Any]) -> object:
         pod = request["Pod"]["metadata"]["name"]
         self.calls.append((verb, pod))
-        nodes = request["Nodes"]["items"]
+        assert request.get("Nodes") is None, "nodeCacheCapable: the scheduler sends names only"
+        names = request["NodeNames"]
         if verb == "filter":
-            kept = [node for node in nodes if node["metadata"]["name"] in ALLOWED_NODES]
-            failed = {node["metadata"]["name"]: "not allowed by the stub" for node in nodes if node not in kept}
-            return {"Nodes": {"items": kept}, "FailedNodes": failed, "Error": ""}
-        return [
-            {"Host": node["metadata"]["name"], "Score": 10 if node["metadata"]["name"] == CHOSEN_NODE else 0}
-            for node in nodes
-        ]
+            kept = [name for name in names if name in ALLOWED_NODES]
+            failed = {name: "not allowed by the stub" for name in names if name not in kept}
+            return {"NodeNames": kept, "FailedNodes": failed, "Error": ""}
+        if verb == "preempt":
+            return {"NodeNameToMetaVictims": request.get("NodeNameToMetaVictims") or {}}
+        return [{"Host": name, "Score": 10 if name == CHOSEN_NODE else 0} for name in names]
 
 
 @pytest.fixture

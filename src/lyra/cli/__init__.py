@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from lyra import __version__
-from lyra.cli import cluster_commands, plan_commands, simulate_commands
+from lyra.cli import cluster_commands, extender_commands, plan_commands, simulate_commands
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan_commands.register(commands)
     cluster_commands.register(commands)
     simulate_commands.register(commands)
+    extender_commands.register(commands)
     return parser
 
 

@@ -77,8 +77,12 @@ class PodRequest:
 
 @dataclass(frozen=True, slots=True)
 class FilterResult:
+    """``failed`` has a reason per refused node; ``unresolvable`` names those that no preemption can open to the pod
+    (a rule refuses them, not a lack of free GPUs)."""
+
     passed: tuple[str, ...]
     failed: Mapping[str, str]
+    unresolvable: frozenset[str] = frozenset()
 
 
 def _refusal(pod: PodRequest, node: NodeView) -> str | None:
@@ -109,15 +113,21 @@ def filter_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> FilterResult:
     """Split ``nodes`` into those the pod may run on and those it may not (with a reason each)."""
     passed: list[str] = []
     failed: dict[str, str] = {}
+    unresolvable: set[str] = set()
     for node in nodes:
         reason = _refusal(pod, node)
-        if reason is None and node.free_gpus < pod.gpus:
+        if reason is not None:
+            unresolvable.add(node.name)
+        elif node.gpus < pod.gpus:
+            reason = f"needs {pod.gpus} nvidia.com/gpu, the node has {node.gpus}"
+            unresolvable.add(node.name)
+        elif node.free_gpus < pod.gpus:
             reason = f"needs {pod.gpus} nvidia.com/gpu, {node.free_gpus} of {node.gpus} free"
         if reason is None:
             passed.append(node.name)
         else:
             failed[node.name] = reason
-    return FilterResult(tuple(passed), MappingProxyType(failed))
+    return FilterResult(tuple(passed), MappingProxyType(failed), frozenset(unresolvable))
 
 
 def score_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> list[tuple[str, int]]:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from lyra.core import NodeView, PodRequest, PodRole, filter_nodes, reclaim_order, score_nodes
+from lyra.core import LoanState, NodeView, PodRequest, PodRole, Pool, filter_nodes, reclaim_order, score_nodes
 
 from .builders import T4, V100, NodeBuilder, job, loaned, node, pod, snapshot, training
 
@@ -329,3 +329,15 @@ def test_flexible_workers_go_where_reclaim_comes_last() -> None:
     ]
     scores = dict(score_nodes(pod(FLEXIBLE, gpus=2, job="new"), views))
     assert scores["l0"] > scores["l1"], scores
+
+
+def test_filter_marks_rule_refusals_unresolvable_and_full_nodes_resolvable() -> None:
+    nodes = [
+        NodeView("t", Pool.TRAINING, None, 8, 2, gpu_type="A100"),
+        NodeView("small", Pool.TRAINING, None, 2, 2, gpu_type="A100"),
+        NodeView("s", Pool.INFERENCE, LoanState.SERVING, 8, 8, gpu_type="T4"),
+    ]
+    result = filter_nodes(PodRequest(PodRole.TRAINING_BASE, 4, gpu_types=frozenset({"A100"})), nodes)
+    assert result.passed == ()
+    assert set(result.failed) == {"t", "small", "s"}
+    assert result.unresolvable == {"small", "s"}  # preemption can free GPUs on t, not grow small or open s

@@ -1,0 +1,92 @@
+"""`lyra extender`: the scheduler extender that kube-scheduler calls to filter and score nodes for GPU pods.
+
+It serves ``filter``, ``prioritize`` and ``preempt`` on ``--host``:``--port`` (default 127.0.0.1:8888, where the
+local cluster's kube-scheduler calls it), with ``/healthz``, ``/readyz`` (ready once its node and pod cache has
+synced) and ``/metrics``. The kubeconfig comes from ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside
+a pod, the service account. Exit codes: 0 stopped cleanly, 1 it could not start, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8888
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    """Register `lyra extender`."""
+    parser = commands.add_parser(
+        "extender",
+        help="run the scheduler extender (filter, prioritize, preempt) for kube-scheduler",
+        description="Serve kube-scheduler's extender protocol from a watched cache of nodes and pods, with "
+        "Lyra's placement rules: inference off loaned servers, training on its allocated GPU type, jobs packed.",
+    )
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    parser.add_argument(
+        "--max-body-mib", type=int, default=32, help="largest request body accepted, in MiB (default 32)"
+    )
+    parser.set_defaults(run=run_extender)
+
+
+def _bad(message: str) -> int:
+    print(f"lyra extender: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def run_extender(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        return _bad(f"--port must be between 1 and 65535, got {args.port}")
+    try:
+        ipaddress.ip_address(args.host)
+    except ValueError:
+        if not args.host or len(args.host) > 253:
+            return _bad(f"--host must be an IP address or a host name, got {args.host!r}")
+    if not 1 <= args.max_body_mib <= 1024:
+        return _bad(f"--max-body-mib must be between 1 and 1024, got {args.max_body_mib}")
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        return _bad(f"--kubeconfig {args.kubeconfig}: no such file")
+
+    import uvicorn
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    from lyra.extender.app import create_app
+    from lyra.extender.watch import WatchedView
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.kubeconfig is not None:
+            api = config.new_client_from_config(config_file=str(args.kubeconfig))  # type: ignore[no-untyped-call]
+        else:
+            try:
+                api = config.new_client_from_config()  # type: ignore[no-untyped-call]
+            except ConfigException:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+                from kubernetes import client
+
+                api = client.ApiClient()
+    except Exception as error:  # a kubeconfig can be broken in many ways (YAML, keys, files): all mean the same
+        print(f"lyra extender: no usable kubeconfig: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    source = WatchedView(api)
+    source.start()
+    app = create_app(source, max_body_bytes=args.max_body_mib * 1024 * 1024)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    except OSError as error:
+        print(f"lyra extender: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        source.stop()
+    return EXIT_OK

@@ -1,0 +1,307 @@
+"""The HTTP face of the scheduler extender: ``filter``, ``prioritize`` and ``preempt`` for kube-scheduler, plus
+``/healthz``, ``/readyz`` and ``/metrics``.
+
+Every verb reads the current :class:`~lyra.extender.view.ClusterView` (never the API server) and asks the policy
+core (:func:`lyra.core.placement.filter_nodes`, :func:`lyra.core.placement.score_nodes`). Both modes of the protocol
+are served: with ``nodeCacheCapable`` the request names the nodes and the view supplies them; without it the request
+carries the Node objects, which are answered back exactly as sent.
+
+Bad bodies get a 4xx with a message and never a 500: a body over ``max_body_bytes`` is refused (413) before it is
+read whole, JSON that does not parse or does not match the protocol gets 400 or 422. Until the view has synced,
+``/readyz`` says 503 and ``filter`` answers with ``Error`` so kube-scheduler retries the pod later rather than
+placing it blind.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import ValidationError
+
+from lyra.core.model import LoanState
+from lyra.core.placement import NodeView, PodRequest, PodRole, filter_nodes, score_nodes
+from lyra.extender.view import ClusterView, node_view
+from lyra.extender.wire import (
+    ExtenderArgs,
+    ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
+    HostPriority,
+    MetaPod,
+    MetaVictims,
+    Node,
+)
+
+#: Largest request body accepted. kube-scheduler sends full Node objects only without nodeCacheCapable; 5,000
+#: nodes of a few KiB each stay well below this.
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+NOT_SYNCED = "the Lyra extender has not synced its node and pod cache yet"
+UNKNOWN_NODE = "not in the Lyra extender's cache yet"
+NOT_LYRA_NODE = "not a Lyra GPU node (no lyra.dev/pool label or no nvidia.com/gpu)"
+
+
+class ViewSource(Protocol):
+    """Where the current view comes from (the watcher, or a fixed view in tests)."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    def current(self) -> ClusterView: ...
+
+
+class FixedView:
+    """A view that never changes: for tests, benchmarks and ``--from-file`` runs."""
+
+    def __init__(self, view: ClusterView, *, synced: bool = True) -> None:
+        self._view = view
+        self._synced = synced
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def current(self) -> ClusterView:
+        return self._view
+
+
+class ExtenderMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "lyra_extender_requests", "Extender requests by verb and outcome", ["verb", "outcome"], registry=registry
+        )
+        self.latency = Histogram(
+            "lyra_extender_request_seconds",
+            "Time to answer an extender request, by verb",
+            ["verb"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=registry,
+        )
+        self.filtered_out = Counter(
+            "lyra_extender_nodes_filtered_out", "Nodes the filter refused, by pod role", ["role"], registry=registry
+        )
+
+
+class BadBodyError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise BadBodyError(400, "Content-Length is not a number")
+        if int(declared) > limit:
+            raise BadBodyError(413, f"request body of {declared} bytes is over the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadBodyError(413, f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, RecursionError) as error:
+        raise BadBodyError(400, f"request body is not JSON: {error}") from None
+
+
+def _validation_message(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(part) for part in item["loc"]) or "body"
+        problems.append(f"{where}: {item['msg']}")
+    more = f" (and {error.error_count() - 5} more)" if error.error_count() > 5 else ""
+    return "; ".join(problems) + more
+
+
+def _node_items(data: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    nodes = data.get("Nodes")
+    if isinstance(nodes, dict) and isinstance(nodes.get("items"), list):
+        return [item for item in nodes["items"] if isinstance(item, dict)]
+    return None
+
+
+def _candidates(args: ExtenderArgs, view: ClusterView) -> tuple[list[NodeView], dict[str, str], list[str]]:
+    """The nodes to judge as core views, the nodes refused before judging (with why), and every name in request
+    order."""
+    views: list[NodeView] = []
+    refused: dict[str, str] = {}
+    order: list[str] = []
+    if args.NodeNames is not None:
+        for name in args.NodeNames:
+            order.append(name)
+            known = view.nodes.get(name)
+            if known is not None:
+                views.append(known)
+            else:
+                refused[name] = NOT_LYRA_NODE if name in view.other_nodes else UNKNOWN_NODE
+    elif args.Nodes is not None:
+        for node in args.Nodes.items:
+            name = node.metadata.name
+            order.append(name)
+            judged = _from_request(node, view)
+            if judged is None:
+                refused[name] = NOT_LYRA_NODE
+            else:
+                views.append(judged)
+    return views, refused, order
+
+
+def _from_request(node: Node, view: ClusterView) -> NodeView | None:
+    """A node sent in full: its labels and GPUs as sent, its usage and reclaim rank from the view."""
+    used = view.used_gpus.get(node.metadata.name, 0)
+    judged = node_view(node, used)
+    known = view.nodes.get(node.metadata.name)
+    if judged is not None and known is not None and judged.state is LoanState.LOANED:
+        return NodeView(
+            judged.name, judged.pool, judged.state, judged.gpus, judged.free_gpus, known.reclaim_rank, judged.gpu_type
+        )
+    return judged
+
+
+def _filter(args: ExtenderArgs, raw_nodes: list[dict[str, Any]] | None, view: ClusterView) -> dict[str, Any]:
+    """The filter answer in the mode asked: ``NodeNames`` back for names, the Node objects as sent for nodes."""
+    pod = view.request_for(args.Pod)
+    views, refused, order = _candidates(args, view)
+    if pod.role is PodRole.UNMANAGED:
+        # A GPU pod Lyra does not manage may use any node that is not lent to or being reclaimed from training.
+        refused = {name: reason for name, reason in refused.items() if reason != NOT_LYRA_NODE}
+    result = filter_nodes(pod, views)
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name, reason in refused.items():
+        (failed if reason == UNKNOWN_NODE else unresolvable)[name] = reason
+    for name, reason in result.failed.items():
+        (unresolvable if name in result.unresolvable else failed)[name] = reason
+    kept = [name for name in order if name not in failed and name not in unresolvable]
+    answer = ExtenderFilterResult(FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable)
+    dumped = answer.model_dump(exclude_none=True)
+    if args.NodeNames is not None:
+        dumped["NodeNames"] = kept
+    else:
+        passed = set(kept)
+        dumped["Nodes"] = {"items": [item for item in raw_nodes or [] if _item_name(item) in passed]}
+    return dumped
+
+
+def _item_name(item: Mapping[str, Any]) -> object:
+    metadata = item.get("metadata")
+    return metadata.get("name") if isinstance(metadata, dict) else None
+
+
+def _prioritize(args: ExtenderArgs, view: ClusterView) -> list[HostPriority]:
+    pod = view.request_for(args.Pod)
+    views, _, order = _candidates(args, view)
+    scores = dict(score_nodes(pod, views))
+    return [HostPriority(Host=name, Score=scores.get(name, 0)) for name in order]
+
+
+def _preempt(args: ExtenderPreemptionArgs, view: ClusterView) -> ExtenderPreemptionResult:
+    """Keep the nodes where every proposed victim may be evicted for this pod: never inference pods for training,
+    never base workers for flexible ones, never anything on a node the pod may not use."""
+    pod = view.request_for(args.Pod)
+    proposals: dict[str, list[str]] = {}
+    if args.NodeNameToMetaVictims is not None:
+        for node, meta in args.NodeNameToMetaVictims.items():
+            proposals[node] = [victim.UID for victim in meta.Pods]
+    elif args.NodeNameToVictims is not None:
+        for node, victims in args.NodeNameToVictims.items():
+            proposals[node] = [victim.metadata.uid for victim in victims.Pods]
+    allowed: dict[str, MetaVictims] = {}
+    for node, uids in proposals.items():
+        known = view.nodes.get(node)
+        if known is None and pod.role is not PodRole.UNMANAGED:
+            continue
+        if known is not None and filter_nodes(_without_gpus(pod), [known]).failed:
+            continue  # a rule keeps the pod off this node: evicting would not help
+        if all(_may_evict(pod, view.pods.get(uid)) for uid in uids):
+            source = args.NodeNameToMetaVictims or {}
+            pdb = source[node].NumPDBViolations if node in source else 0
+            allowed[node] = MetaVictims(Pods=[MetaPod(UID=uid) for uid in uids], NumPDBViolations=pdb)
+    return ExtenderPreemptionResult(NodeNameToMetaVictims=allowed)
+
+
+def _without_gpus(pod: PodRequest) -> PodRequest:
+    return PodRequest(pod.role, 0, pod.job, pod.job_nodes, pod.gpu_types)
+
+
+def _may_evict(pod: PodRequest, victim: Any) -> bool:
+    if victim is None:
+        return pod.role is PodRole.UNMANAGED  # unknown pods: only a pod Lyra does not manage may evict them
+    role = victim.role
+    if role is PodRole.INFERENCE:
+        return pod.role is PodRole.INFERENCE
+    if role is PodRole.TRAINING_BASE:
+        return pod.role in (PodRole.INFERENCE, PodRole.TRAINING_BASE)
+    return True
+
+
+def create_app(source: ViewSource, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+    registry = CollectorRegistry()
+    metrics = ExtenderMetrics(registry)
+    app = FastAPI(title="Lyra scheduler extender", version="v1", docs_url=None, redoc_url=None)
+    app.state.registry = registry
+
+    def verb(
+        name: str, handler: Callable[[dict[str, Any], ClusterView], object]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            started = time.perf_counter()
+            try:
+                data = await _read_json(request, max_body_bytes)
+                if not isinstance(data, dict):
+                    raise BadBodyError(400, "request body must be a JSON object")
+                answer = handler(data, source.current())
+                outcome, status, body = "ok", 200, answer
+            except BadBodyError as bad:
+                outcome, status, body = "bad-request", bad.status, {"Error": bad.message}
+            except ValidationError as error:
+                outcome, status, body = "bad-request", 422, {"Error": _validation_message(error)}
+            metrics.requests.labels(name, outcome).inc()
+            metrics.latency.labels(name).observe(time.perf_counter() - started)
+            return JSONResponse(body, status_code=status)
+
+        return endpoint
+
+    def do_filter(data: dict[str, Any], view: ClusterView) -> object:
+        args = ExtenderArgs.model_validate(data)
+        if not source.synced:
+            return ExtenderFilterResult(Error=NOT_SYNCED).model_dump(exclude_none=True)
+        return _filter(args, _node_items(data), view)
+
+    def do_prioritize(data: dict[str, Any], view: ClusterView) -> object:
+        args = ExtenderArgs.model_validate(data)
+        return [host.model_dump() for host in _prioritize(args, view)]
+
+    def do_preempt(data: dict[str, Any], view: ClusterView) -> object:
+        args = ExtenderPreemptionArgs.model_validate(data)
+        return _preempt(args, view).model_dump()
+
+    app.add_api_route("/filter", verb("filter", do_filter), methods=["POST"])
+    app.add_api_route("/prioritize", verb("prioritize", do_prioritize), methods=["POST"])
+    app.add_api_route("/preempt", verb("preempt", do_preempt), methods=["POST"])
+
+    async def healthz() -> Response:
+        return Response("ok\n", media_type="text/plain")
+
+    async def readyz() -> Response:
+        if source.synced:
+            return Response("ok\n", media_type="text/plain")
+        return Response(NOT_SYNCED + "\n", status_code=503, media_type="text/plain")
+
+    async def metrics_endpoint() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_api_route("/healthz", healthz, methods=["GET"])
+    app.add_api_route("/readyz", readyz, methods=["GET"])
+    app.add_api_route("/metrics", metrics_endpoint, methods=["GET"])
+    return app

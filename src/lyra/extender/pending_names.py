@@ -1,0 +1,13 @@
+"""API names the extender reads (to be replaced by ``lyra.api.names``)."""
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+POOL_LABEL = "lyra.dev/pool"
+POOL_TRAINING = "training"
+POOL_INFERENCE = "inference"
+STATE_LABEL = "lyra.dev/state"
+ROLE_LABEL = "lyra.dev/role"
+ROLE_BASE = "base"
+ROLE_FLEXIBLE = "flexible"
+ROLE_INFERENCE = "inference"
+JOB_LABEL = "lyra.dev/job"

@@ -1,0 +1,145 @@
+"""Keeps the extender's view current from list-and-watch streams of nodes and pods.
+
+Two threads (nodes, pods) list once, then watch from the list's resourceVersion, and relist when the server says
+the version is too old (410) or the stream breaks (with a capped exponential backoff). Every event updates a
+dictionary of objects and marks the view stale; a third thread rebuilds the view when it is stale, at most every
+``rebuild_interval_s``, and swaps it in with one assignment. Requests only ever read the last complete view.
+The source reports ``synced`` once both lists have completed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from lyra.extender.view import ClusterView, build_view
+from lyra.extender.wire import Node, Pod
+
+log = logging.getLogger("lyra.extender")
+
+_WATCH_TIMEOUT_S = 300
+_MAX_BACKOFF_S = 30.0
+
+
+class WatchedView:
+    """A :class:`~lyra.extender.app.ViewSource` fed by watches of the API server."""
+
+    def __init__(self, api: client.ApiClient, *, rebuild_interval_s: float = 0.05) -> None:
+        self._api = api
+        self._core = client.CoreV1Api(api)
+        self._nodes: dict[str, Node] = {}
+        self._pods: dict[str, Pod] = {}
+        self._lock = threading.Lock()
+        self._stale = threading.Event()
+        self._stop = threading.Event()
+        self._listed = {"nodes": threading.Event(), "pods": threading.Event()}
+        self._view = ClusterView()
+        self._rebuild_interval_s = rebuild_interval_s
+        self._threads: list[threading.Thread] = []
+        self.rebuilds = 0
+
+    @property
+    def synced(self) -> bool:
+        return all(event.is_set() for event in self._listed.values()) and self.rebuilds > 0
+
+    def current(self) -> ClusterView:
+        return self._view
+
+    def start(self) -> None:
+        self._threads = [
+            threading.Thread(target=self._follow, args=("nodes", self._core.list_node, Node), daemon=True),
+            threading.Thread(
+                target=self._follow, args=("pods", self._core.list_pod_for_all_namespaces, Pod), daemon=True
+            ),
+            threading.Thread(target=self._rebuild_loop, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._stale.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        return all(event.wait(timeout_s) for event in self._listed.values())
+
+    def _store(self, kind: str) -> dict[str, Any]:
+        return self._nodes if kind == "nodes" else self._pods
+
+    def _parse(self, model: type[Node] | type[Pod], obj: Any) -> Node | Pod | None:
+        try:
+            return model.model_validate(self._api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+        except ValidationError as error:
+            log.warning("ignoring a %s the extender cannot read: %s", model.__name__, error.errors()[:1])
+            return None
+
+    @staticmethod
+    def _key(obj: Any) -> str:
+        meta = obj.metadata
+        return f"{meta.namespace or ''}/{meta.name}"
+
+    def _follow(self, kind: str, lister: Callable[..., Any], model: type[Node] | type[Pod]) -> None:
+        backoff = 0.5
+        store = self._store(kind)
+        while not self._stop.is_set():
+            try:
+                listing = lister()
+                fresh = {}
+                for obj in listing.items:
+                    parsed = self._parse(model, obj)
+                    if parsed is not None:
+                        fresh[self._key(obj)] = parsed
+                with self._lock:
+                    store.clear()
+                    store.update(fresh)
+                self._stale.set()
+                self._listed[kind].set()
+                version = listing.metadata.resource_version
+                stream = watch.Watch()  # type: ignore[no-untyped-call]
+                events = stream.stream(lister, resource_version=version, timeout_seconds=_WATCH_TIMEOUT_S)  # type: ignore[no-untyped-call]
+                for event in events:
+                    if self._stop.is_set():
+                        stream.stop()  # type: ignore[no-untyped-call]
+                        return
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        break  # relist
+                    key = self._key(obj)
+                    with self._lock:
+                        if event["type"] == "DELETED":
+                            store.pop(key, None)
+                        else:
+                            parsed = self._parse(model, obj)
+                            if parsed is not None:
+                                store[key] = parsed
+                    self._stale.set()
+                backoff = 0.5
+            except ApiException as error:
+                log.warning("%s watch: API error %s, relisting in %.1f s", kind, error.status, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            except Exception as error:  # the watch must survive any network failure
+                log.warning("%s watch: %s, relisting in %.1f s", kind, error, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _rebuild_loop(self) -> None:
+        while not self._stop.is_set():
+            self._stale.wait()
+            if self._stop.is_set():
+                return
+            self._stale.clear()
+            with self._lock:
+                nodes = list(self._nodes.values())
+                pods = [pod for pod in self._pods.values() if isinstance(pod, Pod)]
+            self._view = build_view((n for n in nodes if isinstance(n, Node)), pods)
+            self.rebuilds += 1
+            self._stop.wait(self._rebuild_interval_s)

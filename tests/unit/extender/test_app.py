@@ -1,0 +1,214 @@
+"""The extender's HTTP verbs, on a fixed view: both protocol modes, Lyra's rules, and hostile bodies.
+
+The cluster: training nodes t0, t1 (A100 x 8), inference nodes s0 (serving), i0 (idle), l0 and l1 (loaned), r0
+(reclaiming), all T4 x 8, and a plain GPU node g0 without Lyra's labels. Job ``ns/gpt`` has a base worker (4 GPUs)
+on t1; job ``ns/bert`` a flexible worker (2 GPUs) on l1; an inference replica (2 GPUs) runs on s0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lyra.extender.app import NOT_SYNCED, FixedView, create_app
+from lyra.extender.view import build_view
+from lyra.extender.wire import Node, Pod
+
+A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4"
+
+
+def node(name: str, pool: str | None, product: str, state: str | None = None, gpus: int = 8) -> dict[str, Any]:
+    labels = {"nvidia.com/gpu.product": product}
+    if pool is not None:
+        labels["lyra.dev/pool"] = pool
+    if state is not None:
+        labels["lyra.dev/state"] = state
+    return {
+        "metadata": {"name": name, "labels": labels, "uid": f"uid-{name}"},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"}, "capacity": {"nvidia.com/gpu": gpus}},
+    }
+
+
+def pod(
+    name: str, gpus: int, role: str | None = None, job: str | None = None, product: str | None = None, *, on: str = ""
+) -> dict[str, Any]:
+    labels = {}
+    if role is not None:
+        labels["lyra.dev/role"] = role
+    if job is not None:
+        labels["lyra.dev/job"] = job
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+        "nodeName": on,
+    }
+    if product is not None:
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels},
+        "spec": spec,
+        "status": {"phase": "Running" if on else "Pending"},
+    }
+
+
+NODES = [
+    node("t0", "training", A100),
+    node("t1", "training", A100),
+    node("s0", "inference", T4, "serving"),
+    node("i0", "inference", T4, "idle"),
+    node("l0", "inference", T4, "loaned"),
+    node("l1", "inference", T4, "loaned"),
+    node("r0", "inference", T4, "reclaiming"),
+    node("g0", None, T4),
+]
+RUNNING = [
+    pod("gpt-0", 4, "base", "gpt", A100, on="t1"),
+    pod("bert-0", 2, "flexible", "bert", T4, on="l1"),
+    pod("chat-0", 2, "inference", on="s0"),
+]
+NAMES = [n["metadata"]["name"] for n in NODES]
+
+
+@pytest.fixture
+def api() -> TestClient:
+    view = build_view([Node.model_validate(n) for n in NODES], [Pod.model_validate(p) for p in RUNNING])
+    return TestClient(create_app(FixedView(view)))
+
+
+def names_args(subject: dict[str, Any]) -> dict[str, Any]:
+    return {"Pod": subject, "Nodes": None, "NodeNames": NAMES}
+
+
+CASES = [
+    # (pod, passed, unresolvable)
+    (pod("chat-1", 2, "inference"), {"s0", "i0"}, {"t0", "t1", "l0", "l1", "r0", "g0"}),
+    (pod("bert-1", 2, "flexible", "bert", T4), {"l0", "l1"}, {"t0", "t1", "s0", "i0", "r0", "g0"}),
+    (pod("gpt-1", 4, "base", "gpt", A100), {"t0", "t1"}, {"s0", "i0", "l0", "l1", "r0", "g0"}),
+    (pod("other", 1), {"t0", "t1", "s0", "i0", "g0"}, {"l0", "l1", "r0"}),
+]
+
+
+@pytest.mark.parametrize(("subject", "passed", "unresolvable"), CASES, ids=["inference", "flexible", "base", "other"])
+def test_filter_by_names_follows_lyras_rules(
+    api: TestClient, subject: dict[str, Any], passed: set[str], unresolvable: set[str]
+) -> None:
+    answer = api.post("/filter", json=names_args(subject))
+    assert answer.status_code == 200
+    body = answer.json()
+    assert set(body["NodeNames"]) == passed
+    assert set(body["FailedAndUnresolvableNodes"]) == unresolvable
+    assert body["NodeNames"] == [name for name in NAMES if name in passed]  # request order kept
+    assert body.get("Error", "") == ""
+
+
+def test_a_full_node_is_resolvable_by_preemption(api: TestClient) -> None:
+    body = api.post("/filter", json=names_args(pod("gpt-2", 6, "base", "gpt", A100))).json()
+    assert body["NodeNames"] == ["t0"]
+    assert body["FailedNodes"] == {"t1": "needs 6 nvidia.com/gpu, 4 of 8 free"}
+
+
+def test_filter_with_full_nodes_answers_the_objects_as_sent(api: TestClient) -> None:
+    sent = [dict(n, spec={"podCIDR": "10.0.0.0/24"}) for n in NODES]
+    body = api.post("/filter", json={"Pod": pod("chat-1", 2, "inference"), "Nodes": {"items": sent}}).json()
+    assert body["Nodes"]["items"] == [n for n in sent if n["metadata"]["name"] in ("s0", "i0")]
+    assert "NodeNames" not in body
+
+
+def test_prioritize_packs_jobs_and_keeps_scores_in_range(api: TestClient) -> None:
+    hosts = api.post("/prioritize", json=names_args(pod("gpt-1", 2, "base", "gpt", A100))).json()
+    assert [h["Host"] for h in hosts] == NAMES
+    scores = {h["Host"]: h["Score"] for h in hosts}
+    assert all(0 <= score <= 10 for score in scores.values())
+    assert scores["t1"] > scores["t0"]  # where the job already runs
+    flexible = {
+        h["Host"]: h["Score"]
+        for h in api.post("/prioritize", json=names_args(pod("b", 2, "flexible", "bert", T4))).json()
+    }
+    assert flexible["l1"] > flexible["l0"]
+
+
+def test_preempt_never_evicts_inference_or_bases_for_flexible_workers(api: TestClient) -> None:
+    args = {
+        "Pod": pod("bert-1", 8, "flexible", "bert", T4),
+        "NodeNameToMetaVictims": {
+            "l1": {"Pods": [{"UID": "uid-bert-0"}], "NumPDBViolations": 0},
+            "s0": {"Pods": [{"UID": "uid-chat-0"}], "NumPDBViolations": 0},
+            "t1": {"Pods": [{"UID": "uid-gpt-0"}], "NumPDBViolations": 1},
+        },
+    }
+    body = api.post("/preempt", json=args).json()
+    assert body == {"NodeNameToMetaVictims": {"l1": {"Pods": [{"UID": "uid-bert-0"}], "NumPDBViolations": 0}}}
+
+
+def test_until_synced_filter_answers_with_an_error_and_readyz_is_503() -> None:
+    api = TestClient(create_app(FixedView(build_view([], []), synced=False)))
+    assert api.get("/readyz").status_code == 503
+    assert api.get("/healthz").status_code == 200
+    body = api.post("/filter", json=names_args(pod("chat-1", 2, "inference"))).json()
+    assert body["Error"] == NOT_SYNCED
+
+
+COMMON_BAD_BODIES = [
+    (b"not json", 400, "not JSON"),
+    (b"[]", 400, "JSON object"),
+    (b'{"Pod": 3}', 422, "Pod"),
+    (b'{"Pod": {"metadata": {}}}', 422, "name"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "JSON"),
+]
+BAD_BODIES = [(verb, *case) for verb in ("filter", "prioritize", "preempt") for case in COMMON_BAD_BODIES] + [
+    ("filter", b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": "t0"}', 422, "NodeNames"),
+    ("prioritize", b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": 5}}', 422, "Nodes"),
+    ("preempt", b'{"Pod": {"metadata": {"name": "p"}}, "NodeNameToMetaVictims": []}', 422, "NodeNameToMetaVictims"),
+]
+
+
+@pytest.mark.parametrize(("verb", "raw", "status", "says"), BAD_BODIES)
+def test_bad_bodies_get_a_4xx_with_a_message(api: TestClient, verb: str, raw: bytes, status: int, says: str) -> None:
+    answer = api.post(f"/{verb}", content=raw, headers={"Content-Type": "application/json"})
+    assert answer.status_code == status
+    assert says.lower() in answer.json()["Error"].lower()
+
+
+def test_an_oversized_body_is_refused_before_it_is_read() -> None:
+    api = TestClient(create_app(FixedView(build_view([], [])), max_body_bytes=1024))
+    answer = api.post("/filter", content=b"{" + b" " * 4096 + b"}", headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413
+    assert "limit" in answer.json()["Error"]
+
+
+def test_metrics_count_requests_by_verb_and_outcome(api: TestClient) -> None:
+    api.post("/filter", json=names_args(pod("chat-1", 2, "inference")))
+    api.post("/filter", content=b"nope")
+    text = api.get("/metrics").text
+    assert 'lyra_extender_requests_total{outcome="ok",verb="filter"} 1.0' in text
+    assert 'lyra_extender_requests_total{outcome="bad-request",verb="filter"} 1.0' in text
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+FIELDS = ["Pod", "Nodes", "NodeNames", "NodeNameToMetaVictims", "NodeNameToVictims"]
+
+
+@settings(max_examples=150, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    verb=st.sampled_from(["filter", "prioritize", "preempt"]),
+    replaced=st.dictionaries(st.sampled_from([*FIELDS, "metadata", "spec", "labels"]), json_values, max_size=3),
+)
+def test_no_body_makes_the_extender_fail_with_a_5xx(api: TestClient, verb: str, replaced: dict[str, Any]) -> None:
+    body: dict[str, Any] = names_args(pod("p", 1, "flexible", "j", T4))
+    body["NodeNameToMetaVictims"] = {"l1": {"Pods": [{"UID": "uid-bert-0"}], "NumPDBViolations": 0}}
+    inner = {key: value for key, value in replaced.items() if key not in FIELDS}
+    if "labels" in inner:
+        body["Pod"]["metadata"]["labels"] = inner.pop("labels")
+    body["Pod"].update(inner)
+    body.update({key: value for key, value in replaced.items() if key in FIELDS})
+    answer = api.post(f"/{verb}", json=body)
+    assert answer.status_code < 500
+    if answer.status_code >= 400:
+        assert answer.json()["Error"]
