@@ -36,6 +36,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--max-body-mib", type=int, default=32, help="largest request body accepted, in MiB (default 32)"
     )
+    parser.add_argument(
+        "--capture-dir",
+        type=Path,
+        metavar="DIR",
+        help="write the first 50 request bodies of each verb to DIR as JSON (for debugging and test fixtures)",
+    )
     parser.set_defaults(run=run_extender)
 
 
@@ -61,7 +67,7 @@ def run_extender(args: argparse.Namespace) -> int:
     from kubernetes import config
     from kubernetes.config.config_exception import ConfigException
 
-    from lyra.extender.app import create_app
+    from lyra.extender.app import BodyRecorder, create_app
     from lyra.extender.watch import WatchedView
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -79,9 +85,13 @@ def run_extender(args: argparse.Namespace) -> int:
     except Exception as error:  # a kubeconfig can be broken in many ways (YAML, keys, files): all mean the same
         print(f"lyra extender: no usable kubeconfig: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_FAILED
+    try:
+        recorder = BodyRecorder(args.capture_dir) if args.capture_dir is not None else None
+    except OSError as error:
+        return _bad(f"--capture-dir {args.capture_dir}: {error}")
     source = WatchedView(api)
     source.start()
-    app = create_app(source, max_body_bytes=args.max_body_mib * 1024 * 1024)
+    app = create_app(source, max_body_bytes=args.max_body_mib * 1024 * 1024, recorder=recorder)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     except OSError as error:

@@ -15,8 +15,10 @@ placing it blind.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
@@ -245,7 +247,30 @@ def _may_evict(pod: PodRequest, victim: Any) -> bool:
     return True
 
 
-def create_app(source: ViewSource, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+class BodyRecorder:
+    """Writes the first ``limit`` request bodies of each verb to ``directory`` as ``<verb>-<n>.json`` (the unit tests'
+    fixtures were captured this way from the real kube-scheduler: ``lyra extender --capture-dir DIR``)."""
+
+    def __init__(self, directory: Path, limit: int = 50) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.limit = limit
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def record(self, verb: str, body: object) -> None:
+        with self._lock:
+            count = self._counts.get(verb, 0)
+            if count >= self.limit:
+                return
+            self._counts[verb] = count + 1
+        path = self.directory / f"{verb}-{count:03d}.json"
+        path.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+
+
+def create_app(
+    source: ViewSource, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, recorder: BodyRecorder | None = None
+) -> FastAPI:
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
     app = FastAPI(title="Lyra scheduler extender", version="v1", docs_url=None, redoc_url=None)
@@ -260,6 +285,8 @@ def create_app(source: ViewSource, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
                 data = await _read_json(request, max_body_bytes)
                 if not isinstance(data, dict):
                     raise BadBodyError(400, "request body must be a JSON object")
+                if recorder is not None:
+                    recorder.record(name, data)
                 answer = handler(data, source.current())
                 outcome, status, body = "ok", 200, answer
             except BadBodyError as bad:

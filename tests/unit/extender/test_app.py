@@ -7,6 +7,8 @@ on t1; job ``ns/bert`` a flexible worker (2 GPUs) on l1; an inference replica (2
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lyra.extender.app import NOT_SYNCED, FixedView, create_app
+from lyra.extender.app import NOT_SYNCED, BodyRecorder, FixedView, create_app
 from lyra.extender.view import build_view
 from lyra.extender.wire import Node, Pod
 
@@ -212,3 +214,13 @@ def test_no_body_makes_the_extender_fail_with_a_5xx(api: TestClient, verb: str, 
     assert answer.status_code < 500
     if answer.status_code >= 400:
         assert answer.json()["Error"]
+
+
+def test_the_recorder_keeps_the_first_bodies_of_each_verb(tmp_path: Path) -> None:
+    view = build_view([Node.model_validate(n) for n in NODES], [])
+    api = TestClient(create_app(FixedView(view), recorder=BodyRecorder(tmp_path, limit=2)))
+    for index in range(3):
+        api.post("/filter", json=names_args(pod(f"p{index}", 1)))
+    api.post("/prioritize", json=names_args(pod("q", 1)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["filter-000.json", "filter-001.json", "prioritize-000.json"]
+    assert json.loads((tmp_path / "filter-001.json").read_text())["Pod"]["metadata"]["name"] == "p1"
