@@ -52,6 +52,7 @@ format: install ## Apply ruff's formatting and safe fixes.
 .PHONY: bench
 bench: install ## Run the benchmarks and print the figures recorded in docs/benchmarks.md.
 	$(RUN) python -m bench
+	$(RUN) python -m bench.extender_bench
 
 .PHONY: simulate
 simulate: install ## Compare every scheme on the shipped Philly trace and ServeGen load (docs/evaluation.md).

@@ -114,19 +114,26 @@ def filter_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> FilterResult:
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: set[str] = set()
+    # A rule's refusal depends only on the node's pool, state and GPU type: decided once per distinct kind.
+    refusals: dict[tuple[Pool, LoanState | None, str], str | None] = {}
+    want = pod.gpus
     for node in nodes:
-        reason = _refusal(pod, node)
+        kind = (node.pool, node.state, node.gpu_type)
+        if kind in refusals:
+            reason = refusals[kind]
+        else:
+            reason = refusals[kind] = _refusal(pod, node)
         if reason is not None:
             unresolvable.add(node.name)
-        elif node.gpus < pod.gpus:
-            reason = f"needs {pod.gpus} nvidia.com/gpu, the node has {node.gpus}"
-            unresolvable.add(node.name)
-        elif node.free_gpus < pod.gpus:
-            reason = f"needs {pod.gpus} nvidia.com/gpu, {node.free_gpus} of {node.gpus} free"
-        if reason is None:
+        elif node.free_gpus >= want:
             passed.append(node.name)
+            continue
+        elif node.gpus < want:
+            reason = f"needs {want} nvidia.com/gpu, the node has {node.gpus}"
+            unresolvable.add(node.name)
         else:
-            failed[node.name] = reason
+            reason = f"needs {want} nvidia.com/gpu, {node.free_gpus} of {node.gpus} free"
+        failed[node.name] = reason
     return FilterResult(tuple(passed), MappingProxyType(failed), frozenset(unresolvable))
 
 

@@ -34,7 +34,6 @@ from lyra.extender.wire import (
     ExtenderFilterResult,
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
-    HostPriority,
     MetaPod,
     MetaVictims,
     Node,
@@ -182,11 +181,18 @@ def _filter(args: ExtenderArgs, raw_nodes: list[dict[str, Any]] | None, view: Cl
     unresolvable: dict[str, str] = {}
     for name, reason in refused.items():
         (failed if reason == UNKNOWN_NODE else unresolvable)[name] = reason
+    rule_refused = result.unresolvable
     for name, reason in result.failed.items():
-        (unresolvable if name in result.unresolvable else failed)[name] = reason
-    kept = [name for name in order if name not in failed and name not in unresolvable]
-    answer = ExtenderFilterResult(FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable)
-    dumped = answer.model_dump(exclude_none=True)
+        if name in rule_refused:
+            unresolvable[name] = reason
+        else:
+            failed[name] = reason
+    if len(views) == len(order):
+        kept = list(result.passed)  # the views follow the request's order
+    else:
+        kept = [name for name in order if name not in failed and name not in unresolvable]
+    # A plain dict, not ExtenderFilterResult: its thousands of reasons would be copied twice on the hot path.
+    dumped: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
     if args.NodeNames is not None:
         dumped["NodeNames"] = kept
     else:
@@ -200,11 +206,14 @@ def _item_name(item: Mapping[str, Any]) -> object:
     return metadata.get("name") if isinstance(metadata, dict) else None
 
 
-def _prioritize(args: ExtenderArgs, view: ClusterView) -> list[HostPriority]:
+def _prioritize(args: ExtenderArgs, view: ClusterView) -> list[dict[str, Any]]:
+    """``HostPriorityList`` in request order, leaving out the nodes that score 0: kube-scheduler adds the extender's
+    score of each host it lists and nothing for the others, so a missing host and a 0 are the same, and the answer
+    stays small. Plain dicts: this is the hot path, and the core keeps scores within 0..10 (see
+    :class:`~lyra.extender.wire.HostPriority`)."""
     pod = view.request_for(args.Pod)
-    views, _, order = _candidates(args, view)
-    scores = dict(score_nodes(pod, views))
-    return [HostPriority(Host=name, Score=scores.get(name, 0)) for name in order]
+    views, _, _ = _candidates(args, view)
+    return [{"Host": name, "Score": score} for name, score in score_nodes(pod, views) if score > 0]
 
 
 def _preempt(args: ExtenderPreemptionArgs, view: ClusterView) -> ExtenderPreemptionResult:
@@ -307,7 +316,7 @@ def create_app(
 
     def do_prioritize(data: dict[str, Any], view: ClusterView) -> object:
         args = ExtenderArgs.model_validate(data)
-        return [host.model_dump() for host in _prioritize(args, view)]
+        return _prioritize(args, view)
 
     def do_preempt(data: dict[str, Any], view: ClusterView) -> object:
         args = ExtenderPreemptionArgs.model_validate(data)

@@ -9,6 +9,7 @@ The source reports ``synced`` once both lists have completed.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import Callable
@@ -141,5 +142,8 @@ class WatchedView:
                 nodes = list(self._nodes.values())
                 pods = [pod for pod in self._pods.values() if isinstance(pod, Pod)]
             self._view = build_view((n for n in nodes if isinstance(n, Node)), pods)
+            # Keep the cyclic collector off the long-lived objects (the view and the stores): scanning them made
+            # every hundredth request ~5x slower. A replaced view is freed by reference counting, frozen or not.
+            gc.freeze()
             self.rebuilds += 1
             self._stop.wait(self._rebuild_interval_s)
