@@ -50,9 +50,10 @@ format: install ## Apply ruff's formatting and safe fixes.
 	$(RUN) ruff check --fix src tests bench
 
 .PHONY: bench
-bench: install ## Run the benchmarks and print the figures recorded in docs/benchmarks.md.
+bench: binaries ## Run the benchmarks and print the figures recorded in docs/benchmarks.md.
 	$(RUN) python -m bench
 	$(RUN) python -m bench.extender_bench
+	$(RUN) python -m bench.scheduling_bench
 
 .PHONY: simulate
 simulate: install ## Compare every scheme on the shipped Philly trace and ServeGen load (docs/evaluation.md).

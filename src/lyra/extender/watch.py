@@ -10,6 +10,7 @@ The source reports ``synced`` once both lists have completed.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -28,10 +29,17 @@ _WATCH_TIMEOUT_S = 300
 _MAX_BACKOFF_S = 30.0
 
 
+class _RawWatch(watch.Watch):
+    """A watch that yields events as parsed JSON (``raw_object``) without building the client's model objects."""
+
+    def get_return_type(self, func: Any) -> None:
+        return None
+
+
 class WatchedView:
     """A :class:`~lyra.extender.app.ViewSource` fed by watches of the API server."""
 
-    def __init__(self, api: client.ApiClient, *, rebuild_interval_s: float = 0.05) -> None:
+    def __init__(self, api: client.ApiClient, *, rebuild_interval_s: float = 0.2) -> None:
         self._api = api
         self._core = client.CoreV1Api(api)
         self._nodes: dict[str, Node] = {}
@@ -75,50 +83,58 @@ class WatchedView:
     def _store(self, kind: str) -> dict[str, Any]:
         return self._nodes if kind == "nodes" else self._pods
 
-    def _parse(self, model: type[Node] | type[Pod], obj: Any) -> Node | Pod | None:
+    @staticmethod
+    def _parse(model: type[Node] | type[Pod], raw: Any) -> Node | Pod | None:
         try:
-            return model.model_validate(self._api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+            return model.model_validate(raw)
         except ValidationError as error:
             log.warning("ignoring a %s the extender cannot read: %s", model.__name__, error.errors()[:1])
             return None
 
     @staticmethod
-    def _key(obj: Any) -> str:
-        meta = obj.metadata
-        return f"{meta.namespace or ''}/{meta.name}"
+    def _key(raw: Any) -> str:
+        meta = raw.get("metadata") if isinstance(raw, dict) else None
+        if not isinstance(meta, dict):
+            return ""
+        return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
     def _follow(self, kind: str, lister: Callable[..., Any], model: type[Node] | type[Pod]) -> None:
+        """List, then watch from the list's version, on raw JSON: the client's model objects cost more than the
+        decision they feed (measured: about 1 ms per pod event)."""
         backoff = 0.5
         store = self._store(kind)
         while not self._stop.is_set():
             try:
-                listing = lister()
+                response = lister(_preload_content=False)
+                listing = json.loads(response.data)
                 fresh = {}
-                for obj in listing.items:
-                    parsed = self._parse(model, obj)
+                for raw in listing.get("items") or []:
+                    parsed = self._parse(model, raw)
                     if parsed is not None:
-                        fresh[self._key(obj)] = parsed
+                        fresh[self._key(raw)] = parsed
                 with self._lock:
                     store.clear()
                     store.update(fresh)
                 self._stale.set()
                 self._listed[kind].set()
-                version = listing.metadata.resource_version
-                stream = watch.Watch()  # type: ignore[no-untyped-call]
+                version = (listing.get("metadata") or {}).get("resourceVersion")
+                stream = _RawWatch()  # type: ignore[no-untyped-call]
                 events = stream.stream(lister, resource_version=version, timeout_seconds=_WATCH_TIMEOUT_S)  # type: ignore[no-untyped-call]
                 for event in events:
                     if self._stop.is_set():
                         stream.stop()  # type: ignore[no-untyped-call]
                         return
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        break  # relist
-                    key = self._key(obj)
+                    if event.get("type") == "ERROR":
+                        break  # relist (for example 410 Gone: the version is too old)
+                    raw = event.get("raw_object")
+                    key = self._key(raw)
+                    if not key:
+                        continue
                     with self._lock:
                         if event["type"] == "DELETED":
                             store.pop(key, None)
                         else:
-                            parsed = self._parse(model, obj)
+                            parsed = self._parse(model, raw)
                             if parsed is not None:
                                 store[key] = parsed
                     self._stale.set()

@@ -26,7 +26,7 @@ PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247)
 def test_the_scheduler_calls_the_extender_for_gpu_pods_only() -> None:
     config = scheduler_config(Path("/state/scheduler.kubeconfig"), "http://127.0.0.1:8888")
 
-    assert config["clientConnection"] == {"kubeconfig": "/state/scheduler.kubeconfig"}
+    assert config["clientConnection"] == {"kubeconfig": "/state/scheduler.kubeconfig", "qps": 500, "burst": 1000}
     assert config["leaderElection"] == {"leaderElect": False}
     assert config["extenders"] == [
         {
