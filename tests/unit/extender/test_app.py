@@ -7,11 +7,16 @@ on t1; job ``ns/bert`` a flexible worker (2 GPUs) on l1; an inference replica (2
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
+import threading
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +24,7 @@ from hypothesis import strategies as st
 from lyra.extender.app import NOT_SYNCED, BodyRecorder, FixedView, create_app
 from lyra.extender.view import build_view
 from lyra.extender.wire import Node, Pod
+from lyra.localcluster.waiting import wait_for
 
 A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4"
 
@@ -224,3 +230,42 @@ def test_the_recorder_keeps_the_first_bodies_of_each_verb(tmp_path: Path) -> Non
     api.post("/prioritize", json=names_args(pod("q", 1)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["filter-000.json", "filter-001.json", "prioritize-000.json"]
     assert json.loads((tmp_path / "filter-001.json").read_text())["Pod"]["metadata"]["name"] == "p1"
+
+
+def test_a_50_mb_body_without_a_length_is_refused_without_holding_it_in_memory() -> None:
+    """A real server (the test client buffers bodies): chunked upload of 50 MiB against a 1 MiB limit."""
+    app = create_app(FixedView(build_view([], [])), max_body_bytes=1024 * 1024)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 10, "the test server to start")
+        tracemalloc.start()
+        sent = 0
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.putrequest("POST", "/filter")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Transfer-Encoding", "chunked")
+        connection.endheaders()
+        chunk = b" " * (1024 * 1024)
+        try:
+            for _ in range(50):
+                connection.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += 1
+            connection.send(b"0\r\n\r\n")
+        except OSError:
+            pass  # the server closed the connection after refusing: what should happen
+        answer = connection.getresponse()
+        assert answer.status == 413
+        assert "limit" in json.loads(answer.read())["Error"]
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        # The client's own 1 MiB chunk and the server's 1 MiB of accepted body, never the 50 MiB sent.
+        connection.close()
+        assert peak < 8 * 1024 * 1024, f"{peak / 2**20:.1f} MiB allocated while {sent} MiB were sent"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
