@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from lyra.core.model import LoanState
 from lyra.core.placement import NodeView, PodRequest, PodRole, filter_nodes, score_nodes
@@ -34,6 +35,7 @@ from lyra.extender.wire import (
     ExtenderFilterResult,
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
+    HostPriority,
     MetaPod,
     MetaVictims,
     Node,
@@ -277,6 +279,53 @@ class BodyRecorder:
         path.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
 
 
+_ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"Error": {"type": "string"}},
+    "required": ["Error"],
+}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document with the verbs' bodies described by the wire models (the routes read raw JSON so that
+    the size limit applies before parsing, so FastAPI cannot infer them)."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
+    verbs: dict[str, tuple[type[BaseModel], str]] = {
+        "filter": (ExtenderArgs, "ExtenderFilterResult"),
+        "prioritize": (ExtenderArgs, "HostPriorityList"),
+        "preempt": (ExtenderPreemptionArgs, "ExtenderPreemptionResult"),
+    }
+    for model in (ExtenderArgs, ExtenderPreemptionArgs, ExtenderFilterResult, ExtenderPreemptionResult):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    host_priority = HostPriority.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas["HostPriority"] = host_priority
+    schemas["HostPriorityList"] = {"type": "array", "items": {"$ref": "#/components/schemas/HostPriority"}}
+    schemas["ExtenderError"] = _ERROR_SCHEMA
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ExtenderError"}}}}
+    for verb, (body, answer) in verbs.items():
+        operation = document["paths"][f"/{verb}"]["post"]
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body.__name__}"}}},
+        }
+        operation["responses"] = {
+            "200": {
+                "description": "the answer kube-scheduler expects",
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{answer}"}}},
+            },
+            "400": {"description": "not JSON, or not a JSON object", **error},
+            "413": {"description": "body over the size limit", **error},
+            "422": {"description": "JSON that does not match the protocol", **error},
+        }
+    app.openapi_schema = document
+    return document
+
+
 def create_app(
     source: ViewSource, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, recorder: BodyRecorder | None = None
 ) -> FastAPI:
@@ -337,6 +386,7 @@ def create_app(
     async def metrics_endpoint() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_api_route("/healthz", healthz, methods=["GET"])
     app.add_api_route("/readyz", readyz, methods=["GET"])
     app.add_api_route("/metrics", metrics_endpoint, methods=["GET"])
