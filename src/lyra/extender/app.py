@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from lyra.api import names
 from lyra.core.model import LoanState
 from lyra.core.placement import NodeView, PodRequest, PodRole, filter_nodes, score_nodes
 from lyra.extender.view import ClusterView, node_view
@@ -46,7 +47,7 @@ from lyra.extender.wire import (
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 NOT_SYNCED = "the Lyra extender has not synced its node and pod cache yet"
 UNKNOWN_NODE = "not in the Lyra extender's cache yet"
-NOT_LYRA_NODE = "not a Lyra GPU node (no lyra.dev/pool label or no nvidia.com/gpu)"
+NOT_LYRA_NODE = f"not a Lyra GPU node (no {names.POOL_LABEL} label or no {names.GPU_RESOURCE})"
 
 
 class ViewSource(Protocol):

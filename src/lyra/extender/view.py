@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from lyra.api import names
 from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
 from lyra.core.placement import NodeView, PodRequest, PodRole
 from lyra.core.reclaim import reclaim_order
-from lyra.extender import pending_names as names
 from lyra.extender.wire import Node, Pod
 
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lyra.api.names import GPU_RESOURCE
 from lyra.localcluster.binaries import BinarySet
 from lyra.localcluster.credentials import SERVICE_CLUSTER_IP_RANGE, Credentials
 from lyra.localcluster.fakenodes import KWOK_NODE_SELECTOR
 from lyra.localcluster.ports import LOOPBACK
-from lyra.localcluster.profile import GPU_RESOURCE
 
 DEFAULT_EXTENDER_URL = "http://127.0.0.1:8888"
 EXTENDER_TIMEOUT = "5s"

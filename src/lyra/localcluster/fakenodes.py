@@ -9,15 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lyra.localcluster.profile import (
-    GPU_COUNT_LABEL,
-    GPU_MEMORY_LABEL,
-    GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
-    POOL_LABEL,
-    ClusterProfile,
-    NodeGroup,
-)
+from lyra.api.names import GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE, POOL_LABEL
+from lyra.localcluster.profile import ClusterProfile, NodeGroup
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"

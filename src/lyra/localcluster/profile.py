@@ -15,17 +15,14 @@ from pathlib import Path
 
 import yaml
 
-POOLS = ("training", "inference")
+from lyra.api import names
+
+POOLS = names.POOLS
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
-# Labels and resources the profile sets itself; a profile may not override them through `labels`.
-POOL_LABEL = "lyra.dev/pool"
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+# Labels the profile sets itself; a profile may not override them through `labels`.
 RESERVED_LABELS = frozenset(
-    {POOL_LABEL, GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, GPU_MEMORY_LABEL, "kubernetes.io/hostname"}
+    {names.POOL_LABEL, names.GPU_PRODUCT_LABEL, names.GPU_COUNT_LABEL, names.GPU_MEMORY_LABEL, "kubernetes.io/hostname"}
 )
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from lyra.api import names
 from lyra.localcluster import populate
 from lyra.localcluster.binaries import BinaryCache
 from lyra.localcluster.controlplane import ClusterOptions, ControlPlane
@@ -91,7 +92,7 @@ def temporary_namespace(api_client: client.ApiClient, test_name: str) -> Iterato
     """Create a namespace, wait for its default service account (pods need it), delete it afterwards."""
     name = namespace_name(test_name)
     core = client.CoreV1Api(api_client)
-    core.create_namespace(cast(Any, {"metadata": {"name": name, "labels": {"lyra.dev/test-namespace": "true"}}}))
+    core.create_namespace(cast(Any, {"metadata": {"name": name, "labels": {names.TEST_NAMESPACE_LABEL: "true"}}}))
     try:
         wait_for(
             lambda: populate.service_account_exists(api_client, name),

@@ -27,6 +27,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from lyra.api import names
 from lyra.core import (
     MAX_GPUS_PER_SERVER,
     MAX_WORKERS,
@@ -40,7 +41,7 @@ from lyra.core import (
     TrainingJob,
 )
 
-SNAPSHOT_API_VERSION = "lyra.dev/v1alpha1"
+SNAPSHOT_API_VERSION = names.API_VERSION
 
 #: Limits of a document (the core bounds workers and GPUs per server itself: MAX_WORKERS, MAX_GPUS_PER_SERVER).
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
@@ -377,6 +378,6 @@ def parse_snapshot(data: str | bytes) -> ClusterSnapshot:
 def snapshot_json_schema() -> dict[str, Any]:
     """The JSON Schema of the snapshot document (``docs/snapshot.schema.json`` is generated from it)."""
     schema = SnapshotDocument.model_json_schema(by_alias=True)
-    schema["$id"] = "https://lyra.dev/schemas/cluster-snapshot.json"
+    schema["$id"] = f"https://{names.GROUP}/schemas/cluster-snapshot.json"
     schema["title"] = "Lyra cluster snapshot"
     return schema

@@ -1,0 +1,37 @@
+"""Every Kubernetes name Lyra reads or writes, spelled once.
+
+Labels on nodes: the admin sets ``lyra.dev/pool``; the operator owns ``lyra.dev/state`` on inference nodes. Labels
+on pods: ``lyra.dev/role`` (what a pod is to Lyra) and ``lyra.dev/job`` (the TrainingJob a worker belongs to, in
+the pod's namespace). GPU labels are those of NVIDIA's GPU feature discovery.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "lyra.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+# Node labels.
+POOL_LABEL: Final = f"{GROUP}/pool"
+POOL_TRAINING: Final = "training"
+POOL_INFERENCE: Final = "inference"
+POOLS: Final = (POOL_TRAINING, POOL_INFERENCE)
+STATE_LABEL: Final = f"{GROUP}/state"
+
+# Pod labels.
+ROLE_LABEL: Final = f"{GROUP}/role"
+ROLE_BASE: Final = "base"
+ROLE_FLEXIBLE: Final = "flexible"
+ROLE_INFERENCE: Final = "inference"
+JOB_LABEL: Final = f"{GROUP}/job"
+
+# Namespaces the test harness creates (so that leftovers are easy to find and delete).
+TEST_NAMESPACE_LABEL: Final = f"{GROUP}/test-namespace"
+
+# GPUs: the device plugin's resource and GPU feature discovery's labels.
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL: Final = "nvidia.com/gpu.count"
+GPU_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
