@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from lyra.cli.arguments import non_negative_int
+
 EXIT_BAD_INPUT = 2
 
 #: The largest restart cost the allocator accepts (``allocate_workers``'s ``restart_cost_s``).
@@ -43,16 +45,6 @@ class _PlanParser(argparse.ArgumentParser):
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
 
 
 def _seconds_up_to(limit: float) -> Callable[[str], float]:
@@ -89,7 +81,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     reclaim = verbs.add_parser("reclaim", help="which loaned servers to return, with the fewest preemptions")
     snapshot_argument(reclaim)
     reclaim.add_argument(
-        "--servers", required=True, type=_non_negative_int, metavar="K", help="how many servers to reclaim"
+        "--servers", required=True, type=non_negative_int, metavar="K", help="how many servers to reclaim"
     )
     reclaim.add_argument(
         "--strategy",
@@ -127,10 +119,10 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     loans = verbs.add_parser("loans", help="how many idle inference servers to lend, or loaned ones to reclaim")
     snapshot_argument(loans)
     loans.add_argument(
-        "--demand", required=True, type=_non_negative_int, metavar="SERVERS", help="servers inference needs now"
+        "--demand", required=True, type=non_negative_int, metavar="SERVERS", help="servers inference needs now"
     )
     loans.add_argument(
-        "--headroom", type=_non_negative_int, default=0, metavar="SERVERS", help="spare servers kept (default: 0)"
+        "--headroom", type=non_negative_int, default=0, metavar="SERVERS", help="spare servers kept (default: 0)"
     )
     loans.set_defaults(run=_run_loans)
 

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from lyra.cli.arguments import positive_int
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 
@@ -68,23 +70,13 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--jobs",
-        type=_positive_int,
+        type=positive_int,
         default=max(1, os.cpu_count() or 1),
         metavar="N",
         help="simulations run in parallel processes during a sweep (default: the CPUs, %(default)s)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run_simulate)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
 
 
 def _default_input(kind: str, given: Path | None, default: Path) -> Path:

@@ -201,26 +201,10 @@ class CoreDecisions:
     # ------------------------------------------------------------------------------------------ the core
 
     def _core_job(self, job: SimJob, t: float) -> TrainingJob:
-        """The core's view of a job: its estimated remaining work, its GPU types and, if it runs, its workers."""
-        sim = self.sim
+        """The core's view of a job (:meth:`Simulation.core_job`); a queued job's view is kept until it changes."""
         if job.status is Status.QUEUED and isinstance(job.view, TrainingJob):
             return job.view
-        if job.status is Status.RUNNING:
-            job.progress(t)
-        names = sim.cluster.names
-        view = TrainingJob(
-            name=job.name,
-            gpus_per_worker=1,
-            min_workers=job.wmin,
-            max_workers=job.wmax,
-            remaining_work=job.estimate,
-            submit_time=job.submit,
-            placement={names[s]: n for s, n in job.placement.items()},
-            gpu_types=job.gpu_types,
-            mix_gpu_types=job.mixes,
-            scaling_overhead=sim.overhead,
-            seconds_since_checkpoint=sim.since_checkpoint(job, t) if job.workers and sim.lose_work else 0.0,
-        )
+        view = self.sim.core_job(job, t)
         if job.status is Status.QUEUED:
             job.view = view
         return view

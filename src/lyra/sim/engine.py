@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from lyra.core.model import TrainingJob
 from lyra.sim.cluster import SimCluster
 from lyra.sim.context_policies import context_policy
 from lyra.sim.decisions import CoreDecisions
@@ -425,6 +426,26 @@ class Simulation:
 
     def since_checkpoint(self, job: SimJob, t: float) -> float:
         return math.fmod(max(0.0, t - job.checkpoint), self.checkpoint_interval)
+
+    def core_job(self, job: SimJob, t: float) -> TrainingJob:
+        """The core's view of a job at ``t``: its estimated remaining work, its GPU types and, if it runs, its
+        workers and the work a preemption would lose."""
+        if job.status is Status.RUNNING:
+            job.progress(t)
+        names = self.cluster.names
+        return TrainingJob(
+            name=job.name,
+            gpus_per_worker=1,
+            min_workers=job.wmin,
+            max_workers=job.wmax,
+            remaining_work=job.estimate,
+            submit_time=job.submit,
+            placement={names[s]: n for s, n in job.placement.items()},
+            gpu_types=job.gpu_types,
+            mix_gpu_types=job.mixes,
+            scaling_overhead=self.overhead,
+            seconds_since_checkpoint=self.since_checkpoint(job, t) if job.workers and self.lose_work else 0.0,
+        )
 
     def _track(self, job: SimJob, *, leaving: bool = False) -> None:
         """Keep the per-type totals (flexible workers, growable elastic jobs, jobs per type) in step. A leaving job

@@ -16,7 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from lyra.core.loaning import plan_loans
-from lyra.core.model import ClusterSnapshot, InferenceDemand, TrainingJob
+from lyra.core.model import ClusterSnapshot, InferenceDemand
 from lyra.core.reclaim import plan_reclaim
 from lyra.sim.jobs import SimJob, Status
 
@@ -88,28 +88,10 @@ class LoanKeeper:
         strategy = self.strategy
         if strategy is None:
             raise RuntimeError(f"scheme {sim.scheme.name} lends servers but has no reclaim strategy")
-        names = cluster.names
         affected = {
             i for i in sim.on_type[cluster.inference_type] if any(cluster.is_loaned(s) for s in sim.jobs[i].placement)
         }
-        jobs = []
-        for i in sorted(affected, key=lambda i: sim.jobs[i].name):
-            job = sim.jobs[i]
-            job.progress(t)
-            jobs.append(
-                TrainingJob(
-                    name=job.name,
-                    gpus_per_worker=1,
-                    min_workers=job.wmin,
-                    max_workers=job.wmax,
-                    remaining_work=job.estimate,
-                    submit_time=job.submit,
-                    placement={names[s]: n for s, n in job.placement.items()},
-                    gpu_types=job.gpu_types,
-                    mix_gpu_types=job.mixes,
-                    seconds_since_checkpoint=sim.since_checkpoint(job, t) if sim.lose_work else 0.0,
-                )
-            )
+        jobs = [sim.core_job(sim.jobs[i], t) for i in sorted(affected, key=lambda i: sim.jobs[i].name)]
         servers = [cluster.server_view(s) for s in cluster.training_servers] + cluster.inference_views()
         snapshot = ClusterSnapshot(tuple(servers), tuple(jobs), cluster.catalog)
         plan = plan_reclaim(snapshot, count, strategy=strategy, seed=self.seed + self.reclaims)

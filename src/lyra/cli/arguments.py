@@ -1,0 +1,26 @@
+"""Argument types shared by the ``lyra`` commands: each refuses bad input with a message argparse prints (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
