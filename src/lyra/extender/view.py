@@ -129,21 +129,33 @@ def node_view(node: Node, used_gpus: int) -> NodeView | None:
     )
 
 
+def pod_facts(pod: Pod) -> PodFacts | None:
+    """What the view keeps of a pod, or ``None`` if it holds nothing (not bound to a node, or finished). The watcher
+    computes this once per event, so a rebuild does not parse pods again."""
+    host = pod.spec.node_name
+    if not host or pod.status.phase in _FINISHED_PHASES:
+        return None
+    role = pod_role(pod)
+    job = pod_job(pod) if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE) else None
+    uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
+    return PodFacts(uid, pod.metadata.namespace, pod.metadata.name, host, gpus_requested(pod), role, job)
+
+
 def build_view(nodes: Iterable[Node], pods: Iterable[Pod]) -> ClusterView:
     """A view of ``nodes`` and ``pods``; pods not bound to a node, or finished, hold nothing."""
+    return view_of(nodes, (facts for facts in map(pod_facts, pods) if facts is not None))
+
+
+def view_of(nodes: Iterable[Node], pods: Iterable[PodFacts]) -> ClusterView:
+    """A view of ``nodes`` and of the pods' facts (:func:`pod_facts`)."""
     facts: dict[str, PodFacts] = {}
     used: dict[str, int] = {}
     job_nodes: dict[str, dict[str, int]] = {}
     for pod in pods:
-        host = pod.spec.node_name
-        if not host or pod.status.phase in _FINISHED_PHASES:
-            continue
-        gpus = gpus_requested(pod)
-        role = pod_role(pod)
-        job = pod_job(pod) if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE) else None
-        uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
-        facts[uid] = PodFacts(uid, pod.metadata.namespace, pod.metadata.name, host, gpus, role, job)
-        used[host] = used.get(host, 0) + gpus
+        facts[pod.uid] = pod
+        host = pod.node
+        used[host] = used.get(host, 0) + pod.gpus
+        job = pod.job
         if job is not None:
             hosts = job_nodes.setdefault(job, {})
             hosts[host] = hosts.get(host, 0) + 1
@@ -190,25 +202,25 @@ def _reclaim_order(
     views: Mapping[str, NodeView], facts: Mapping[str, PodFacts], job_nodes: Mapping[str, Mapping[str, int]]
 ) -> tuple[str, ...]:
     """The core's reclaim order over the jobs' workers as the pods show them: a job's base is its base pods, its
-    flexible workers the rest."""
-    servers = [
-        Server(v.name, v.pool, v.gpu_type or "unknown", v.gpus, v.state if v.pool is Pool.INFERENCE else None)
-        for v in views.values()
-    ]
+    flexible workers the rest. Only the loaned servers, the jobs with a worker on one and those jobs' other
+    servers matter to the order, so only they go into the snapshot."""
+    loaned = {name for name, v in views.items() if v.state is LoanState.LOANED}
+    involved = {job for job, hosts in job_nodes.items() if not loaned.isdisjoint(hosts)}
     bases: dict[str, int] = {}
     gpw: dict[str, int] = {}
     for pod in facts.values():
-        if pod.job is None or pod.node not in views:
+        if pod.job not in involved or pod.node not in views:
             continue
+        assert pod.job is not None
         if pod.role is PodRole.TRAINING_BASE:
             bases[pod.job] = bases.get(pod.job, 0) + 1
         gpw[pod.job] = max(gpw.get(pod.job, 1), pod.gpus, 1)
     jobs: list[TrainingJob] = []
-    for job, hosts in job_nodes.items():
-        placement = {node: count for node, count in hosts.items() if node in views}
+    servers_used = set(loaned)
+    for job in sorted(involved):
+        placement = {node: count for node, count in job_nodes[job].items() if node in views}
         workers = sum(placement.values())
-        if not workers:
-            continue
+        servers_used.update(placement)
         base = min(max(bases.get(job, workers), 1), workers)
         jobs.append(
             TrainingJob(
@@ -221,4 +233,9 @@ def _reclaim_order(
                 mix_gpu_types=True,
             )
         )
+    servers = [
+        Server(v.name, v.pool, v.gpu_type or "unknown", v.gpus, v.state if v.pool is Pool.INFERENCE else None)
+        for name in sorted(servers_used)
+        for v in (views[name],)
+    ]
     return reclaim_order(ClusterSnapshot(servers=tuple(servers), jobs=tuple(jobs)))
