@@ -17,15 +17,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lyra.api.names import GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE, POOL_LABEL
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.profile import (
-    GPU_COUNT_LABEL,
-    GPU_MEMORY_LABEL,
-    GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
-    POOL_LABEL,
-    load_default_profile,
-)
+from lyra.localcluster.profile import load_default_profile
 from lyra.localcluster.testing import client_with_token
 from lyra.localcluster.waiting import wait_for
 
