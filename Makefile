@@ -49,6 +49,10 @@ format: install ## Apply ruff's formatting and safe fixes.
 	$(RUN) ruff format src tests bench
 	$(RUN) ruff check --fix src tests bench
 
+.PHONY: crds
+crds: install ## Regenerate manifests/crds from the API's pydantic models (lyra.api.resources).
+	$(RUN) lyra api crds --out-dir manifests/crds
+
 .PHONY: bench
 bench: binaries ## Run the benchmarks and print the figures recorded in docs/benchmarks.md.
 	$(RUN) python -m bench

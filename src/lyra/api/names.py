@@ -35,3 +35,12 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL: Final = "nvidia.com/gpu.count"
 GPU_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
+
+# Custom resources.
+CATEGORY: Final = "lyra"
+TRAINING_JOB_KIND: Final = "TrainingJob"
+TRAINING_JOB_PLURAL: Final = "trainingjobs"
+TRAINING_JOB_SHORT: Final = "tj"
+INFERENCE_SERVICE_KIND: Final = "InferenceService"
+INFERENCE_SERVICE_PLURAL: Final = "inferenceservices"
+INFERENCE_SERVICE_SHORT: Final = "lis"  # "isvc" belongs to KServe

@@ -1,0 +1,166 @@
+"""The two custom resources, as pydantic models: the one source of their schemas (``lyra.api.crds`` generates the
+CustomResourceDefinitions from them) and of the operator's reading of them.
+
+Fields are camelCase on the wire and snake_case in Python. Bounds match the policy core's limits
+(:data:`lyra.core.model.MAX_WORKERS`, :data:`lyra.core.model.MAX_GPUS_PER_SERVER`), so an object the API server
+accepts is one the core accepts. Cross-field rules (``minWorkers <= maxWorkers`` ...) are CEL rules on the CRD, so
+the API server refuses a bad object at ``kubectl apply`` with a message that says what to fix; the same rules are
+checked here for objects read from elsewhere.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS
+
+MAX_NAME = 253
+MAX_GPU_TYPES = 16
+MAX_CONDITIONS = 16
+MAX_PLACEMENTS = 4096
+#: The longest expected duration accepted: a year.
+MAX_DURATION_S = 366 * 24 * 3600
+MAX_PRIORITY = 1_000_000
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class PodTemplate(_Wire):
+    """A pod template (``metadata`` and ``spec``), kept as the user wrote it; the operator fills in the GPUs."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Preemption(_Wire):
+    grace_period_seconds: int = Field(
+        default=60, ge=0, le=3600, description="Seconds a worker gets to checkpoint after SIGTERM when preempted."
+    )
+
+
+class TrainingJobSpec(_Wire):
+    min_workers: int = Field(ge=1, le=MAX_WORKERS, description="Base demand: the gang that starts whole or not at all.")
+    max_workers: int = Field(ge=1, le=MAX_WORKERS, description="Upper bound with flexible workers (elastic jobs).")
+    gpus_per_worker: int = Field(ge=1, le=MAX_GPUS_PER_SERVER, description="GPUs of one worker, on one server.")
+    expected_duration: float = Field(
+        gt=0, le=MAX_DURATION_S, description="Seconds the job takes at minWorkers on a training GPU (speed 1.0)."
+    )
+    template: PodTemplate = Field(description="The worker pod template.")
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY, description="Higher runs first.")
+    gpu_types: list[str] | None = Field(
+        default=None,
+        max_length=MAX_GPU_TYPES,
+        description="GPU products the job may use (as nodes name them in nvidia.com/gpu.product); "
+        "default: every type whose memory fits gpuMemoryGiB.",
+    )
+    gpu_memory_gib: float | None = Field(
+        default=None, alias="gpuMemoryGiB", gt=0, le=1024, description="Memory one worker needs per GPU, in GiB."
+    )
+    speeds: dict[str, float] | None = Field(
+        default=None,
+        max_length=MAX_GPU_TYPES,
+        description="Measured throughput per GPU type relative to the reference (overrides the cluster's speeds).",
+    )
+    mix_gpu_types: bool = Field(
+        default=False, description="Allow workers on several GPU types at once (the job runs at the slowest's pace)."
+    )
+    scaling_overhead: float = Field(
+        default=0.0, ge=0, le=10, description="Sublinear scaling: efficiency 1 / (1 + o (w - 1)); 0 is linear."
+    )
+    preemption: Preemption = Field(default_factory=Preemption)
+
+    @model_validator(mode="after")
+    def _workers_in_order(self) -> TrainingJobSpec:
+        if self.min_workers > self.max_workers:
+            raise ValueError(f"minWorkers ({self.min_workers}) must be <= maxWorkers ({self.max_workers})")
+        return self
+
+
+class JobPhase(StrEnum):
+    QUEUED = "Queued"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Wire):
+    """metav1.Condition."""
+
+    type: str = Field(max_length=316)
+    status: ConditionStatus
+    reason: str = Field(max_length=1024)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: str = Field(description="RFC 3339 time of the last status change.", max_length=64)
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class WorkerCounts(_Wire):
+    current: int = Field(default=0, ge=0)
+    target: int = Field(default=0, ge=0)
+    base: int = Field(default=0, ge=0)
+    flexible: int = Field(default=0, ge=0)
+
+
+class TrainingJobStatus(_Wire):
+    phase: JobPhase = JobPhase.QUEUED
+    workers: WorkerCounts = Field(default_factory=WorkerCounts)
+    gpu_type: str | None = Field(default=None, max_length=MAX_NAME, description="The GPU type the job runs on.")
+    placements: dict[str, int] = Field(default_factory=dict, max_length=MAX_PLACEMENTS, description="Workers per node.")
+    queued_at: str | None = Field(default=None, max_length=64)
+    started_at: str | None = Field(default=None, max_length=64)
+    finished_at: str | None = Field(default=None, max_length=64)
+    preemptions: int = Field(default=0, ge=0)
+    scale_ins: int = Field(default=0, ge=0)
+    observed_generation: int | None = Field(default=None, ge=0)
+    conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
+
+
+class LoadSizing(_Wire):
+    """Built-in sizing for clusters without an autoscaler: replicas = ceil(requestsPerSecond / perReplica)."""
+
+    requests_per_second: float = Field(ge=0, description="Current load, written by whatever measures it.")
+    requests_per_second_per_replica: float = Field(gt=0, description="What one replica serves at its target latency.")
+
+
+class InferenceServiceSpec(_Wire):
+    replicas: int = Field(ge=0, le=MAX_WORKERS, description="Desired replicas (the scale subresource sets it).")
+    gpus_per_replica: int = Field(ge=1, le=MAX_GPUS_PER_SERVER)
+    min_replicas: int = Field(default=0, ge=0, le=MAX_WORKERS)
+    max_replicas: int = Field(ge=1, le=MAX_WORKERS)
+    gpu_type: str | None = Field(default=None, max_length=MAX_NAME, description="GPU product the replicas need.")
+    template: PodTemplate
+    sizing: LoadSizing | None = None
+
+    @model_validator(mode="after")
+    def _replicas_in_range(self) -> InferenceServiceSpec:
+        if not self.min_replicas <= self.replicas <= self.max_replicas:
+            raise ValueError(
+                f"replicas ({self.replicas}) must be within minReplicas ({self.min_replicas}) and "
+                f"maxReplicas ({self.max_replicas})"
+            )
+        return self
+
+
+class InferenceServiceStatus(_Wire):
+    replicas: int = Field(default=0, ge=0)
+    ready_replicas: int = Field(default=0, ge=0)
+    servers_needed: int = Field(default=0, ge=0)
+    selector: str = Field(default="", max_length=4096, description="Label selector of the replicas (for scaling).")
+    observed_generation: int | None = Field(default=None, ge=0)
+    conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
+
+
+def wire(model: BaseModel) -> dict[str, Any]:
+    """A model as the API server stores it (camelCase, defaults included, nothing null)."""
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
