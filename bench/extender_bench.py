@@ -29,9 +29,9 @@ from typing import Any
 
 import uvicorn
 
+from lyra.api.objects import Node, Pod
 from lyra.extender.app import FixedView, create_app
 from lyra.extender.view import build_view
-from lyra.extender.wire import Node, Pod
 
 SEED = 7
 SIZES = (1_000, 5_000)

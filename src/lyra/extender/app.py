@@ -28,9 +28,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from pydantic import BaseModel, ValidationError
 
 from lyra.api import names
+from lyra.api.convert import node_view
+from lyra.api.objects import Node
 from lyra.core.model import LoanState
 from lyra.core.placement import NodeView, PodRequest, PodRole, filter_nodes, score_nodes
-from lyra.extender.view import ClusterView, node_view
+from lyra.extender.view import ClusterView
 from lyra.extender.wire import (
     ExtenderArgs,
     ExtenderFilterResult,
@@ -39,7 +41,6 @@ from lyra.extender.wire import (
     HostPriority,
     MetaPod,
     MetaVictims,
-    Node,
 )
 
 #: Largest request body accepted. kube-scheduler sends full Node objects only without nodeCacheCapable; 5,000

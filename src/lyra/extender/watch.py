@@ -20,8 +20,9 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from lyra.extender.view import ClusterView, PodFacts, pod_facts, view_of
-from lyra.extender.wire import Node, Pod
+from lyra.api.convert import PodFacts, pod_facts
+from lyra.api.objects import Node, Pod
+from lyra.extender.view import ClusterView, view_of
 
 log = logging.getLogger("lyra.extender")
 

@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lyra.api.objects import Node, Pod
 from lyra.extender.app import NOT_SYNCED, BodyRecorder, FixedView, create_app
 from lyra.extender.view import build_view
-from lyra.extender.wire import Node, Pod
 from lyra.localcluster.waiting import wait_for
 
 A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4"

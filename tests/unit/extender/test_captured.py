@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from lyra.api.objects import Node, Pod
 from lyra.extender.app import FixedView, create_app
 from lyra.extender.view import build_view
-from lyra.extender.wire import ExtenderArgs, ExtenderPreemptionArgs, Node, Pod
+from lyra.extender.wire import ExtenderArgs, ExtenderPreemptionArgs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOANED = {"inference-t4-6", "inference-t4-7"}

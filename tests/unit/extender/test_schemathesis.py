@@ -8,9 +8,9 @@ from typing import Any
 import schemathesis
 from hypothesis import HealthCheck, settings
 
+from lyra.api.objects import Node, Pod
 from lyra.extender.app import FixedView, create_app
 from lyra.extender.view import build_view
-from lyra.extender.wire import Node, Pod
 
 from .test_app import NODES, RUNNING
 
