@@ -19,7 +19,6 @@ import gc
 import http.client
 import json
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,8 @@ import uvicorn
 from lyra.api.objects import Node, Pod
 from lyra.extender.app import FixedView, create_app
 from lyra.extender.view import build_view
+from lyra.localcluster.ports import LOOPBACK, allocate_ports
+from lyra.localcluster.waiting import wait_for
 
 SEED = 7
 SIZES = (1_000, 5_000)
@@ -105,26 +106,20 @@ def serve(nodes: int, port: int) -> None:
     uvicorn.run(create_app(FixedView(view)), host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+def wait_until_ready(port: int, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """Wait until the extender in ``server`` answers ``/readyz`` with 200 (its view has synced)."""
 
-
-def _wait_ready(port: int, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if server.poll() is not None:
             raise RuntimeError(f"the extender exited with {server.returncode}")
         try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            connection = http.client.HTTPConnection(LOOPBACK, port, timeout=1)
             connection.request("GET", "/readyz")
-            if connection.getresponse().status == 200:
-                return
+            return connection.getresponse().status == 200
         except OSError:
-            time.sleep(0.1)  # not listening yet
-    raise RuntimeError("the extender did not become ready")
+            return False  # not listening yet
+
+    wait_for(ready, timeout_s, "the extender to start and sync")
 
 
 def load(port: int, verb: str, body: bytes, clients: int, requests_per_client: int) -> list[float]:
@@ -173,12 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for nodes in SIZES:
-        port = _free_port()
+        port = allocate_ports(1)[0]
         server = subprocess.Popen(
             [sys.executable, "-m", "bench.extender_bench", "--serve", str(nodes), "--port", str(port)],
         )
         try:
-            _wait_ready(port, server)
+            wait_until_ready(port, server)
             body = request_body(cluster(nodes)[0])
             for clients in args.clients:
                 for verb in ("filter", "prioritize"):

@@ -10,10 +10,8 @@ Pods are created from 16 threads so that creation outpaces scheduling.
 
 from __future__ import annotations
 
-import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +24,9 @@ from typing import Any
 
 from kubernetes import client
 
+from bench.extender_bench import wait_until_ready
 from lyra.localcluster import populate
+from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.profile import parse_profile
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
@@ -88,13 +88,6 @@ def pods() -> list[dict[str, Any]]:
     return made
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -110,18 +103,8 @@ def extender(kubeconfig: Path, port: int) -> Iterator[None]:
         [*command, "extender", "--kubeconfig", str(kubeconfig), "--port", str(port)], stdout=subprocess.DEVNULL
     )
 
-    def ready() -> bool:
-        if server.poll() is not None:
-            raise RuntimeError(f"lyra extender exited with {server.returncode}")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            connection.request("GET", "/readyz")
-            return connection.getresponse().status == 200
-        except OSError:
-            return False
-
     try:
-        wait_for(ready, 60, "the extender to start and sync")
+        wait_until_ready(port, server)
         before = _cpu_seconds(server.pid)
         yield
         print(f"  the extender used {_cpu_seconds(server.pid) - before:.1f} s of CPU while the pods were scheduled")
@@ -132,7 +115,7 @@ def extender(kubeconfig: Path, port: int) -> Iterator[None]:
 
 def run(with_extender: bool, state: Path) -> float:
     """Pods bound per second."""
-    port = _free_port()
+    port = allocate_ports(1)[0]
     url = f"http://127.0.0.1:{port}" if with_extender else None
     with (
         session_control_plane(state, profile=profile(), extender_url=url) as control_plane,

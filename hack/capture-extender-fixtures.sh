@@ -25,8 +25,11 @@ kubectl label node inference-t4-6 inference-t4-7 lyra.dev/state=loaned --overwri
 "${RUN[@]}" lyra extender --kubeconfig "$STATE_DIR/cluster/default/kubeconfig" --capture-dir "$CAPTURE" \
     > "$STATE_DIR/extender.log" 2>&1 &
 EXTENDER_PID=$!
-until curl -sf http://127.0.0.1:8888/readyz >/dev/null 2>&1; do
+# Poll /readyz (at most 30 s): a shell has no event to wait on for "the extender's watches have synced".
+for attempt in $(seq 1 150); do
+    curl -sf http://127.0.0.1:8888/readyz >/dev/null 2>&1 && break
     kill -0 "$EXTENDER_PID" 2>/dev/null || { cat "$STATE_DIR/extender.log"; exit 1; }
+    [ "$attempt" -eq 150 ] && { echo "the extender was not ready after 30 s" >&2; cat "$STATE_DIR/extender.log"; exit 1; }
     sleep 0.2
 done
 pod() {  # name gpus role job product priorityClass

@@ -33,12 +33,13 @@ kubectl get nodes -L lyra.dev/pool -L lyra.dev/state -L nvidia.com/gpu.product -
 step "2/4 Lyra's scheduler extender: kube-scheduler asks it where each GPU pod may go"
 "${RUN[@]}" lyra extender --kubeconfig "$STATE_DIR/cluster/default/kubeconfig" > "$STATE_DIR/extender.log" 2>&1 &
 EXTENDER_PID=$!
+# Poll /readyz (at most 20 s): a shell has no event to wait on for "the extender's watches have synced".
 for _ in $(seq 1 100); do
     if curl -sf http://127.0.0.1:8888/readyz >/dev/null 2>&1; then break; fi
     if ! kill -0 "$EXTENDER_PID" 2>/dev/null; then cat "$STATE_DIR/extender.log"; exit 1; fi
     sleep 0.2
 done
-curl -sf http://127.0.0.1:8888/readyz
+curl -sf http://127.0.0.1:8888/readyz || { echo "the extender was not ready after 20 s" >&2; cat "$STATE_DIR/extender.log"; exit 1; }
 kubectl apply -f - <<'YAML'
 apiVersion: v1
 kind: Pod

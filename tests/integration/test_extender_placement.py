@@ -10,7 +10,6 @@ and is placed once the extender is back.
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from kubernetes import client
 from lyra.extender.app import create_app
 from lyra.extender.watch import WatchedView
 from lyra.localcluster import populate
+from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
 
@@ -33,13 +33,6 @@ LOANED = ("inference-t4-6", "inference-t4-7")
 RECLAIMING = "inference-t4-5"
 TRAINING_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 INFERENCE_PRODUCT = "Tesla-T4"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -75,7 +68,7 @@ def gpu_pod(name: str, gpus: int, labels: dict[str, str], product: str | None = 
 
 
 def test_pods_land_where_lyras_rules_say(tmp_path: Path) -> None:
-    port = free_port()
+    port = allocate_ports(1)[0]
     with (
         session_control_plane(tmp_path / "cluster", extender_url=f"http://127.0.0.1:{port}") as control_plane,
         populate.admin_api(control_plane.kubeconfig) as api,

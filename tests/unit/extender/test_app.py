@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
 import tracemalloc
 from pathlib import Path
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 from lyra.api.objects import Node, Pod
 from lyra.extender.app import NOT_SYNCED, BodyRecorder, FixedView, create_app
 from lyra.extender.view import build_view
+from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.waiting import wait_for
 
 A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4"
@@ -235,9 +235,7 @@ def test_the_recorder_keeps_the_first_bodies_of_each_verb(tmp_path: Path) -> Non
 def test_a_50_mb_body_without_a_length_is_refused_without_holding_it_in_memory() -> None:
     """A real server (the test client buffers bodies): chunked upload of 50 MiB against a 1 MiB limit."""
     app = create_app(FixedView(build_view([], [])), max_body_bytes=1024 * 1024)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = allocate_ports(1)[0]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
