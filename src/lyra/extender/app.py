@@ -28,7 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from pydantic import BaseModel, ValidationError
 
 from lyra.api import names
-from lyra.api.convert import node_view
+from lyra.api.convert import PodFacts, node_view
 from lyra.api.objects import Node
 from lyra.core.model import LoanState
 from lyra.core.placement import NodeView, PodRequest, PodRole, filter_nodes, score_nodes
@@ -231,6 +231,7 @@ def _preempt(args: ExtenderPreemptionArgs, view: ClusterView) -> ExtenderPreempt
     elif args.NodeNameToVictims is not None:
         for node, victims in args.NodeNameToVictims.items():
             proposals[node] = [victim.metadata.uid for victim in victims.Pods]
+    meta_victims = args.NodeNameToMetaVictims or {}
     allowed: dict[str, MetaVictims] = {}
     for node, uids in proposals.items():
         known = view.nodes.get(node)
@@ -239,8 +240,7 @@ def _preempt(args: ExtenderPreemptionArgs, view: ClusterView) -> ExtenderPreempt
         if known is not None and filter_nodes(_without_gpus(pod), [known]).failed:
             continue  # a rule keeps the pod off this node: evicting would not help
         if all(_may_evict(pod, view.pods.get(uid)) for uid in uids):
-            source = args.NodeNameToMetaVictims or {}
-            pdb = source[node].NumPDBViolations if node in source else 0
+            pdb = meta_victims[node].NumPDBViolations if node in meta_victims else 0
             allowed[node] = MetaVictims(Pods=[MetaPod(UID=uid) for uid in uids], NumPDBViolations=pdb)
     return ExtenderPreemptionResult(NodeNameToMetaVictims=allowed)
 
@@ -249,7 +249,7 @@ def _without_gpus(pod: PodRequest) -> PodRequest:
     return PodRequest(pod.role, 0, pod.job, pod.job_nodes, pod.gpu_types)
 
 
-def _may_evict(pod: PodRequest, victim: Any) -> bool:
+def _may_evict(pod: PodRequest, victim: PodFacts | None) -> bool:
     if victim is None:
         return pod.role is PodRole.UNMANAGED  # unknown pods: only a pod Lyra does not manage may evict them
     role = victim.role
