@@ -69,13 +69,18 @@ class PodFacts:
     job: str | None
 
 
+def node_gpus(node: Node) -> int:
+    """The node's GPUs: allocatable, else capacity (a whole number; anything else counts as none)."""
+    return _whole(node.status.allocatable.get(names.GPU_RESOURCE, node.status.capacity.get(names.GPU_RESOURCE, 0)))
+
+
 def node_view(node: Node, used_gpus: int) -> NodeView | None:
     """The core's view of a node, or ``None`` for a node Lyra does not manage (no pool label or no GPUs)."""
     labels = node.metadata.labels
     pool_label = labels.get(names.POOL_LABEL)
     if pool_label not in (names.POOL_TRAINING, names.POOL_INFERENCE):
         return None
-    gpus = _whole(node.status.allocatable.get(names.GPU_RESOURCE, node.status.capacity.get(names.GPU_RESOURCE, 0)))
+    gpus = node_gpus(node)
     if gpus <= 0:
         return None
     pool = Pool.TRAINING if pool_label == names.POOL_TRAINING else Pool.INFERENCE

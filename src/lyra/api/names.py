@@ -19,6 +19,15 @@ POOL_TRAINING: Final = "training"
 POOL_INFERENCE: Final = "inference"
 POOLS: Final = (POOL_TRAINING, POOL_INFERENCE)
 STATE_LABEL: Final = f"{GROUP}/state"
+#: The operator's taint on inference nodes has the state label's key and value (effect NoSchedule), so placement is
+#: right even without the extender: training pods tolerate ``loaned``, inference pods ``serving`` and ``idle``,
+#: nobody ``reclaiming``.
+STATE_TAINT: Final = STATE_LABEL
+TAINT_EFFECT: Final = "NoSchedule"
+
+# Node annotations the operator keeps (its state lives in the API, never only in memory).
+RECLAIM_STARTED_ANNOTATION: Final = f"{GROUP}/reclaim-started"
+IDLE_SINCE_ANNOTATION: Final = f"{GROUP}/idle-since"
 
 # Pod labels.
 ROLE_LABEL: Final = f"{GROUP}/role"
@@ -26,6 +35,21 @@ ROLE_BASE: Final = "base"
 ROLE_FLEXIBLE: Final = "flexible"
 ROLE_INFERENCE: Final = "inference"
 JOB_LABEL: Final = f"{GROUP}/job"
+SERVICE_LABEL: Final = f"{GROUP}/service"
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+
+# The operator: its field manager, the Lease that keeps one of it active, the source of its Events.
+OPERATOR_NAME: Final = "lyra-operator"
+
+# The worker contract (docs/user-guide.md): environment every worker container gets. ``PET_*`` are torchrun's own
+# variables for its command-line options, so ``torchrun train.py`` runs elastic with no flags.
+ENV_JOB: Final = "LYRA_JOB"
+ENV_WORKER: Final = "LYRA_WORKER"
+ENV_MIN_WORKERS: Final = "LYRA_MIN_WORKERS"
+ENV_MAX_WORKERS: Final = "LYRA_MAX_WORKERS"
+ENV_TORCHRUN_NNODES: Final = "PET_NNODES"
+ENV_TORCHRUN_NPROC: Final = "PET_NPROC_PER_NODE"
+ENV_TORCHRUN_RDZV_ID: Final = "PET_RDZV_ID"
 
 # Namespaces the test harness creates (so that leftovers are easy to find and delete).
 TEST_NAMESPACE_LABEL: Final = f"{GROUP}/test-namespace"

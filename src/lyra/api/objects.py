@@ -31,6 +31,10 @@ class ObjectMeta(_Kube):
     uid: str = ""
     labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=MAX_LABELS)
     annotations: dict[str, str] = Field(default_factory=dict, max_length=MAX_LABELS)
+    generation: int = 0
+    resource_version: str = Field(default="", alias="resourceVersion")
+    creation_timestamp: str = Field(default="", alias="creationTimestamp")
+    deletion_timestamp: str | None = Field(default=None, alias="deletionTimestamp")
 
 
 class Resources(_Kube):
@@ -53,12 +57,24 @@ class PodSpec(_Kube):
 
 class PodStatus(_Kube):
     phase: str = ""
+    start_time: str | None = Field(default=None, alias="startTime")
 
 
 class Pod(_Kube):
     metadata: ObjectMeta
     spec: PodSpec = Field(default_factory=PodSpec)
     status: PodStatus = Field(default_factory=PodStatus)
+
+
+class Taint(_Kube):
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+class NodeSpec(_Kube):
+    taints: list[Taint] = Field(default_factory=list, max_length=MAX_LABELS)
+    unschedulable: bool = False
 
 
 class NodeStatus(_Kube):
@@ -68,8 +84,24 @@ class NodeStatus(_Kube):
 
 class Node(_Kube):
     metadata: ObjectMeta
+    spec: NodeSpec = Field(default_factory=NodeSpec)
     status: NodeStatus = Field(default_factory=NodeStatus)
 
 
 class NodeList(_Kube):
     items: list[Node] = Field(default_factory=list, max_length=MAX_NODES)
+
+
+class DeploymentSpec(_Kube):
+    replicas: int = 0
+
+
+class DeploymentStatus(_Kube):
+    replicas: int = 0
+    ready_replicas: int = Field(default=0, alias="readyReplicas")
+
+
+class Deployment(_Kube):
+    metadata: ObjectMeta
+    spec: DeploymentSpec = Field(default_factory=DeploymentSpec)
+    status: DeploymentStatus = Field(default_factory=DeploymentStatus)

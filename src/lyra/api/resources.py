@@ -122,6 +122,12 @@ class TrainingJobStatus(_Wire):
     finished_at: str | None = Field(default=None, max_length=64)
     preemptions: int = Field(default=0, ge=0)
     scale_ins: int = Field(default=0, ge=0)
+    work_done: float = Field(
+        default=0.0, ge=0, description="Reference worker-seconds done (checkpointed), as the operator estimates it."
+    )
+    work_as_of: str | None = Field(
+        default=None, max_length=64, description="When workDone was last brought up to date."
+    )
     observed_generation: int | None = Field(default=None, ge=0)
     conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
 
@@ -157,6 +163,7 @@ class InferenceServiceStatus(_Wire):
     ready_replicas: int = Field(default=0, ge=0)
     servers_needed: int = Field(default=0, ge=0)
     selector: str = Field(default="", max_length=4096, description="Label selector of the replicas (for scaling).")
+    gpu_type: str | None = Field(default=None, max_length=MAX_NAME, description="The GPU type the replicas run on.")
     observed_generation: int | None = Field(default=None, ge=0)
     conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
 

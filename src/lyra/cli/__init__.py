@@ -14,7 +14,14 @@ import sys
 from collections.abc import Sequence
 
 from lyra import __version__
-from lyra.cli import api_commands, cluster_commands, extender_commands, plan_commands, simulate_commands
+from lyra.cli import (
+    api_commands,
+    cluster_commands,
+    extender_commands,
+    operator_commands,
+    plan_commands,
+    simulate_commands,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -32,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_commands.register(commands)
     simulate_commands.register(commands)
     extender_commands.register(commands)
+    operator_commands.register(commands)
     api_commands.register(commands)
     return parser
 

@@ -24,3 +24,14 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds: a finite number >= 0, at most a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 86400, got {text[:40]}")
+    return value

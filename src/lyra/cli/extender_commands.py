@@ -61,29 +61,19 @@ def run_extender(args: argparse.Namespace) -> int:
     if not 1 <= args.max_body_mib <= 1024:
         return _bad(f"--max-body-mib must be between 1 and 1024, got {args.max_body_mib}")
     if args.kubeconfig is not None and not args.kubeconfig.is_file():
-        return _bad(f"--kubeconfig {args.kubeconfig}: no such file")
+        return _bad(f"--kubeconfig {args.kubeconfig}: no such file")  # bad input (2), before any connection
 
     import uvicorn
-    from kubernetes import config
-    from kubernetes.config.config_exception import ConfigException
 
+    from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.extender.app import BodyRecorder, create_app
     from lyra.extender.watch import WatchedView
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        if args.kubeconfig is not None:
-            api = config.new_client_from_config(config_file=str(args.kubeconfig))  # type: ignore[no-untyped-call]
-        else:
-            try:
-                api = config.new_client_from_config()  # type: ignore[no-untyped-call]
-            except ConfigException:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                from kubernetes import client
-
-                api = client.ApiClient()
-    except Exception as error:  # a kubeconfig can be broken in many ways (YAML, keys, files): all mean the same
-        print(f"lyra extender: no usable kubeconfig: {type(error).__name__}: {error}", file=sys.stderr)
+        api = api_client(args.kubeconfig)
+    except KubeconfigError as error:
+        print(f"lyra extender: {error}", file=sys.stderr)
         return EXIT_FAILED
     try:
         recorder = BodyRecorder(args.capture_dir) if args.capture_dir is not None else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lyra.core.errors import InvalidClusterError
-from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState
+from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState, Server
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +43,21 @@ def plan_loans(
     *,
     headroom: int = 0,
     recent_peak: InferenceDemand | None = None,
+    gpu_type: str | None = None,
 ) -> LoanPlan:
     """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back;
-    lend only what ``recent_peak`` (hysteresis, optional) leaves idle as well."""
+    lend only what ``recent_peak`` (hysteresis, optional) leaves idle as well. With ``gpu_type``, only the
+    inference servers of that GPU type are balanced (demand is then in servers of that type)."""
     if not isinstance(headroom, int) or headroom < 0:
         raise InvalidClusterError(f"headroom must be an integer >= 0, got {headroom!r}")
-    serving = snapshot.servers_in(LoanState.SERVING)
-    idle = snapshot.servers_in(LoanState.IDLE)
-    reclaiming = snapshot.servers_in(LoanState.RECLAIMING)
-    loaned = snapshot.servers_in(LoanState.LOANED)
+
+    def of(state: LoanState) -> tuple[Server, ...]:
+        return tuple(s for s in snapshot.servers_in(state) if gpu_type is None or s.gpu_type == gpu_type)
+
+    serving = of(LoanState.SERVING)
+    idle = of(LoanState.IDLE)
+    reclaiming = of(LoanState.RECLAIMING)
+    loaned = of(LoanState.LOANED)
     held = len(serving) + len(idle) + len(reclaiming)
     needed = demand.servers + headroom
     if needed > held:

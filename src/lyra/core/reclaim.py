@@ -91,8 +91,12 @@ class ReclaimPlan:
 class _Instance:
     """The reclaim problem extracted from a snapshot: loaned servers, the jobs on them, and their slack."""
 
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
-        self.candidates: list[str] = [s.name for s in snapshot.servers if s.state is LoanState.LOANED]
+    def __init__(self, snapshot: ClusterSnapshot, gpu_type: str | None = None) -> None:
+        self.candidates: list[str] = [
+            s.name
+            for s in snapshot.servers
+            if s.state is LoanState.LOANED and (gpu_type is None or s.gpu_type == gpu_type)
+        ]
         reclaiming = {s.name for s in snapshot.servers if s.state is LoanState.RECLAIMING}
         candidate_set = set(self.candidates)
         self.jobs: dict[str, TrainingJob] = {}
@@ -148,15 +152,20 @@ def plan_reclaim(
     *,
     strategy: ReclaimStrategy = ReclaimStrategy.LYRA,
     seed: int = 0,
+    gpu_type: str | None = None,
 ) -> ReclaimPlan:
-    """Choose ``count`` loaned servers to return to inference. Pure and deterministic (``seed`` for ``random``)."""
+    """Choose ``count`` loaned servers to return to inference. Pure and deterministic (``seed`` for ``random``).
+
+    With ``gpu_type``, only loaned servers of that GPU type are candidates (inference needs servers of the type
+    its replicas run on); fractions are then counted over those candidates."""
     if not isinstance(count, int) or count < 0:
         raise ReclaimError(f"the number of servers to reclaim must be an integer >= 0, got {count!r}")
-    instance = _Instance(snapshot)
+    instance = _Instance(snapshot, gpu_type)
     loaned = len(instance.candidates)
     if count > loaned:
+        of_type = f" {gpu_type}" if gpu_type is not None else ""
         raise ReclaimError(
-            f"cannot reclaim {count} servers: only {loaned} are loaned"
+            f"cannot reclaim {count}{of_type} servers: only {loaned} are loaned"
             + (f" ({', '.join(instance.candidates)})" if 0 < loaned <= 10 else "")
         )
     if strategy is ReclaimStrategy.LYRA:

@@ -95,3 +95,19 @@ def test_lent_servers_are_idle_and_reclaim_never_exceeds_loaned() -> None:
                 damped = plan_loans(snap, InferenceDemand(demand), headroom=headroom, recent_peak=InferenceDemand(peak))
                 assert set(damped.lend) <= set(plan.lend), "a recent peak never lends more"
                 assert damped.reclaim == plan.reclaim, "nor reclaims differently"
+
+
+def test_a_gpu_type_scopes_the_balance_to_its_servers() -> None:
+    servers = [
+        serving("t4-s"),
+        idle("t4-i"),
+        loaned("t4-l"),
+        serving("v-s", gpu_type="V100"),
+        idle("v-i", gpu_type="V100"),
+    ]
+    snap = snapshot(servers)
+    t4 = plan_loans(snap, InferenceDemand(3), gpu_type="T4")
+    assert (t4.lend, t4.reclaim, t4.shortfall, t4.held) == ((), 1, 0, 2)
+    v100 = plan_loans(snap, InferenceDemand(1), gpu_type="V100")
+    assert (v100.lend, v100.reclaim, v100.held) == (("v-i",), 0, 2)
+    assert plan_loans(snap, InferenceDemand(0), gpu_type="A100").held == 0

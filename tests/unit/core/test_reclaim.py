@@ -14,7 +14,7 @@ import pytest
 
 from lyra.core import ClusterSnapshot, LoanState, ReclaimError, ReclaimStrategy, Server, plan_reclaim, reclaim_order
 
-from .builders import JobBuilder, job, loaned, reclaiming, serving, snapshot, training
+from .builders import JobBuilder, cluster, job, loaned, reclaiming, serving, snapshot, training
 from .plan_checks import reclaim_outcome
 
 
@@ -356,3 +356,17 @@ def test_reclaim_order_covers_every_loaned_server_once() -> None:
     assert sorted(order) == ["s1", "s2", "s3", "s4", "s5"]
     assert order[0] == "s5", "the empty loaned server comes first"
     assert reclaim_order(snapshot([training("t0")])) == ()
+
+
+def test_a_gpu_type_limits_the_candidates_to_its_loaned_servers() -> None:
+    snap = (
+        cluster(loaned("t4-a"), loaned("t4-b"), loaned("v-a", gpu_type="V100"))
+        .jobs(job("busy").workers(1).on({"t4-a": 1}), job("on-v100").workers(1).on({"v-a": 1}).types("V100"))
+        .build()
+    )
+    plan = plan_reclaim(snap, 1, gpu_type="T4")
+    assert plan.servers == ("t4-b",)
+    assert plan.preempted == ()
+    assert plan_reclaim(snap, 1, gpu_type="V100").preempted == ("on-v100",)
+    with pytest.raises(ReclaimError, match="cannot reclaim 3 T4 servers: only 2 are loaned"):
+        plan_reclaim(snap, 3, gpu_type="T4")

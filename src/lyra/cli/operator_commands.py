@@ -1,0 +1,112 @@
+"""`lyra operator`: lend idle inference nodes to training, reclaim them for inference, run TrainingJobs and
+InferenceServices (docs/user-guide.md).
+
+The kubeconfig comes from ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside a pod, the service
+account. ``--dry-run`` decides and reports without writing anything (shadow mode); ``--once`` makes one pass and
+prints what it did (or, with ``--dry-run``, would do) as JSON. Exit codes: 0 stopped cleanly, 1 it could not run,
+2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from lyra.cli.arguments import non_negative_int, positive_int, seconds
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    """Register `lyra operator`."""
+    parser = commands.add_parser(
+        "operator",
+        help="run the operator: loan, reclaim, admit and scale training jobs, run inference services",
+        description="Watch TrainingJobs, InferenceServices, pool nodes and Lyra's pods; decide with the policy "
+        "core; write node states, pods, Deployments, statuses and Events.",
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    parser.add_argument("--dry-run", action="store_true", help="shadow mode: decide and report, change nothing")
+    parser.add_argument("--once", action="store_true", help="make one pass, print it as JSON and exit")
+    parser.add_argument(
+        "--headroom", type=non_negative_int, default=0, help="spare inference servers kept per GPU type (default 0)"
+    )
+    parser.add_argument(
+        "--lend-delay",
+        type=seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="an idle inference server is lent after this long idle (hysteresis; default 60)",
+    )
+    parser.add_argument(
+        "--reclaim-deadline",
+        type=seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="training pods still on a reclaimed server after this long are deleted without grace (default 300)",
+    )
+    parser.add_argument(
+        "--gang-timeout",
+        type=seconds,
+        default=120.0,
+        metavar="SECONDS",
+        help="a base gang not placed whole within this long is rolled back and re-queued (default 120)",
+    )
+    parser.add_argument(
+        "--resync", type=seconds, default=10.0, metavar="SECONDS", help="a pass at least this often (default 10)"
+    )
+    parser.add_argument(
+        "--search-budget", type=positive_int, default=16_000, help="the allocator's search budget (default 16000)"
+    )
+    parser.set_defaults(run=run_operator_command)
+
+
+def run_operator_command(args: argparse.Namespace) -> int:
+    if args.resync <= 0:
+        print("lyra operator: --resync must be > 0 seconds", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        print(f"lyra operator: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from lyra.cli.kube_client import KubeconfigError, api_client
+    from lyra.operator.commit import Cluster
+    from lyra.operator.decide import OperatorConfig
+    from lyra.operator.runner import Reconciler, RunOptions, describe, run_operator
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+    try:
+        api = api_client(args.kubeconfig)
+    except KubeconfigError as error:
+        print(f"lyra operator: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(args.kubeconfig)  # kopf's own login reads it
+    config = OperatorConfig(
+        headroom=args.headroom,
+        lend_delay_s=args.lend_delay,
+        reclaim_deadline_s=args.reclaim_deadline,
+        gang_timeout_s=args.gang_timeout,
+        search_budget=args.search_budget,
+    )
+    options = RunOptions(config=config, dry_run=args.dry_run, resync_s=args.resync)
+    cluster = Cluster(api)
+    if args.once:
+        try:
+            decision = Reconciler(cluster, options).pass_once()
+        except Exception as error:  # an unreachable API server, RBAC refusals: reported, not a traceback
+            print(f"lyra operator: the pass failed: {type(error).__name__}: {error}", file=sys.stderr)
+            return EXIT_FAILED
+        report = {"dryRun": args.dry_run, "actions": describe(decision), "summary": decision.summary}
+        print(json.dumps(report, indent=2, default=str))
+        return EXIT_OK
+    run_operator(cluster, options)
+    return EXIT_OK

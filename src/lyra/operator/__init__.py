@@ -1,0 +1,1 @@
+"""The Lyra operator: observe the cluster, decide with the policy core, commit the changes (docs/architecture.md)."""

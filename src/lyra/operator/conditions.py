@@ -1,0 +1,37 @@
+"""metav1.Condition bookkeeping: a condition's transition time moves only when its status changes."""
+
+from __future__ import annotations
+
+from typing import Protocol, Self, TypeVar
+
+from lyra.api.resources import Condition, ConditionStatus
+from lyra.operator.observe import format_time
+
+
+class _WithConditions(Protocol):
+    @property
+    def conditions(self) -> list[Condition]: ...
+
+    def model_copy(self, *, update: dict[str, object] | None = None, deep: bool = False) -> Self: ...
+
+
+S = TypeVar("S", bound=_WithConditions)
+
+
+def set_condition(status: S, kind: str, true: bool, reason: str, message: str, *, now: float, generation: int) -> S:
+    """``status`` with the condition ``kind`` set (others kept, sorted by type)."""
+    value = ConditionStatus.TRUE if true else ConditionStatus.FALSE
+    old = next((c for c in status.conditions if c.type == kind), None)
+    since = old.last_transition_time if old is not None and old.status is value else format_time(now)
+    condition = Condition(
+        type=kind,
+        status=value,
+        reason=reason,
+        message=message[:32768],
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+    if old == condition:
+        return status
+    others = [c for c in status.conditions if c.type != kind]
+    return status.model_copy(update={"conditions": sorted([*others, condition], key=lambda c: c.type)})

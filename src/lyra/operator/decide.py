@@ -1,0 +1,559 @@
+"""Decide: one pass from a :class:`~lyra.operator.observe.World` to a :class:`~lyra.operator.actions.Decision`.
+
+Pure: no API calls, no clock (``world.now``). A pass runs these steps in order, each reading what the previous ones
+decided (docs/architecture.md, "A pass"):
+
+1. **Jobs' own lives**: a job with a failed worker fails; one whose workers all finished succeeds; a gang whose base
+   could not be placed in time is rolled back and re-queued; a running job that lost its base is re-queued.
+2. **Inference**: each service's replicas (spec or load) and the servers of each GPU type they need; an inference
+   node with replicas is ``serving``, one without is ``idle``.
+3. **Loans** (:mod:`lyra.operator.loans`): per GPU type, ``plan_loans``; servers to call back are chosen by
+   ``plan_reclaim`` and marked ``reclaiming``; idle surplus that has been idle long enough is lent.
+4. **Draining**: training work on ``reclaiming`` servers leaves, by scale-in where the job keeps its base, by
+   preemption where it does not; an emptied server returns to ``serving``; past the deadline the rest is forced.
+5. **Allocation**, when nothing is in flight: ``allocate_workers`` on the settled snapshot sets every job's intent
+   (phase, target workers, planned placement, GPU type), written to its status.
+6. **Converging pods to intents**: missing workers are created (a new gang whole), extra flexible ones deleted, and
+   roles relabelled so that the lowest-indexed live workers are the base.
+
+Everything the next pass needs is in the API (labels, taints, annotations, statuses), so a new operator picks up
+where a killed one stopped. Applying a decision and deciding again yields no action.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lyra.api import names
+from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
+from lyra.core.allocation import DEFAULT_SEARCH_BUDGET, AllocationPlan, allocate_workers
+from lyra.core.errors import InvalidClusterError
+from lyra.core.gpus import GpuCatalog
+from lyra.core.model import ClusterSnapshot, Pool, Server, TrainingJob
+from lyra.core.placement import PodRole
+from lyra.operator import manifests
+from lyra.operator.actions import (
+    ACTION_ORDER,
+    Action,
+    ApplyDeployment,
+    CreatePod,
+    Decision,
+    DeletePod,
+    Emit,
+    PatchStatus,
+    SetPodRole,
+)
+from lyra.operator.conditions import set_condition
+from lyra.operator.loans import LoanBook
+from lyra.operator.observe import JobRecord, ObjectRef, PodRecord, ServiceRecord, World, format_time, parse_time
+from lyra.operator.sizing import desired_replicas, main_inference_type, server_size, servers_needed
+
+_TRAINING_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
+_DONE = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    """The operator's knobs (``lyra operator --help`` documents each)."""
+
+    headroom: int = 0
+    lend_delay_s: float = 60.0
+    reclaim_deadline_s: float = 300.0
+    gang_timeout_s: float = 120.0
+    search_budget: int = DEFAULT_SEARCH_BUDGET
+    gpus: GpuCatalog = field(default_factory=GpuCatalog)
+
+
+@dataclass(slots=True)
+class _Job:
+    """A job during the pass: its record, its pods, and the status this pass will leave it with."""
+
+    record: JobRecord
+    pods: tuple[PodRecord, ...]
+    status: TrainingJobStatus
+    changed: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.record.ref.key
+
+    @property
+    def live(self) -> list[PodRecord]:
+        return [p for p in self.pods if p.is_live]
+
+    def bound_live(self) -> list[PodRecord]:
+        return [p for p in self.pods if p.is_live and p.node]
+
+    def update(self, **changes: Any) -> None:
+        self.status = self.status.model_copy(update=changes)
+        self.changed = True
+
+
+class _Pass:
+    def __init__(self, world: World, config: OperatorConfig) -> None:
+        self.world = world
+        self.config = config
+        self.now = world.now
+        self.actions: list[Action] = []
+        self.summary: dict[str, Any] = {}
+        self.jobs = {
+            j.ref.key: _Job(j, world.pods_of(j.ref.key), j.status)
+            for j in world.jobs
+            if not (j.status.phase in _DONE and not any(p.is_live for p in world.pods_of(j.ref.key)))
+        }
+        self.deleted: set[str] = set()
+        self.loans = LoanBook(world, config, self)
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+
+    def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
+        self.actions.append(Emit(ref, "Warning" if warning else "Normal", reason, message))
+
+    def delete(self, pod: PodRecord, grace: int, reason: str) -> None:
+        if pod.ref.key in self.deleted or (pod.terminating and grace > 0):
+            return
+        self.deleted.add(pod.ref.key)
+        self.actions.append(DeletePod(pod.ref, grace, reason))
+
+    def fold_work(self, job: _Job) -> dict[str, Any]:
+        """Bring ``workDone`` up to now at the pace the status recorded; returns the status fields to write."""
+        status = job.status
+        as_of = parse_time(status.work_as_of)
+        done = status.work_done
+        if as_of is not None and status.phase is JobPhase.RUNNING:
+            done += self.pace(job, status.workers.current, status.gpu_type) * max(self.now - as_of, 0.0)
+        return {"work_done": round(min(done, self.total_work(job)), 3), "work_as_of": format_time(self.now)}
+
+    def pace(self, job: _Job, workers: int, gpu_type: str | None) -> float:
+        if workers <= 0 or not gpu_type:
+            return 0.0
+        core = self.core_job(job, {})
+        return core.pace(workers, core.speed_on(self.config.gpus[gpu_type]))
+
+    def total_work(self, job: _Job) -> float:
+        spec = job.record.spec
+        return spec.expected_duration * self.core_job(job, {}).pace(spec.min_workers, 1.0)
+
+    def remaining_work(self, job: _Job) -> float:
+        status = job.status
+        done = status.work_done
+        as_of = parse_time(status.work_as_of)
+        if as_of is not None and status.phase is JobPhase.RUNNING:
+            done += self.pace(job, status.workers.current, status.gpu_type) * max(self.now - as_of, 0.0)
+        return max(self.total_work(job) - done, 0.0)
+
+    def core_job(self, job: _Job, placement: Mapping[str, int], remaining: float = 0.0) -> TrainingJob:
+        spec = job.record.spec
+        return TrainingJob(
+            name=job.key,
+            gpus_per_worker=spec.gpus_per_worker,
+            min_workers=spec.min_workers,
+            max_workers=spec.max_workers,
+            remaining_work=remaining,
+            submit_time=parse_time(job.status.queued_at) or job.record.created,
+            priority=spec.priority,
+            placement=placement,
+            gpu_types=frozenset(spec.gpu_types) if spec.gpu_types else None,
+            gpu_memory_gib=spec.gpu_memory_gib,
+            speeds=dict(spec.speeds or {}),
+            mix_gpu_types=spec.mix_gpu_types,
+            scaling_overhead=min(spec.scaling_overhead, 1.0),
+        )
+
+    def stop_job(self, job: _Job, phase: JobPhase, reason: str, message: str, *, grace: int | None = None) -> None:
+        """Stop every live worker of ``job`` and leave it in ``phase`` (Queued: re-queued; or finished)."""
+        wait = job.record.spec.preemption.grace_period_seconds if grace is None else grace
+        for pod in job.live:
+            self.delete(pod, wait, reason)
+        fields = self.fold_work(job)
+        fields.update(phase=phase, workers=WorkerCounts(), placements={}, gpu_type=None)
+        if phase is JobPhase.QUEUED:
+            fields["queued_at"] = format_time(self.now)
+        else:
+            fields["finished_at"] = format_time(self.now)
+        job.update(**fields)
+        job.status = set_condition(
+            job.status, "Running", False, reason, message, now=self.now, generation=job.record.generation
+        )
+        self.emit(job.record.ref, reason, message, warning=phase is JobPhase.FAILED or reason == "Preempted")
+
+    # -- what the loan book asks of the pass ------------------------------------------------------------------
+
+    def training_snapshot(self) -> ClusterSnapshot:
+        return self.snapshot()[0]
+
+    def running_workers(self, job_key: str) -> tuple[int, int] | None:
+        job = self.jobs.get(job_key)
+        if job is None or job.status.phase is not JobPhase.RUNNING:
+            return None
+        return job.record.spec.min_workers, len([p for p in job.live if p.ref.key not in self.deleted])
+
+    def scale_in(self, job_key: str, pods: list[PodRecord], why: str) -> None:
+        job = self.jobs[job_key]
+        for pod in pods:
+            self.delete(pod, job.record.spec.preemption.grace_period_seconds, "ScaledIn")
+        placements = dict(job.status.placements)
+        for pod in pods:
+            placements[pod.node] = placements.get(pod.node, 0) - 1
+        workers = job.status.workers
+        target = max(workers.target - len(pods), job.record.spec.min_workers)
+        fields = self.fold_work(job)
+        fields.update(
+            placements={n: c for n, c in placements.items() if c > 0},
+            workers=workers.model_copy(update={"target": target, "flexible": target - job.record.spec.min_workers}),
+            scale_ins=job.status.scale_ins + len(pods),
+        )
+        job.update(**fields)
+        self.emit(job.record.ref, "ScaledIn", f"scaled in {len(pods)} workers: {why}")
+
+    def preempt(self, job_key: str, why: str) -> None:
+        job = self.jobs[job_key]
+        self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted: {why}; re-queued")
+        job.update(preemptions=job.status.preemptions + 1)
+
+    # -- the steps ---------------------------------------------------------------------------------------------
+
+    def run(self) -> Decision:
+        self.jobs_lives()
+        self.inference()
+        self.loans.settle_serving_and_idle()
+        self.loans.plan_loans_and_reclaims()
+        self.loans.drain()
+        if self.loans.settled and self.training_settled():
+            self.allocate()
+        self.converge()
+        for job in self.jobs.values():
+            self.write_job_status(job)
+        self.actions[:0] = self.loans.node_actions()
+        self.summary["loans"] = self.loans.summary
+        ordered = sorted(self.actions, key=lambda a: ACTION_ORDER.index(type(a)))
+        return Decision(tuple(ordered), self.summary)
+
+    def jobs_lives(self) -> None:
+        for job in self.jobs.values():
+            spec, status = job.record.spec, job.status
+            if status.phase is JobPhase.QUEUED and status.queued_at is None:
+                job.update(queued_at=format_time(job.record.created or self.now))
+            if status.phase in _DONE:
+                for pod in job.live:  # a finished job keeps no worker running
+                    self.delete(pod, spec.preemption.grace_period_seconds, "JobFinished")
+                continue
+            failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating]
+            succeeded = [p for p in job.pods if p.phase == "Succeeded"]
+            if status.phase is JobPhase.RUNNING and failed:
+                self.stop_job(job, JobPhase.FAILED, "WorkerFailed", f"worker {failed[0].ref.name} failed")
+            elif status.phase is JobPhase.RUNNING and succeeded and not job.live:
+                self.stop_job(job, JobPhase.SUCCEEDED, "Completed", f"{len(succeeded)} workers completed")
+            elif status.phase is JobPhase.QUEUED and job.live:
+                for pod in job.live:  # workers of a job that was re-queued (a crash came between status and pods)
+                    self.delete(pod, spec.preemption.grace_period_seconds, "Requeued")
+            elif status.phase is JobPhase.RUNNING and not succeeded:
+                self.gang_watch(job)
+
+    def gang_watch(self, job: _Job) -> None:
+        """A started gang must bind within the gang timeout; a running job that lost its base is re-queued."""
+        spec = job.record.spec
+        started = parse_time(job.status.started_at) or job.record.created
+        bound = job.bound_live()
+        pending = [p for p in job.live if not p.node]
+        overdue = self.now - started > self.config.gang_timeout_s
+        if len(bound) >= spec.min_workers:
+            for pod in pending:
+                if pod.created is not None and self.now - pod.created > self.config.gang_timeout_s:
+                    self.delete(pod, 0, "FlexibleWorkerUnplaced")
+                    job.update(workers=job.status.workers.model_copy(update={"target": len(job.live) - 1}))
+            return
+        if overdue and job.status.workers.current >= spec.min_workers:
+            self.stop_job(
+                job,
+                JobPhase.QUEUED,
+                "Preempted",
+                f"lost its base: {len(bound)} of {spec.min_workers} base workers remain; re-queued",
+            )
+            job.update(preemptions=job.status.preemptions + 1)
+        elif overdue:
+            self.stop_job(
+                job,
+                JobPhase.QUEUED,
+                "GangTimeout",
+                f"only {len(bound)} of {spec.min_workers} base workers were placed within "
+                f"{self.config.gang_timeout_s:g} s; rolled back and re-queued",
+                grace=0,
+            )
+
+    def inference(self) -> None:
+        main_type = main_inference_type(self.world.nodes)
+        demands: dict[str, list[int]] = defaultdict(list)
+        types = {n.gpu_type for n in self.world.nodes if n.pool is Pool.INFERENCE}
+        for service in self.world.services:
+            replicas = desired_replicas(service.spec)
+            gpu_type = service.spec.gpu_type or main_type
+            size = server_size(self.world.nodes, gpu_type) if gpu_type else 0
+            if gpu_type is None or gpu_type not in types or service.spec.gpus_per_replica > size:
+                reason = (
+                    f"no inference server has GPU type {gpu_type}"
+                    if gpu_type not in types
+                    else f"{service.spec.gpus_per_replica} GPUs per replica exceed a {gpu_type} server ({size})"
+                )
+                self.service_status(service, replicas, gpu_type, 0, ("NoServers", reason))
+                continue
+            demands[gpu_type] += [service.spec.gpus_per_replica] * replicas
+            needed_alone = servers_needed({gpu_type: [service.spec.gpus_per_replica] * replicas}, self.world.nodes)
+            self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None)
+            self.deployment(service, replicas, gpu_type)
+        self.loans.demand = servers_needed(dict(demands), self.world.nodes)
+        for gpu_type in types:
+            self.loans.demand.setdefault(gpu_type, 0)
+        self.summary["inference_servers_needed"] = dict(sorted(self.loans.demand.items()))
+
+    def deployment(self, service: ServiceRecord, replicas: int, gpu_type: str) -> None:
+        if service.deployment_replicas == replicas:
+            return
+        manifest = manifests.deployment(
+            namespace=service.ref.namespace,
+            service=service.ref.name,
+            service_uid=service.ref.uid,
+            replicas=replicas,
+            template=service.spec.template.model_dump(by_alias=True),
+            gpus_per_replica=service.spec.gpus_per_replica,
+            gpu_type=gpu_type,
+        )
+        self.actions.append(ApplyDeployment(service.ref, manifest, create=service.deployment_replicas is None))
+        if service.deployment_replicas is not None:
+            self.emit(service.ref, "Scaled", f"replicas {service.deployment_replicas} -> {replicas}")
+
+    def service_status(
+        self, service: ServiceRecord, replicas: int, gpu_type: str | None, needed: int, problem: tuple[str, str] | None
+    ) -> None:
+        status = service.status.model_copy(
+            update={
+                "replicas": replicas,
+                "ready_replicas": service.ready_replicas,
+                "servers_needed": needed,
+                "selector": manifests.selector_of(service.ref.name),
+                "gpu_type": gpu_type,
+                "observed_generation": service.generation,
+            }
+        )
+        if problem is not None:
+            status = set_condition(
+                status, "Ready", False, problem[0], problem[1], now=self.now, generation=service.generation
+            )
+        else:
+            ready = service.ready_replicas >= replicas
+            status = set_condition(
+                status,
+                "Ready",
+                ready,
+                "ReplicasReady" if ready else "ReplicasPending",
+                f"{service.ready_replicas} of {replicas} replicas ready",
+                now=self.now,
+                generation=service.generation,
+            )
+        if status != service.status:
+            self.actions.append(PatchStatus(service.ref, wire(status)))
+            if problem is not None and service.status.conditions != status.conditions:
+                self.emit(service.ref, problem[0], problem[1], warning=True)
+
+    # -- training ----------------------------------------------------------------------------------------------
+
+    def training_settled(self) -> bool:
+        """Allocation waits while workers are in flight (being placed or leaving): it decides on a settled cluster."""
+        for job in self.jobs.values():
+            if job.status.phase is JobPhase.RUNNING and any(not p.node for p in job.live):
+                return False
+            if any(p.terminating and p.holds_gpus for p in job.pods):
+                return False
+        return not any(isinstance(a, DeletePod) for a in self.actions)
+
+    def snapshot(self) -> tuple[ClusterSnapshot, dict[str, int], dict[str, _Job]]:
+        """The core's view: servers in their loan states after this pass, running jobs where their workers are, and
+        GPUs held by everything else (replicas, other GPU pods, leaving workers)."""
+        states = self.loans.states
+        servers = [
+            Server(n.name, n.pool, n.gpu_type, n.gpus, states.get(n.name) if n.pool is Pool.INFERENCE else None)
+            for n in self.world.nodes
+        ]
+        hosts = {s.name for s in servers if s.hosts_training}
+        held: dict[str, int] = defaultdict(int)
+        known = {s.name for s in servers}
+        jobs: list[TrainingJob] = []
+        by_name: dict[str, _Job] = {}
+        counted: set[str] = set()
+        for job in self.jobs.values():
+            if job.status.phase is not JobPhase.RUNNING and job.status.phase is not JobPhase.QUEUED:
+                continue
+            placement: dict[str, int] = defaultdict(int)
+            if job.status.phase is JobPhase.RUNNING:
+                for pod in job.bound_live():
+                    if pod.node in hosts and pod.ref.key not in self.deleted:
+                        placement[pod.node] += 1
+                        counted.add(pod.ref.key)
+            core = self.core_job(
+                job,
+                placement if sum(placement.values()) >= job.record.spec.min_workers else {},
+                self.remaining_work(job),
+            )
+            if core.placement:
+                counted.update(p.ref.key for p in job.bound_live())
+            else:
+                counted.difference_update(p.ref.key for p in job.bound_live())
+            jobs.append(core)
+            by_name[core.name] = job
+        for pod in self.world.pods:
+            if pod.holds_gpus and pod.ref.key not in counted and pod.node in known:
+                held[pod.node] += pod.gpus
+        return ClusterSnapshot(tuple(servers), tuple(jobs), self.config.gpus), dict(held), by_name
+
+    def allocate(self) -> None:
+        try:
+            snapshot, held, by_name = self.snapshot()
+            plan = allocate_workers(snapshot, held=held, search_budget=self.config.search_budget)
+        except InvalidClusterError as error:
+            self.summary["allocation_error"] = str(error)
+            return
+        self.summary["allocation"] = _allocation_summary(plan)
+        for name, job in by_name.items():
+            workers = plan.workers.get(name, 0)
+            placement = dict(plan.placement.get(name, {}))
+            types = plan.gpu_types.get(name, ())
+            if workers == 0:
+                reason = plan.queued.get(name, "waiting for GPUs")
+                job.status = set_condition(
+                    job.status, "Running", False, "Queued", reason, now=self.now, generation=job.record.generation
+                )
+                if job.status.phase is JobPhase.RUNNING:
+                    self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted by the allocation: {reason}")
+                    job.update(preemptions=job.status.preemptions + 1)
+                continue
+            target = WorkerCounts(
+                current=job.status.workers.current,
+                target=workers,
+                base=job.record.spec.min_workers,
+                flexible=workers - job.record.spec.min_workers,
+            )
+            if job.status.phase is JobPhase.QUEUED:
+                fields = self.fold_work(job)
+                fields.update(
+                    phase=JobPhase.RUNNING,
+                    started_at=format_time(self.now),
+                    workers=target,
+                    placements=placement,
+                    gpu_type=types[0] if types else None,
+                )
+                job.update(**fields)
+                message = f"started {workers} workers on {', '.join(types)} ({_where(placement)})"
+                job.status = set_condition(
+                    job.status, "Running", True, "Started", message, now=self.now, generation=job.record.generation
+                )
+                self.emit(job.record.ref, "Started", message)
+            elif workers != job.status.workers.target or placement != job.status.placements:
+                fields = self.fold_work(job)
+                fields.update(workers=target, placements=placement)
+                before = job.status.workers.target
+                job.update(**fields)
+                if workers != before:
+                    self.emit(job.record.ref, "Resized", f"workers {before} -> {workers} ({_where(placement)})")
+
+    def converge(self) -> None:
+        """Make every running job's pods match its intent (target and planned placement)."""
+        for job in self.jobs.values():
+            if job.status.phase is not JobPhase.RUNNING or any(p.phase == "Succeeded" for p in job.pods):
+                continue
+            spec = job.record.spec
+            live = [p for p in job.live if p.ref.key not in self.deleted]
+            target = job.status.workers.target
+            if len(live) > target:
+                planned = dict(job.status.placements)
+                on_node: dict[str, int] = defaultdict(int)
+                for pod in live:
+                    on_node[pod.node] += 1
+                # Leave first from nodes above their plan, unbound before bound, highest index first.
+                ranked = sorted(
+                    live, key=lambda p: (on_node[p.node] <= planned.get(p.node, 0), bool(p.node), -(p.index or 0))
+                )
+                for pod in ranked[: len(live) - target]:
+                    self.delete(pod, spec.preemption.grace_period_seconds, "ScaledIn")
+                    on_node[pod.node] -= 1
+                live = [p for p in live if p.ref.key not in self.deleted]
+            elif len(live) < target and job.status.gpu_type:
+                live += self.create_workers(job, live, target - len(live))
+            self.relabel(job, live)
+            current = len([p for p in live if p.node])
+            if current != job.status.workers.current:
+                fields = self.fold_work(job)
+                fields["workers"] = job.status.workers.model_copy(update={"current": current})
+                job.update(**fields)
+
+    def create_workers(self, job: _Job, live: list[PodRecord], count: int) -> list[PodRecord]:
+        spec = job.record.spec
+        gpu_type = job.status.gpu_type or ""
+        room: dict[str, int] = dict(job.status.placements)
+        for pod in live:
+            if pod.node in room:
+                room[pod.node] -= 1
+        nodes = [n for n, r in sorted(room.items()) for _ in range(max(r, 0))]
+        taken = {p.index for p in job.pods if p.index is not None}
+        indices = [i for i in range(len(taken) + count + 1) if i not in taken][:count]
+        bases = sum(1 for p in live if p.role is PodRole.TRAINING_BASE)
+        created = []
+        for position, index in enumerate(indices):
+            role = names.ROLE_BASE if bases + position < spec.min_workers else names.ROLE_FLEXIBLE
+            node = nodes[position] if position < len(nodes) else None
+            manifest = manifests.worker_pod(
+                namespace=job.record.ref.namespace,
+                job=job.record.ref.name,
+                job_uid=job.record.ref.uid,
+                index=index,
+                role=role,
+                template=spec.template.model_dump(by_alias=True),
+                gpus_per_worker=spec.gpus_per_worker,
+                gpu_type=gpu_type,
+                planned_node=node,
+                grace_seconds=spec.preemption.grace_period_seconds,
+                min_workers=spec.min_workers,
+                max_workers=spec.max_workers,
+            )
+            ref = ObjectRef("Pod", job.record.ref.namespace, manifests.worker_name(job.record.ref.name, index))
+            self.actions.append(CreatePod(ref, manifest))
+            pod_role = PodRole.TRAINING_BASE if role == names.ROLE_BASE else PodRole.TRAINING_FLEXIBLE
+            created.append(PodRecord(ref, pod_role, job.key, index, "", "Pending", spec.gpus_per_worker, False, None))
+        return created
+
+    def relabel(self, job: _Job, live: list[PodRecord]) -> None:
+        """The lowest-indexed live workers carry the base role; the rest are flexible."""
+        ordered = sorted(live, key=lambda p: (p.index if p.index is not None else 1 << 30, p.ref.name))
+        for position, pod in enumerate(ordered):
+            want = PodRole.TRAINING_BASE if position < job.record.spec.min_workers else PodRole.TRAINING_FLEXIBLE
+            if pod.role is not want and pod.created is not None:
+                label = names.ROLE_BASE if want is PodRole.TRAINING_BASE else names.ROLE_FLEXIBLE
+                self.actions.append(SetPodRole(pod.ref, label))
+
+    def write_job_status(self, job: _Job) -> None:
+        status = job.status.model_copy(update={"observed_generation": job.record.generation})
+        if status != job.record.status:
+            self.actions.append(PatchStatus(job.record.ref, wire(status)))
+
+
+def decide(world: World, config: OperatorConfig | None = None) -> Decision:
+    """One pass of the operator over ``world`` (see the module docstring)."""
+    return _Pass(world, config or OperatorConfig()).run()
+
+
+def _where(placement: Mapping[str, int]) -> str:
+    return ", ".join(f"{count} on {node}" for node, count in sorted(placement.items())) or "nowhere yet"
+
+
+def _allocation_summary(plan: AllocationPlan) -> dict[str, Any]:
+    return {
+        "workers": dict(plan.workers),
+        "started": list(plan.started),
+        "resized": list(plan.resized),
+        "queued": dict(plan.queued),
+        "gpus_used": plan.gpus_used,
+        "capacity_gpus": plan.capacity_gpus,
+        "fluid_average_jct_s": round(plan.fluid_average_jct, 1),
+    }

@@ -1,0 +1,330 @@
+"""Observe: the objects the operator lists, read into one frozen :class:`World` it decides on.
+
+Nothing here calls the API: :mod:`lyra.operator.commit` lists the objects and hands them over as JSON dicts, so the
+same reading serves the live operator, ``lyra plan --from-cluster`` and the unit tests (which write the objects as
+data). An object that cannot be read does not stop the others: it is reported in :attr:`World.unreadable` with the
+reason, and the decision goes on without it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lyra.api import names
+from lyra.api.convert import gpus_requested, node_gpus, pod_role
+from lyra.api.objects import Deployment, Node, ObjectMeta, Pod, Taint
+from lyra.api.resources import (
+    InferenceServiceSpec,
+    InferenceServiceStatus,
+    TrainingJobSpec,
+    TrainingJobStatus,
+)
+from lyra.core.model import LoanState, Pool
+from lyra.core.placement import PodRole
+
+_FINISHED = frozenset({"Succeeded", "Failed"})
+_WORKER_NAME = re.compile(r"-w(\d+)$")
+
+
+def parse_time(text: str | None) -> float | None:
+    """An RFC 3339 time (as the API server writes it) in seconds since the epoch, or ``None``."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def format_time(seconds: float) -> str:
+    """Seconds since the epoch as RFC 3339 in UTC, to the second (the API server's precision)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Resource(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class _TrainingJobObject(_Resource):
+    metadata: ObjectMeta
+    spec: TrainingJobSpec
+    status: TrainingJobStatus = Field(default_factory=TrainingJobStatus)
+
+
+class _InferenceServiceObject(_Resource):
+    metadata: ObjectMeta
+    spec: InferenceServiceSpec
+    status: InferenceServiceStatus = Field(default_factory=InferenceServiceStatus)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Enough of an object to name it in a message, patch it or attach an Event to it."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A GPU node in one of Lyra's pools. ``state`` is the loan state label as read (``None`` on training nodes
+    and on inference nodes that have none yet); ``taint`` the value of Lyra's one state taint (``None``: absent,
+    duplicated or of another effect, which the operator puts right); ``other_taints`` everyone else's."""
+
+    name: str
+    pool: Pool
+    gpu_type: str
+    gpus: int
+    state: LoanState | None
+    taint: str | None
+    other_taints: tuple[Taint, ...]
+    resource_version: str
+    reclaim_started: float | None
+    idle_since: float | None
+    unschedulable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A pod that holds or will hold GPUs: Lyra's workers and replicas, and any other GPU pod (``UNMANAGED``)."""
+
+    ref: ObjectRef
+    role: PodRole
+    owner: str | None  # the job's or service's key (namespace/name)
+    index: int | None  # a worker's index, from its name (``<job>-w<index>``)
+    node: str  # "" while unbound
+    phase: str
+    gpus: int
+    terminating: bool
+    created: float | None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.phase in _FINISHED
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Bound and not finished: the GPUs are taken (a terminating pod holds them until it is gone)."""
+        return bool(self.node) and not self.is_finished
+
+    @property
+    def is_live(self) -> bool:
+        """Counts as a worker of its job: not terminating, not finished."""
+        return not self.terminating and not self.is_finished
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    ref: ObjectRef
+    spec: TrainingJobSpec
+    status: TrainingJobStatus
+    generation: int
+    created: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceRecord:
+    ref: ObjectRef
+    spec: InferenceServiceSpec
+    status: InferenceServiceStatus
+    generation: int
+    deployment_replicas: int | None  # None: no Deployment yet
+    ready_replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    ref: ObjectRef
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """Everything one decision reads, at one instant ``now`` (seconds since the epoch). Sorted by key."""
+
+    now: float
+    nodes: tuple[NodeRecord, ...]
+    pods: tuple[PodRecord, ...]
+    jobs: tuple[JobRecord, ...]
+    services: tuple[ServiceRecord, ...]
+    unreadable: tuple[Unreadable, ...] = ()
+
+    def node(self, name: str) -> NodeRecord | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def pods_of(self, owner: str) -> tuple[PodRecord, ...]:
+        return tuple(p for p in self.pods if p.owner == owner)
+
+
+def read_world(
+    now: float,
+    *,
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+    services: Iterable[Mapping[str, Any]],
+    deployments: Iterable[Mapping[str, Any]] = (),
+) -> World:
+    """Read listed objects (JSON dicts as the API server returns them) into a :class:`World`."""
+    unreadable: list[Unreadable] = []
+    node_records = [r for r in (_read_node(raw, unreadable) for raw in nodes) if r is not None]
+    pod_records = [r for r in (_read_pod(raw, unreadable) for raw in pods) if r is not None]
+    job_records = [r for r in (_read_job(raw, unreadable) for raw in jobs) if r is not None]
+    by_deployment: dict[str, Deployment] = {}
+    for raw in deployments:
+        try:
+            deployment = Deployment.model_validate(raw)
+        except ValidationError:
+            continue  # not ours to judge: Lyra only reads the Deployments it made
+        owner = deployment.metadata.labels.get(names.SERVICE_LABEL)
+        if owner:
+            by_deployment[f"{deployment.metadata.namespace}/{owner}"] = deployment
+    service_records = [r for r in (_read_service(raw, by_deployment, unreadable) for raw in services) if r is not None]
+    return World(
+        now=now,
+        nodes=tuple(sorted(node_records, key=lambda n: n.name)),
+        pods=tuple(sorted(pod_records, key=lambda p: p.ref.key)),
+        jobs=tuple(sorted(job_records, key=lambda j: j.ref.key)),
+        services=tuple(sorted(service_records, key=lambda s: s.ref.key)),
+        unreadable=tuple(sorted(unreadable, key=lambda u: (u.ref.kind, u.ref.key))),
+    )
+
+
+def _meta_ref(kind: str, raw: Mapping[str, Any]) -> ObjectRef:
+    metadata = raw.get("metadata") if isinstance(raw, Mapping) else None
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    return ObjectRef(
+        kind, str(metadata.get("namespace", "")), str(metadata.get("name", "?")), str(metadata.get("uid", ""))
+    )
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
+
+
+def _read_node(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> NodeRecord | None:
+    try:
+        node = Node.model_validate(raw)
+    except ValidationError as error:
+        unreadable.append(Unreadable(_meta_ref("Node", raw), _first_error(error)))
+        return None
+    labels = node.metadata.labels
+    pool_label = labels.get(names.POOL_LABEL)
+    if pool_label not in names.POOLS:
+        return None
+    gpus = node_gpus(node)
+    if gpus <= 0:
+        return None
+    product = labels.get(names.GPU_PRODUCT_LABEL, "")
+    ref = ObjectRef("Node", "", node.metadata.name, node.metadata.uid)
+    if not product:
+        unreadable.append(Unreadable(ref, f"has no {names.GPU_PRODUCT_LABEL} label (GPU feature discovery sets it)"))
+        return None
+    pool = Pool.TRAINING if pool_label == names.POOL_TRAINING else Pool.INFERENCE
+    state: LoanState | None = None
+    raw_state = labels.get(names.STATE_LABEL)
+    if pool is Pool.INFERENCE and raw_state is not None:
+        try:
+            state = LoanState(raw_state)
+        except ValueError:
+            state = None  # an unknown value is put right by the operator
+    state_taints = [t for t in node.spec.taints if t.key == names.STATE_TAINT]
+    taint = state_taints[0].value if len(state_taints) == 1 and state_taints[0].effect == names.TAINT_EFFECT else None
+    annotations = node.metadata.annotations
+    return NodeRecord(
+        name=node.metadata.name,
+        pool=pool,
+        gpu_type=product,
+        gpus=gpus,
+        state=state,
+        taint=taint,
+        other_taints=tuple(t for t in node.spec.taints if t.key != names.STATE_TAINT),
+        resource_version=node.metadata.resource_version,
+        reclaim_started=parse_time(annotations.get(names.RECLAIM_STARTED_ANNOTATION)),
+        idle_since=parse_time(annotations.get(names.IDLE_SINCE_ANNOTATION)),
+        unschedulable=node.spec.unschedulable,
+    )
+
+
+def _read_pod(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> PodRecord | None:
+    try:
+        pod = Pod.model_validate(raw)
+    except ValidationError as error:
+        unreadable.append(Unreadable(_meta_ref("Pod", raw), _first_error(error)))
+        return None
+    role = pod_role(pod)
+    gpus = gpus_requested(pod)
+    if role is PodRole.UNMANAGED and gpus == 0:
+        return None
+    labels = pod.metadata.labels
+    owner_name = labels.get(names.SERVICE_LABEL if role is PodRole.INFERENCE else names.JOB_LABEL)
+    owner = f"{pod.metadata.namespace}/{owner_name}" if owner_name and role is not PodRole.UNMANAGED else None
+    index: int | None = None
+    if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE):
+        match = _WORKER_NAME.search(pod.metadata.name)
+        index = int(match.group(1)) if match else None
+    return PodRecord(
+        ref=ObjectRef("Pod", pod.metadata.namespace, pod.metadata.name, pod.metadata.uid),
+        role=role,
+        owner=owner,
+        index=index,
+        node=pod.spec.node_name,
+        phase=pod.status.phase,
+        gpus=gpus,
+        terminating=pod.metadata.deletion_timestamp is not None,
+        created=parse_time(pod.metadata.creation_timestamp),
+    )
+
+
+def _read_job(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> JobRecord | None:
+    try:
+        job = _TrainingJobObject.model_validate(raw)
+    except ValidationError as error:
+        unreadable.append(Unreadable(_meta_ref(names.TRAINING_JOB_KIND, raw), _first_error(error)))
+        return None
+    meta = job.metadata
+    return JobRecord(
+        ref=ObjectRef(names.TRAINING_JOB_KIND, meta.namespace, meta.name, meta.uid),
+        spec=job.spec,
+        status=job.status,
+        generation=meta.generation,
+        created=parse_time(meta.creation_timestamp) or 0.0,
+    )
+
+
+def _read_service(
+    raw: Mapping[str, Any], deployments: Mapping[str, Deployment], unreadable: list[Unreadable]
+) -> ServiceRecord | None:
+    try:
+        service = _InferenceServiceObject.model_validate(raw)
+    except ValidationError as error:
+        unreadable.append(Unreadable(_meta_ref(names.INFERENCE_SERVICE_KIND, raw), _first_error(error)))
+        return None
+    meta = service.metadata
+    ref = ObjectRef(names.INFERENCE_SERVICE_KIND, meta.namespace, meta.name, meta.uid)
+    deployment = deployments.get(ref.key)
+    return ServiceRecord(
+        ref=ref,
+        spec=service.spec,
+        status=service.status,
+        generation=meta.generation,
+        deployment_replicas=deployment.spec.replicas if deployment is not None else None,
+        ready_replicas=deployment.status.ready_replicas if deployment is not None else 0,
+    )

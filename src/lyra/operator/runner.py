@@ -1,0 +1,148 @@
+"""The running operator: kopf watches wake a reconcile loop that observes, decides and commits.
+
+kopf keeps list-and-watch streams on TrainingJobs, InferenceServices, Lyra's pods and pool nodes (reconnecting,
+with backoff); any event wakes the loop. The loop makes one pass at a time (coalescing the events that arrived
+meanwhile), and at least one every ``resync_s`` so that timed transitions (lend delay, reclaim deadline, gang
+timeout) happen without an event. Each pass lists afresh, so the operator holds no state of its own: killed at any
+point, a new one converges from what the API says. API errors end a pass; the next one is retried with
+exponential backoff.
+
+With ``dry_run`` the loop decides and reports (log lines, one per new plan) and writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from lyra.api import names
+from lyra.operator.actions import Decision, SetNodeState
+from lyra.operator.commit import Cluster
+from lyra.operator.decide import OperatorConfig, decide
+
+log = logging.getLogger("lyra.operator")
+
+MIN_PASS_INTERVAL_S = 0.25
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    config: OperatorConfig
+    dry_run: bool = False
+    resync_s: float = 10.0
+
+
+def describe(decision: Decision) -> list[str]:
+    """One line per action, for logs and ``--dry-run`` reports."""
+    lines = []
+    for action in decision.actions:
+        if isinstance(action, SetNodeState):
+            lines.append(f"node {action.node}: {action.state.value} ({action.reason})")
+        else:
+            detail = getattr(action, "reason", "")
+            message = getattr(action, "message", "")
+            lines.append(f"{type(action).__name__} {action.ref.kind} {action.ref.key} {detail} {message}".rstrip())
+    return lines
+
+
+class Reconciler:
+    def __init__(self, cluster: Cluster, options: RunOptions, clock: Callable[[], float] = time.time) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.clock = clock
+        self.wake = asyncio.Event()
+        self.passes = 0
+        self._last_report: list[str] | None = None
+
+    def pass_once(self) -> Decision:
+        """Observe, decide and (unless dry-run) commit, once. Blocking: runs in a worker thread."""
+        now = self.clock()
+        world = self.cluster.observe(now)
+        for unreadable in world.unreadable:
+            log.warning("skipped %s %s: %s", unreadable.ref.kind, unreadable.ref.key, unreadable.reason)
+        decision = decide(world, self.options.config)
+        self.passes += 1
+        lines = describe(decision)
+        if self.options.dry_run:
+            if lines != self._last_report:
+                log.info("dry run: would apply %d actions: %s", len(lines), json.dumps(decision.summary, default=str))
+                for line in lines:
+                    log.info("dry run: %s", line)
+                self._last_report = lines
+            return decision
+        if decision.actions:
+            outcome = self.cluster.apply(decision, now)
+            log.info("pass %d: applied %d of %d actions", self.passes, outcome.applied, len(decision.actions))
+            if outcome.failed is not None:
+                raise RuntimeError(outcome.error)
+        return decision
+
+    async def run(self, stop: asyncio.Event) -> None:
+        backoff = 1.0
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await asyncio.to_thread(self.pass_once)
+                backoff = 1.0
+                timeout = self.options.resync_s
+            except Exception as error:  # any failure ends the pass; the next reads afresh
+                log.warning("pass failed (%s: %s); retrying in %.0f s", type(error).__name__, error, backoff)
+                timeout = backoff
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_first(self.wake, stop), timeout=timeout)
+            rest = MIN_PASS_INTERVAL_S - (time.monotonic() - started)
+            if rest > 0 and not stop.is_set():
+                await asyncio.sleep(rest)  # coalesce a burst of events into one pass
+
+
+async def _first(*events: asyncio.Event) -> None:
+    waiters = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+def run_operator(cluster: Cluster, options: RunOptions) -> None:
+    """Run until SIGINT/SIGTERM: kopf's watches and the reconcile loop in one event loop."""
+
+    registry = kopf.OperatorRegistry()
+    reconciler = Reconciler(cluster, options)
+
+    def wake(**_: Any) -> None:
+        reconciler.wake.set()
+
+    kopf.on.event(names.GROUP, names.VERSION, names.TRAINING_JOB_PLURAL, registry=registry)(wake)
+    kopf.on.event(names.GROUP, names.VERSION, names.INFERENCE_SERVICE_PLURAL, registry=registry)(wake)
+    kopf.on.event("v1", "pods", labels={names.ROLE_LABEL: kopf.PRESENT}, registry=registry)(wake)
+    kopf.on.event("v1", "nodes", labels={names.POOL_LABEL: kopf.PRESENT}, registry=registry)(wake)
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # Lyra posts its own Events, with its own reasons
+    settings.watching.server_timeout = 300
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=names.GROUP)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop_task = asyncio.create_task(reconciler.run(stop))
+        try:
+            await kopf.operator(registry=registry, settings=settings, standalone=True, clusterwide=True)
+        finally:
+            stop.set()
+            await loop_task
+
+    asyncio.run(main())

@@ -1,0 +1,256 @@
+"""An in-memory cluster for the operator's unit tests: objects as the API server stores them, and a small stand-in
+for what the API server, the scheduler and the kubelet do with the operator's actions.
+
+It shares no code with the operator's commit step: it applies actions by its own reading of them, places pods by
+its own rules (a pod goes to its preferred node if that node has room, else to the first node its required
+affinity and tolerations allow, by name), and keeps terminating pods until ``finish_terminations``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+from lyra.operator.actions import (
+    ApplyDeployment,
+    CreatePod,
+    Decision,
+    DeletePod,
+    Emit,
+    PatchStatus,
+    SetNodeState,
+    SetPodRole,
+)
+from lyra.operator.observe import World, read_world
+
+T4 = "Tesla-T4"
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def node(name: str, pool: str, product: str, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "labels": {"lyra.dev/pool": pool, "nvidia.com/gpu.product": product, "kubernetes.io/hostname": name},
+            "annotations": {},
+        },
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def training_job(name: str, low: int, high: int, duration: float = 600, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "lyra.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "generation": 1,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {
+            "minWorkers": low,
+            "maxWorkers": high,
+            "gpusPerWorker": spec.pop("gpusPerWorker", 1),
+            "expectedDuration": duration,
+            "template": {"spec": {"containers": [{"name": "main", "image": "trainer:1"}]}},
+            **spec,
+        },
+    }
+
+
+def inference_service(name: str, replicas: int, gpus: int = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "lyra.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": "serve", "uid": f"uid-{name}", "generation": 1},
+        "spec": {
+            "replicas": replicas,
+            "gpusPerReplica": gpus,
+            "minReplicas": 0,
+            "maxReplicas": 64,
+            "template": {"spec": {"containers": [{"name": "server", "image": "server:1"}]}},
+            **spec,
+        },
+    }
+
+
+def _matches(term: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(e["key"]) in e["values"] for e in term.get("matchExpressions", []))
+
+
+def _tolerated(taints: list[dict[str, Any]], tolerations: list[dict[str, Any]]) -> bool:
+    for taint in taints:
+        if taint.get("effect") != "NoSchedule":
+            continue
+        if not any(t.get("key") == taint["key"] and t.get("value") == taint.get("value") for t in tolerations):
+            return False
+    return True
+
+
+class FakeCluster:
+    def __init__(self, nodes: Iterable[dict[str, Any]], now: float = 1_000_000.0) -> None:
+        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.services: dict[str, dict[str, Any]] = {}
+        self.deployments: dict[str, dict[str, Any]] = {}
+        self.events: list[Emit] = []
+        self.now = now
+        self.uids = 0
+
+    # -- objects -------------------------------------------------------------------------------------------------
+
+    def add_job(self, body: dict[str, Any]) -> None:
+        self.jobs[f"ml/{body['metadata']['name']}"] = copy.deepcopy(body)
+
+    def add_service(self, body: dict[str, Any]) -> None:
+        self.services[f"serve/{body['metadata']['name']}"] = copy.deepcopy(body)
+
+    def world(self) -> World:
+        return read_world(
+            self.now,
+            nodes=self.nodes.values(),
+            pods=self.pods.values(),
+            jobs=self.jobs.values(),
+            services=self.services.values(),
+            deployments=self.deployments.values(),
+        )
+
+    def state(self, node_name: str) -> str | None:
+        return self.nodes[node_name]["metadata"]["labels"].get("lyra.dev/state")
+
+    def taint(self, node_name: str) -> list[tuple[str, str]]:
+        return [(t["key"], t.get("value", "")) for t in self.nodes[node_name]["spec"].get("taints", [])]
+
+    def workers(self, job: str, *, live: bool = True) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.pods.values()
+            if p["metadata"]["labels"].get("lyra.dev/job") == job
+            and (not live or ("deletionTimestamp" not in p["metadata"] and p["status"]["phase"] == "Running"))
+        ]
+
+    def job_status(self, job: str) -> dict[str, Any]:
+        return self.jobs[f"ml/{job}"].get("status", {})
+
+    def used(self, node_name: str) -> int:
+        return sum(
+            int(p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+            for p in self.pods.values()
+            if p["spec"].get("nodeName") == node_name and p["status"]["phase"] in ("Running", "Pending")
+        )
+
+    # -- what the API server, scheduler and kubelet do -------------------------------------------------------
+
+    def apply(self, decision: Decision, limit: int | None = None) -> None:
+        for action in decision.actions[:limit]:
+            self._apply(action)
+        self.schedule()
+
+    def _apply(self, action: object) -> None:
+        if isinstance(action, SetNodeState):
+            meta = self.nodes[action.node]["metadata"]
+            meta["labels"]["lyra.dev/state"] = action.state.value
+            for key, value in action.annotations.items():
+                if value is None:
+                    meta["annotations"].pop(key, None)
+                else:
+                    meta["annotations"][key] = value
+            self.nodes[action.node]["spec"]["taints"] = [
+                {"key": t.key, "value": t.value, "effect": t.effect} for t in action.taints
+            ]
+        elif isinstance(action, PatchStatus):
+            store = self.jobs if action.ref.kind == "TrainingJob" else self.services
+            store[action.ref.key]["status"] = copy.deepcopy(dict(action.status))
+        elif isinstance(action, DeletePod):
+            pod = self.pods.get(action.ref.key)
+            if pod is not None:
+                if action.grace_seconds == 0 or not pod["spec"].get("nodeName"):
+                    del self.pods[action.ref.key]
+                else:
+                    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        elif isinstance(action, SetPodRole):
+            self.pods[action.ref.key]["metadata"]["labels"]["lyra.dev/role"] = action.role
+        elif isinstance(action, CreatePod):
+            if action.ref.key not in self.pods:
+                body = copy.deepcopy(dict(action.manifest))
+                self.uids += 1
+                body["metadata"]["uid"] = f"pod-{self.uids}"
+                body["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+                body["status"] = {"phase": "Pending"}
+                self.pods[action.ref.key] = body
+        elif isinstance(action, ApplyDeployment):
+            self._deploy(action)
+        elif isinstance(action, Emit):
+            self.events.append(action)
+
+    def _deploy(self, action: ApplyDeployment) -> None:
+        body = copy.deepcopy(dict(action.manifest))
+        key = action.ref.key
+        self.deployments[key] = body
+        body["status"] = {"replicas": 0, "readyReplicas": 0}
+        mine = sorted(
+            k for k, p in self.pods.items() if p["metadata"]["labels"].get("lyra.dev/service") == action.ref.name
+        )
+        replicas = body["spec"]["replicas"]
+        for extra in mine[replicas:]:
+            del self.pods[extra]
+        for index in range(len(mine), replicas):
+            template = copy.deepcopy(body["spec"]["template"])
+            name = f"{action.ref.name}-r{index}"
+            self.pods[f"{action.ref.namespace}/{name}"] = {
+                "metadata": {
+                    **template["metadata"],
+                    "name": name,
+                    "namespace": action.ref.namespace,
+                    "uid": f"replica-{name}",
+                    "creationTimestamp": "2026-01-01T00:00:00Z",
+                },
+                "spec": template["spec"],
+                "status": {"phase": "Pending"},
+            }
+
+    def schedule(self) -> None:
+        for pod in sorted(self.pods.values(), key=lambda p: p["metadata"]["name"]):
+            if pod["spec"].get("nodeName"):
+                continue
+            need = int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+            preferred = pod["metadata"].get("annotations", {}).get("lyra.dev/planned-node")
+            candidates = sorted(self.nodes, key=lambda n: (n != preferred, n))
+            for name in candidates:
+                node_body = self.nodes[name]
+                labels = node_body["metadata"]["labels"]
+                terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                    "nodeSelectorTerms"
+                ]
+                if not any(_matches(t, labels) for t in terms):
+                    continue
+                if not _tolerated(node_body["spec"].get("taints", []), pod["spec"].get("tolerations", [])):
+                    continue
+                capacity = int(node_body["status"]["allocatable"]["nvidia.com/gpu"])
+                if capacity - self.used(name) >= need:
+                    pod["spec"]["nodeName"] = name
+                    pod["status"]["phase"] = "Running"
+                    break
+        for key, deployment in self.deployments.items():
+            _, name = key.split("/")
+            ready = [
+                p
+                for p in self.pods.values()
+                if p["metadata"]["labels"].get("lyra.dev/service") == name and p["status"]["phase"] == "Running"
+            ]
+            deployment["status"] = {"replicas": deployment["spec"]["replicas"], "readyReplicas": len(ready)}
+
+    def finish_terminations(self) -> None:
+        for key in [k for k, p in self.pods.items() if "deletionTimestamp" in p["metadata"]]:
+            del self.pods[key]
+        self.schedule()
+
+    def tick(self, seconds: float) -> None:
+        self.now += seconds
