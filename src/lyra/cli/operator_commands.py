@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -88,8 +87,6 @@ def run_operator_command(args: argparse.Namespace) -> int:
     except KubeconfigError as error:
         print(f"lyra operator: {error}", file=sys.stderr)
         return EXIT_FAILED
-    if args.kubeconfig is not None:
-        os.environ["KUBECONFIG"] = str(args.kubeconfig)  # kopf's own login reads it
     config = OperatorConfig(
         headroom=args.headroom,
         lend_delay_s=args.lend_delay,

@@ -4,7 +4,8 @@ Placement is correct from these alone, under any scheduler (the extender only ma
 
 * a worker requires a node of its job's GPU type that is a training node or a loaned inference node, tolerates the
   ``loaned`` state taint, and prefers the node the allocation planned for it;
-* an inference replica requires a serving or idle inference node of its GPU type and tolerates those two taints;
+* an inference replica requires a serving or idle inference node of its GPU type, prefers a serving one (so idle
+  servers stay free to lend), and tolerates those two taints;
 * nothing tolerates ``reclaiming``.
 """
 
@@ -150,7 +151,18 @@ def deployment(
     ]
     spec.update(
         containers=containers,
-        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}},
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
+                # Pack onto servers already serving, so idle ones stay idle and can be lent.
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "preference": {"matchExpressions": [_is(names.STATE_LABEL, LoanState.SERVING.value)]},
+                    }
+                ],
+            }
+        },
         tolerations=[
             *list(spec.get("tolerations") or []),
             _toleration(LoanState.SERVING),

@@ -115,6 +115,26 @@ async def _first(*events: asyncio.Event) -> None:
             waiter.cancel()
 
 
+def _login_as(cluster: Cluster) -> Callable[..., kopf.ConnectionInfo]:
+    """kopf's watches use the same credentials as the operator's own client (not kopf's kubeconfig search)."""
+
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        settings = cluster.api.configuration
+        keys = settings.api_key or {}
+        token = str(keys.get("BearerToken") or keys.get("authorization") or "")  # the client's two spellings
+        return kopf.ConnectionInfo(
+            server=settings.host,
+            ca_path=settings.ssl_ca_cert,
+            insecure=not settings.verify_ssl,
+            certificate_path=settings.cert_file,
+            private_key_path=settings.key_file,
+            scheme="Bearer" if token else None,
+            token=token.removeprefix("Bearer ").strip() or None,
+        )
+
+    return login
+
+
 def run_operator(cluster: Cluster, options: RunOptions) -> None:
     """Run until SIGINT/SIGTERM: kopf's watches and the reconcile loop in one event loop."""
 
@@ -128,7 +148,7 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     kopf.on.event(names.GROUP, names.VERSION, names.INFERENCE_SERVICE_PLURAL, registry=registry)(wake)
     kopf.on.event("v1", "pods", labels={names.ROLE_LABEL: kopf.PRESENT}, registry=registry)(wake)
     kopf.on.event("v1", "nodes", labels={names.POOL_LABEL: kopf.PRESENT}, registry=registry)(wake)
-    kopf.on.login(registry=registry)(kopf.login_via_client)
+    kopf.on.login(registry=registry)(_login_as(cluster))
 
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # Lyra posts its own Events, with its own reasons

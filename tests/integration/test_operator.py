@@ -1,0 +1,249 @@
+"""The operator running for real (``lyra operator`` in a subprocess) on its own local control plane: real
+kube-apiserver, kube-scheduler (without the extender: placement must be right from labels, taints and affinity
+alone), kube-controller-manager (Deployments, garbage collection) and KWOK GPU nodes (4 training A100 servers, 8
+inference T4 servers, 8 GPUs each).
+
+One story, in order: idle inference nodes are lent and an elastic T4 job grows on them while an A100-only job stays
+on training nodes and an oversized job waits with a reason; inference load rises, the operator reclaims with
+scale-in rather than preemption, is SIGKILLed in the middle of the reclaim, restarts and converges: no node left
+reclaiming, no job lost, no job above maxWorkers, every replica placed. ``--dry-run --once`` reports and changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from lyra.api import names
+from lyra.localcluster import populate
+from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+T4 = "Tesla-T4"
+A100 = "NVIDIA-A100-SXM4-80GB"
+DEADLINE_S = 90.0
+
+
+class Operator:
+    """``lyra operator`` as a child process, its output in a log file shown when a test fails."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def command(self, *extra: str) -> list[str]:
+        return [
+            sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
+            "--lend-delay", "2", "--resync", "1", "--gang-timeout", "60", "--reclaim-deadline", "60", *extra,
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            self.process = None
+
+    def tail(self, lines: int = 80) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    crds = Path(__file__).resolve().parents[2] / "manifests" / "crds"
+    with session_control_plane(tmp_path_factory.mktemp("operator-cluster"), crd_dir=crds) as control_plane:
+        yield control_plane
+
+
+@pytest.fixture(scope="module")
+def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
+    with populate.admin_api(cluster.kubeconfig) as api_client:
+        yield api_client
+
+
+def custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def create_job(api: client.ApiClient, namespace: str, name: str, **spec: Any) -> None:
+    body = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.TRAINING_JOB_KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "expectedDuration": 3600,
+            "template": {"spec": {"containers": [{"name": "trainer", "image": "registry.invalid/trainer:1"}]}},
+            "preemption": {"gracePeriodSeconds": 1},
+            **spec,
+        },
+    }
+    custom(api).create_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.TRAINING_JOB_PLURAL, body)
+
+
+def job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = custom(api).get_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.TRAINING_JOB_PLURAL, name
+    )
+    return found
+
+
+def node_states(api: client.ApiClient) -> dict[str, str]:
+    nodes = client.CoreV1Api(api).list_node(label_selector=f"{names.POOL_LABEL}={names.POOL_INFERENCE}").items
+    return {n.metadata.name: (n.metadata.labels or {}).get(names.STATE_LABEL, "") for n in nodes}
+
+
+def workers(api: client.ApiClient, namespace: str, name: str) -> list[client.V1Pod]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.JOB_LABEL}={name}").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def labels_of(api: client.ApiClient, node: str) -> dict[str, str]:
+    labels: dict[str, str] = client.CoreV1Api(api).read_node(node).metadata.labels or {}
+    return labels
+
+
+def running(api: client.ApiClient, namespace: str, name: str, count: int) -> bool:
+    pods = workers(api, namespace, name)
+    status = job(api, namespace, name).get("status", {})
+    return (
+        len(pods) == count
+        and all(p.spec.node_name and p.status.phase == "Running" for p in pods)
+        and status.get("workers", {}).get("current") == count
+    )
+
+
+def test_the_operator_lends_reclaims_survives_a_kill_and_converges(
+    cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
+) -> None:
+    operator = Operator(cluster.kubeconfig, tmp_path / "operator.log")
+    with temporary_namespace(api, "operator-story") as namespace:
+        try:
+            _story(api, namespace, operator)
+        except BaseException:
+            print("--- operator log ---\n" + operator.tail())
+            raise
+        finally:
+            operator.stop()
+
+
+def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
+    service = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.INFERENCE_SERVICE_KIND,
+        "metadata": {"name": "chat"},
+        "spec": {
+            "replicas": 4, "gpusPerReplica": 2, "minReplicas": 1, "maxReplicas": 64, "gpuType": T4,
+            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/server:1"}]}},
+        },
+    }  # fmt: skip
+    custom(api).create_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, service
+    )
+    create_job(api, namespace, "elastic", minWorkers=2, maxWorkers=12, gpusPerWorker=4, gpuTypes=[T4])
+    create_job(api, namespace, "a100-only", minWorkers=2, maxWorkers=2, gpusPerWorker=8, gpuTypes=[A100])
+    create_job(api, namespace, "oversized", minWorkers=40, maxWorkers=40, gpusPerWorker=8)
+    operator.start()
+
+    # 1. Loaning: the 4 replicas (8 GPUs) land on one to four T4 servers (the default scheduler spreads them; the
+    #    extender would pack them); every other T4 server is lent, and the elastic job grows there (2 workers of 4
+    #    GPUs per server, up to 12); the A100-only job runs on training servers.
+    def settled_loans() -> bool:
+        states = list(node_states(api).values())
+        return "idle" not in states and "" not in states and states.count("loaned") >= 2
+
+    wait_for(settled_loans, DEADLINE_S, "the idle T4 servers to be lent")
+    loaned = list(node_states(api).values()).count("loaned")
+    serving = 8 - loaned
+    grown = min(12, 2 * loaned)
+    wait_for(lambda: running(api, namespace, "elastic", grown), DEADLINE_S, f"the elastic job at {grown} workers")
+    wait_for(lambda: running(api, namespace, "a100-only", 2), DEADLINE_S, "the A100-only job running")
+    for pod in workers(api, namespace, "elastic"):
+        assert labels_of(api, pod.spec.node_name).get(names.STATE_LABEL) == "loaned", pod.metadata.name
+    for pod in workers(api, namespace, "a100-only"):
+        assert labels_of(api, pod.spec.node_name)[names.POOL_LABEL] == names.POOL_TRAINING
+    oversized = job(api, namespace, "oversized")["status"]
+    assert oversized["phase"] == "Queued"
+    queued = next(c for c in oversized["conditions"] if c["type"] == "Running")
+    assert queued["reason"] == "Queued"
+    assert queued["message"]
+    roles = [p.metadata.labels[names.ROLE_LABEL] for p in workers(api, namespace, "elastic")]
+    assert roles.count(names.ROLE_BASE) == 2
+
+    # 2. Inference load rises by two servers' worth (4 replicas of 2 GPUs per server): two loaned servers come back.
+    #    Each holds only flexible workers of the elastic job (its base is 2 workers), so it is scaled in, never
+    #    preempted. The operator is killed as soon as a server is reclaiming, and restarted.
+    replicas = 4 * (serving + 2)
+    custom(api).patch_namespaced_custom_object_scale(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": {"replicas": replicas}}
+    )
+    wait_for(lambda: "reclaiming" in node_states(api).values(), DEADLINE_S, "a server reclaiming")
+    operator.kill()
+    operator.start()
+
+    def converged() -> bool:
+        states = list(node_states(api).values())
+        deployment = client.AppsV1Api(api).read_namespaced_deployment("chat", namespace)
+        return (
+            "reclaiming" not in states
+            and states.count("loaned") == loaned - 2
+            and (deployment.status.ready_replicas or 0) == replicas
+        )
+
+    wait_for(converged, DEADLINE_S, f"the reclaim to finish and {replicas} replicas to be ready")
+    elastic = job(api, namespace, "elastic")["status"]
+    assert elastic["phase"] == "Running"
+    assert elastic["preemptions"] == 0
+    assert elastic["scaleIns"] > 0
+    assert len(workers(api, namespace, "elastic")) <= 12
+    assert job(api, namespace, "a100-only")["status"]["phase"] == "Running"
+    replicas = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=chat")
+    for pod in replicas.items:
+        assert labels_of(api, pod.spec.node_name).get(names.STATE_LABEL) in ("serving", "idle")
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    # Events come last in a pass: the killed operator's ScaledIn may be lost, the status keeps the count.
+    assert "Started" in {e.reason for e in events if e.involved_object.kind == names.TRAINING_JOB_KIND}
+    node_events = client.CoreV1Api(api).list_namespaced_event("default").items
+    assert "Returned" in {e.reason for e in node_events if e.involved_object.kind == "Node"}
+
+    # 3. Shadow mode reports a plan for a new job and changes nothing.
+    operator.stop()
+    create_job(api, namespace, "shadow", minWorkers=1, maxWorkers=1, gpusPerWorker=1, gpuTypes=[A100])
+    before = {n.metadata.name: n.metadata.resource_version for n in client.CoreV1Api(api).list_node().items}
+    result = subprocess.run(
+        [*operator.command("--dry-run", "--once")], capture_output=True, text=True, timeout=120, check=False,
+        env=os.environ.copy(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["dryRun"] is True
+    assert any("shadow" in line for line in report["actions"])
+    assert not workers(api, namespace, "shadow")
+    assert "status" not in job(api, namespace, "shadow")
+    after = {n.metadata.name: n.metadata.resource_version for n in client.CoreV1Api(api).list_node().items}
+    assert after == before
