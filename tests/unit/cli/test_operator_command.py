@@ -1,0 +1,33 @@
+"""`lyra operator` refuses bad flags with exit code 2 and a message, before it connects to anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lyra.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--lend-delay", "-1"], "expected seconds between 0 and 86400"),
+        (["--reclaim-deadline", "soon"], "expected seconds"),
+        (["--headroom", "-2"], "expected a number >= 0"),
+        (["--search-budget", "0"], "expected a number >= 1"),
+        (["--resync", "0"], "--resync must be > 0"),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(["operator", *argv])
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_missing_kubeconfig_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--once", "--kubeconfig", str(tmp_path / "none")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,79 @@
+"""Reading listed objects: what is not Lyra's is ignored, what cannot be read is reported and skipped, never fatal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lyra.core.model import LoanState, Pool
+from lyra.core.placement import PodRole
+from lyra.operator.observe import format_time, parse_time, read_world
+
+from .fake_cluster import A100, T4, inference_service, node, training_job
+
+
+def world(**objects: list[dict[str, Any]]) -> Any:
+    lists: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": [], "jobs": [], "services": []}
+    lists.update(objects)
+    return read_world(0.0, **lists)
+
+
+def test_pool_nodes_are_read_with_their_state_taint_and_annotations() -> None:
+    loaned = node("t0", "inference", T4)
+    loaned["metadata"]["labels"]["lyra.dev/state"] = "loaned"
+    loaned["metadata"]["annotations"]["lyra.dev/idle-since"] = "2026-01-01T00:00:00Z"
+    loaned["spec"]["taints"] = [
+        {"key": "lyra.dev/state", "value": "loaned", "effect": "NoSchedule"},
+        {"key": "gpu", "value": "x", "effect": "NoSchedule"},
+    ]
+    unlabelled = node("x", "inference", T4)
+    del unlabelled["metadata"]["labels"]["lyra.dev/pool"]
+    cpu_only = node("c", "training", A100, gpus=0)
+    read = world(nodes=[loaned, unlabelled, cpu_only, node("a0", "training", A100)])
+    assert [n.name for n in read.nodes] == ["a0", "t0"]
+    t0 = read.nodes[1]
+    assert (t0.pool, t0.state, t0.taint) == (Pool.INFERENCE, LoanState.LOANED, "loaned")
+    assert [t.key for t in t0.other_taints] == ["gpu"]
+    assert t0.idle_since == parse_time("2026-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize(
+    ("broken", "reason"),
+    [
+        ({"metadata": {"name": "j"}, "spec": {"minWorkers": 3, "maxWorkers": 1}}, "spec"),
+        ({"metadata": {"name": "j"}}, "spec"),
+        ({"metadata": {}, "spec": {}}, "metadata.name"),
+    ],
+    ids=["min-above-max", "no-spec", "no-name"],
+)
+def test_an_unreadable_job_is_reported_and_the_rest_is_read(broken: dict[str, Any], reason: str) -> None:
+    read = world(jobs=[broken, training_job("ok", 1, 2)], services=[inference_service("chat", 1)])
+    assert [j.ref.name for j in read.jobs] == ["ok"]
+    assert len(read.services) == 1
+    assert len(read.unreadable) == 1
+    assert read.unreadable[0].reason.startswith(reason)
+
+
+def test_pods_keep_role_owner_index_and_gpus() -> None:
+    worker = {
+        "metadata": {
+            "name": "bert-w3",
+            "namespace": "ml",
+            "labels": {"lyra.dev/role": "flexible", "lyra.dev/job": "bert"},
+        },
+        "spec": {"nodeName": "t0", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "2"}}}]},
+        "status": {"phase": "Running"},
+    }
+    cpu_pod = {"metadata": {"name": "web", "namespace": "x"}, "spec": {"containers": [{}]}}
+    read = world(pods=[worker, cpu_pod])
+    (pod,) = read.pods
+    assert (pod.role, pod.owner, pod.index, pod.gpus, pod.node) == (PodRole.TRAINING_FLEXIBLE, "ml/bert", 3, 2, "t0")
+    assert pod.holds_gpus
+    assert pod.is_live
+
+
+def test_times_round_trip_and_bad_times_read_as_unknown() -> None:
+    assert parse_time(format_time(1_700_000_000)) == 1_700_000_000
+    assert parse_time("yesterday") is None
+    assert parse_time(None) is None
