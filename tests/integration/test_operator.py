@@ -6,8 +6,8 @@ inference T4 servers, 8 GPUs each).
 One story, in order: idle inference nodes are lent and an elastic T4 job grows on them while an A100-only job stays
 on training nodes and an oversized job waits with a reason; inference load rises, the operator reclaims with
 scale-in rather than preemption, is SIGKILLed in the middle of the reclaim, restarts and converges: no node left
-reclaiming, no job lost, no job above maxWorkers, every replica placed. ``--dry-run --once`` reports and changes
-nothing.
+reclaiming, no job lost, no job above maxWorkers, every replica placed. A second operator stands by while the first
+holds the leader Lease and takes over when it dies. ``--dry-run --once`` reports and changes nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
 from lyra.localcluster import populate
@@ -48,12 +49,17 @@ class Operator:
     def command(self, *extra: str) -> list[str]:
         return [
             sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
-            "--lend-delay", "2", "--resync", "1", "--gang-timeout", "60", "--reclaim-deadline", "60", *extra,
+            "--lend-delay", "2", "--resync", "1", "--gang-timeout", "60", "--reclaim-deadline", "60",
+            "--lease-duration", "4", *extra,
         ]  # fmt: skip
 
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     def kill(self) -> None:
         if self.process is not None:
@@ -138,21 +144,41 @@ def running(api: client.ApiClient, namespace: str, name: str, count: int) -> boo
     )
 
 
+def lease_holder(api: client.ApiClient) -> str:
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(names.OPERATOR_NAME, "default")
+    except ApiException as error:
+        if error.status == 404:
+            return ""  # not created yet
+        raise
+    return str(lease.spec.holder_identity or "")
+
+
+def lyra_node_fields(api: client.ApiClient) -> dict[str, Any]:
+    """What the operator writes on nodes (KWOK's heartbeats move the resourceVersion, so that cannot be compared)."""
+    return {
+        n.metadata.name: (n.metadata.labels, n.metadata.annotations, [t.to_dict() for t in n.spec.taints or []])
+        for n in client.CoreV1Api(api).list_node().items
+    }
+
+
 def test_the_operator_lends_reclaims_survives_a_kill_and_converges(
     cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
 ) -> None:
-    operator = Operator(cluster.kubeconfig, tmp_path / "operator.log")
+    operators = [Operator(cluster.kubeconfig, tmp_path / f"operator-{n}.log") for n in ("a", "b")]
     with temporary_namespace(api, "operator-story") as namespace:
         try:
-            _story(api, namespace, operator)
+            _story(api, namespace, *operators)
         except BaseException:
-            print("--- operator log ---\n" + operator.tail())
+            for operator in operators:
+                print(f"--- {operator.log.name} ---\n" + operator.tail())
             raise
         finally:
-            operator.stop()
+            for operator in operators:
+                operator.stop()
 
 
-def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
+def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: Operator) -> None:
     service = {
         "apiVersion": names.API_VERSION,
         "kind": names.INFERENCE_SERVICE_KIND,
@@ -169,6 +195,9 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
     create_job(api, namespace, "a100-only", minWorkers=2, maxWorkers=2, gpusPerWorker=8, gpuTypes=[A100])
     create_job(api, namespace, "oversized", minWorkers=40, maxWorkers=40, gpusPerWorker=8)
     operator.start()
+    wait_for(lambda: f"-{operator.pid}-" in lease_holder(api), DEADLINE_S, "the first operator to lead")
+    standby.start()  # a second operator: it stands by while the first holds the lease
+    wait_for(lambda: "standing by" in standby.log.read_text(), DEADLINE_S, "the second operator to stand by")
 
     # 1. Loaning: the 4 replicas (8 GPUs) land on one to four T4 servers (the default scheduler spreads them; the
     #    extender would pack them); every other T4 server is lent, and the elastic job grows there (2 workers of 4
@@ -197,14 +226,17 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
 
     # 2. Inference load rises by two servers' worth (4 replicas of 2 GPUs per server): two loaned servers come back.
     #    Each holds only flexible workers of the elastic job (its base is 2 workers), so it is scaled in, never
-    #    preempted. The operator is killed as soon as a server is reclaiming, and restarted.
+    #    preempted. The leading operator is killed as soon as a server is reclaiming and restarted; the standby
+    #    takes the lease over once it expires, and finishes the reclaim.
     replicas = 4 * (serving + 2)
     custom(api).patch_namespaced_custom_object_scale(
         names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": {"replicas": replicas}}
     )
     wait_for(lambda: "reclaiming" in node_states(api).values(), DEADLINE_S, "a server reclaiming")
+    assert "pod " not in standby.log.read_text(), "the standby wrote nothing while the first operator led"
     operator.kill()
     operator.start()
+    wait_for(lambda: f"-{operator.pid}-" not in lease_holder(api), DEADLINE_S, "a new leader")
 
     def converged() -> bool:
         states = list(node_states(api).values())
@@ -231,10 +263,11 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
     node_events = client.CoreV1Api(api).list_namespaced_event("default").items
     assert "Returned" in {e.reason for e in node_events if e.involved_object.kind == "Node"}
 
-    # 3. Shadow mode reports a plan for a new job and changes nothing.
+    # 3. Shadow mode reports a plan for a new job and changes nothing (and needs no lease).
     operator.stop()
+    standby.stop()
     create_job(api, namespace, "shadow", minWorkers=1, maxWorkers=1, gpusPerWorker=1, gpuTypes=[A100])
-    before = {n.metadata.name: n.metadata.resource_version for n in client.CoreV1Api(api).list_node().items}
+    before = lyra_node_fields(api)
     result = subprocess.run(
         [*operator.command("--dry-run", "--once")], capture_output=True, text=True, timeout=120, check=False,
         env=os.environ.copy(),
@@ -245,5 +278,4 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
     assert any("shadow" in line for line in report["actions"])
     assert not workers(api, namespace, "shadow")
     assert "status" not in job(api, namespace, "shadow")
-    after = {n.metadata.name: n.metadata.resource_version for n in client.CoreV1Api(api).list_node().items}
-    assert after == before
+    assert lyra_node_fields(api) == before

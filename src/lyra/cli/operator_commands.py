@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,10 +65,29 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--search-budget", type=positive_int, default=16_000, help="the allocator's search budget (default 16000)"
     )
+    parser.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="namespace of the leader Lease that keeps one operator active (default: $POD_NAMESPACE or default)",
+    )
+    parser.add_argument(
+        "--lease-duration",
+        type=seconds,
+        default=15.0,
+        metavar="SECONDS",
+        help="a leader that has not renewed the Lease for this long is replaced (default 15)",
+    )
     parser.set_defaults(run=run_operator_command)
 
 
 def run_operator_command(args: argparse.Namespace) -> int:
+    if args.lease_duration < 2 * args.resync and not args.dry_run:
+        print(
+            f"lyra operator: --lease-duration ({args.lease_duration:g} s) must be at least twice --resync "
+            f"({args.resync:g} s), or the leader would lose its lease between passes",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     if args.resync <= 0:
         print("lyra operator: --resync must be > 0 seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -78,6 +98,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
     from lyra.operator.decide import OperatorConfig
+    from lyra.operator.leader import LeaderLease
     from lyra.operator.runner import Reconciler, RunOptions, describe, run_operator
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -94,11 +115,20 @@ def run_operator_command(args: argparse.Namespace) -> int:
         gang_timeout_s=args.gang_timeout,
         search_budget=args.search_budget,
     )
-    options = RunOptions(config=config, dry_run=args.dry_run, resync_s=args.resync)
+    options = RunOptions(
+        config=config,
+        dry_run=args.dry_run,
+        resync_s=args.resync,
+        lease_namespace=args.lease_namespace,
+        lease_duration_s=args.lease_duration,
+    )
     cluster = Cluster(api)
     if args.once:
         try:
-            decision = Reconciler(cluster, options).pass_once()
+            lease = LeaderLease(api, args.lease_namespace, duration_s=args.lease_duration)
+            reconciler = Reconciler(cluster, options, lease=lease)
+            decision = reconciler.pass_once()
+            lease.release()
         except Exception as error:  # an unreachable API server, RBAC refusals: reported, not a traceback
             print(f"lyra operator: the pass failed: {type(error).__name__}: {error}", file=sys.stderr)
             return EXIT_FAILED

@@ -3,8 +3,9 @@
 kopf keeps list-and-watch streams on TrainingJobs, InferenceServices, Lyra's pods and pool nodes (reconnecting,
 with backoff); any event wakes the loop. The loop makes one pass at a time (coalescing the events that arrived
 meanwhile), and at least one every ``resync_s`` so that timed transitions (lend delay, reclaim deadline, gang
-timeout) happen without an event. Each pass lists afresh, so the operator holds no state of its own: killed at any
-point, a new one converges from what the API says. API errors end a pass; the next one is retried with
+timeout) happen without an event. A pass starts by holding the leader Lease (:mod:`lyra.operator.leader`); an
+operator that does not hold it stands by. Each pass lists afresh, so the operator holds no state of its own:
+killed at any point, a new one converges from what the API says. API errors end a pass; the next one is retried with
 exponential backoff.
 
 With ``dry_run`` the loop decides and reports (log lines, one per new plan) and writes nothing.
@@ -27,6 +28,7 @@ from lyra.api import names
 from lyra.operator.actions import Decision, SetNodeState
 from lyra.operator.commit import Cluster
 from lyra.operator.decide import OperatorConfig, decide
+from lyra.operator.leader import LeaderLease
 
 log = logging.getLogger("lyra.operator")
 
@@ -39,6 +41,8 @@ class RunOptions:
     config: OperatorConfig
     dry_run: bool = False
     resync_s: float = 10.0
+    lease_namespace: str = "default"
+    lease_duration_s: float = 15.0
 
 
 def describe(decision: Decision) -> list[str]:
@@ -55,10 +59,17 @@ def describe(decision: Decision) -> list[str]:
 
 
 class Reconciler:
-    def __init__(self, cluster: Cluster, options: RunOptions, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        options: RunOptions,
+        clock: Callable[[], float] = time.time,
+        lease: LeaderLease | None = None,
+    ) -> None:
         self.cluster = cluster
         self.options = options
         self.clock = clock
+        self.lease = lease
         self.wake = asyncio.Event()
         self.passes = 0
         self._last_report: list[str] | None = None
@@ -66,6 +77,8 @@ class Reconciler:
     def pass_once(self) -> Decision:
         """Observe, decide and (unless dry-run) commit, once. Blocking: runs in a worker thread."""
         now = self.clock()
+        if self.lease is not None and not self.options.dry_run and not self.lease.hold(now):
+            return Decision(())  # another operator leads; shadow mode needs no lease (it writes nothing)
         world = self.cluster.observe(now)
         for unreadable in world.unreadable:
             log.warning("skipped %s %s: %s", unreadable.ref.kind, unreadable.ref.key, unreadable.reason)
@@ -139,7 +152,8 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     """Run until SIGINT/SIGTERM: kopf's watches and the reconcile loop in one event loop."""
 
     registry = kopf.OperatorRegistry()
-    reconciler = Reconciler(cluster, options)
+    lease = LeaderLease(cluster.api, options.lease_namespace, duration_s=options.lease_duration_s)
+    reconciler = Reconciler(cluster, options, lease=lease)
 
     def wake(**_: Any) -> None:
         reconciler.wake.set()
@@ -164,5 +178,6 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
         finally:
             stop.set()
             await loop_task
+            await asyncio.to_thread(lease.release)
 
     asyncio.run(main())
