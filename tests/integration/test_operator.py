@@ -1,7 +1,8 @@
 """The operator running for real (``lyra operator`` in a subprocess) on its own local control plane: real
 kube-apiserver, kube-scheduler (without the extender: placement must be right from labels, taints and affinity
 alone), kube-controller-manager (Deployments, garbage collection) and KWOK GPU nodes (4 training A100 servers, 8
-inference T4 servers, 8 GPUs each).
+inference T4 servers, 8 GPUs each). The operator runs as the ServiceAccount of manifests/operator/rbac.yaml, so the
+story also proves those rules are enough.
 
 One story, in order: idle inference nodes are lent and an elastic T4 job grows on them while an A100-only job stays
 on training nodes and an oversized job waits with a reason; inference load rises, the operator reclaims with
@@ -19,15 +20,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from kubernetes import client
+from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
 from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.kubeconfig import write_kubeconfig
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
 
@@ -36,6 +38,8 @@ pytestmark = pytest.mark.integration
 T4 = "Tesla-T4"
 A100 = "NVIDIA-A100-SXM4-80GB"
 DEADLINE_S = 90.0
+REPOSITORY = Path(__file__).resolve().parents[2]
+OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml
 
 
 class Operator:
@@ -50,7 +54,7 @@ class Operator:
         return [
             sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
             "--lend-delay", "2", "--resync", "1", "--gang-timeout", "60", "--reclaim-deadline", "60",
-            "--lease-duration", "4", *extra,
+            "--lease-duration", "4", "--lease-namespace", OPERATOR_NAMESPACE, *extra,
         ]  # fmt: skip
 
     def start(self) -> None:
@@ -82,9 +86,29 @@ class Operator:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    crds = Path(__file__).resolve().parents[2] / "manifests" / "crds"
+    crds = REPOSITORY / "manifests" / "crds"
     with session_control_plane(tmp_path_factory.mktemp("operator-cluster"), crd_dir=crds) as control_plane:
         yield control_plane
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(cluster: ControlPlane, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig for the operator's ServiceAccount with the RBAC of manifests/operator: least privilege, tested."""
+    utils.create_from_yaml(api, str(REPOSITORY / "manifests" / "operator" / "rbac.yaml"))
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = (
+        client.CoreV1Api(api)
+        .create_namespaced_service_account_token(names.OPERATOR_NAME, OPERATOR_NAMESPACE, cast(Any, request))
+        .status.token
+    )
+    return write_kubeconfig(
+        tmp_path_factory.mktemp("operator-sa") / "kubeconfig",
+        cluster_name="pytest",
+        server=cluster.state.api_server,
+        ca_cert=cluster.credentials.ca_cert,
+        user=names.OPERATOR_NAME,
+        token=token,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +170,7 @@ def running(api: client.ApiClient, namespace: str, name: str, count: int) -> boo
 
 def lease_holder(api: client.ApiClient) -> str:
     try:
-        lease = client.CoordinationV1Api(api).read_namespaced_lease(names.OPERATOR_NAME, "default")
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(names.OPERATOR_NAME, OPERATOR_NAMESPACE)
     except ApiException as error:
         if error.status == 404:
             return ""  # not created yet
@@ -163,9 +187,9 @@ def lyra_node_fields(api: client.ApiClient) -> dict[str, Any]:
 
 
 def test_the_operator_lends_reclaims_survives_a_kill_and_converges(
-    cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
+    operator_kubeconfig: Path, api: client.ApiClient, tmp_path: Path
 ) -> None:
-    operators = [Operator(cluster.kubeconfig, tmp_path / f"operator-{n}.log") for n in ("a", "b")]
+    operators = [Operator(operator_kubeconfig, tmp_path / f"operator-{n}.log") for n in ("a", "b")]
     with temporary_namespace(api, "operator-story") as namespace:
         try:
             _story(api, namespace, *operators)
