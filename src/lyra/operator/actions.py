@@ -36,6 +36,7 @@ class PatchStatus:
 
     ref: ObjectRef
     status: Mapping[str, Any]
+    changed: tuple[str, ...] = ()  # the status fields that differ from what was read (for reports)
 
 
 @dataclass(frozen=True, slots=True)

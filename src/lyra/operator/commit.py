@@ -112,13 +112,17 @@ class Cluster:
                 if action.ref.kind == names.TRAINING_JOB_KIND
                 else names.INFERENCE_SERVICE_PLURAL
             )
+            # The whole status, as a JSON patch: a merge patch would keep map keys the new status no longer has
+            # (a node a job left would stay in its placements).
+            whole = [{"op": "add", "path": "/status", "value": dict(action.status)}]
             self.custom.patch_namespaced_custom_object_status(
                 names.GROUP,
                 names.VERSION,
                 action.ref.namespace,
                 plural,
                 action.ref.name,
-                {"status": dict(action.status)},
+                whole,
+                _content_type="application/json-patch+json",
             )
         elif isinstance(action, DeletePod):
             self.core.delete_namespaced_pod(

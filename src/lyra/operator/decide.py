@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from lyra.api import names
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
 from lyra.core.allocation import DEFAULT_SEARCH_BUDGET, AllocationPlan, allocate_workers
@@ -354,7 +356,7 @@ class _Pass:
                 generation=service.generation,
             )
         if status != service.status:
-            self.actions.append(PatchStatus(service.ref, wire(status)))
+            self.actions.append(PatchStatus(service.ref, wire(status), _changed(service.status, status)))
             if problem is not None and service.status.conditions != status.conditions:
                 self.emit(service.ref, problem[0], problem[1], warning=True)
 
@@ -450,7 +452,7 @@ class _Pass:
                     job.status, "Running", True, "Started", message, now=self.now, generation=job.record.generation
                 )
                 self.emit(job.record.ref, "Started", message)
-            elif workers != job.status.workers.target or placement != job.status.placements:
+            elif workers != job.status.workers.target:  # the same count elsewhere is no reason to move workers
                 fields = self.fold_work(job)
                 fields.update(workers=target, placements=placement)
                 before = job.status.workers.target
@@ -487,6 +489,12 @@ class _Pass:
                 fields = self.fold_work(job)
                 fields["workers"] = job.status.workers.model_copy(update={"current": current})
                 job.update(**fields)
+            if current == len(live) == job.status.workers.target:
+                actual: dict[str, int] = defaultdict(int)
+                for pod in live:
+                    actual[pod.node] += 1
+                if dict(actual) != job.status.placements:  # once placed, the status shows where workers really are
+                    job.update(placements=dict(sorted(actual.items())))
 
     def create_workers(self, job: _Job, live: list[PodRecord], count: int) -> list[PodRecord]:
         spec = job.record.spec
@@ -535,12 +543,17 @@ class _Pass:
     def write_job_status(self, job: _Job) -> None:
         status = job.status.model_copy(update={"observed_generation": job.record.generation})
         if status != job.record.status:
-            self.actions.append(PatchStatus(job.record.ref, wire(status)))
+            self.actions.append(PatchStatus(job.record.ref, wire(status), _changed(job.record.status, status)))
 
 
 def decide(world: World, config: OperatorConfig | None = None) -> Decision:
     """One pass of the operator over ``world`` (see the module docstring)."""
     return _Pass(world, config or OperatorConfig()).run()
+
+
+def _changed(before: BaseModel, after: BaseModel) -> tuple[str, ...]:
+    old, new = wire(before), wire(after)
+    return tuple(sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)))
 
 
 def _where(placement: Mapping[str, int]) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import kopf
 
 from lyra.api import names
-from lyra.operator.actions import Decision, SetNodeState
+from lyra.operator.actions import Decision, PatchStatus, SetNodeState
 from lyra.operator.commit import Cluster
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.leader import LeaderLease
@@ -51,6 +51,8 @@ def describe(decision: Decision) -> list[str]:
     for action in decision.actions:
         if isinstance(action, SetNodeState):
             lines.append(f"node {action.node}: {action.state.value} ({action.reason})")
+        elif isinstance(action, PatchStatus):
+            lines.append(f"status of {action.ref.kind} {action.ref.key}: {', '.join(action.changed)}")
         else:
             detail = getattr(action, "reason", "")
             message = getattr(action, "message", "")
