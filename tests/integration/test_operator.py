@@ -320,3 +320,28 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: O
     assert not workers(api, namespace, "shadow")
     assert "status" not in job(api, namespace, "shadow")
     assert lyra_node_fields(api) == before
+
+
+def lyra(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lyra", *argv], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_live_what_if_and_status_read_the_cluster(cluster: ControlPlane, tmp_path: Path) -> None:
+    kubeconfig = str(cluster.kubeconfig)
+    saved = tmp_path / "live.json"
+    live = lyra("plan", "allocate", "--from-cluster", "--kubeconfig", kubeconfig, "--save-snapshot", str(saved))
+    assert live.returncode == 0, live.stderr
+    replayed = lyra("plan", "allocate", "--snapshot", str(saved))
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout) == json.loads(live.stdout), "the saved snapshot replays to the same plan"
+    servers = json.loads(saved.read_text())["servers"]
+    assert len(servers) == 12
+    status = lyra("status", "--kubeconfig", kubeconfig)
+    assert status.returncode == 0, status.stderr
+    assert "POOL" in status.stdout
+    assert "Tesla-T4" in status.stdout
+    refused = lyra("plan", "allocate", "--snapshot", str(saved), "--kubeconfig", kubeconfig)
+    assert refused.returncode == 2
+    assert "go with --from-cluster" in refused.stderr

@@ -21,6 +21,7 @@ from lyra.cli import (
     operator_commands,
     plan_commands,
     simulate_commands,
+    status_commands,
 )
 
 EXIT_OK = 0
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate_commands.register(commands)
     extender_commands.register(commands)
     operator_commands.register(commands)
+    status_commands.register(commands)
     api_commands.register(commands)
     return parser
 

@@ -6,11 +6,13 @@
     lyra plan loans    --snapshot FILE --demand SERVERS [--headroom SERVERS]
     lyra plan schema   (prints the snapshot document's JSON Schema)
 
-``--snapshot -`` reads standard input. The snapshot format is documented in ``docs/snapshot.md``.
+``--snapshot -`` reads standard input. The snapshot format is documented in ``docs/snapshot.md``. Instead of a
+file, ``--from-cluster`` reads the live cluster (``--kubeconfig``, else the usual search) the way the operator
+does, and ``--save-snapshot FILE`` keeps that snapshot as a document to replay later.
 
 One error convention for every verb: success exits 0 with the plan as JSON on standard output; bad input (a
 flag, the snapshot, a request the cluster cannot meet) exits 2 with ``lyra plan <verb>: <message>`` on standard
-error and nothing on standard output.
+error and nothing on standard output; a cluster that cannot be read (``--from-cluster``) exits 1 the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, NoReturn
 
 from lyra.cli.arguments import non_negative_int
 
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 #: The largest restart cost the allocator accepts (``allocate_workers``'s ``restart_cost_s``).
@@ -74,8 +77,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     verbs = plan.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=_PlanParser)
 
     def snapshot_argument(parser: argparse.ArgumentParser) -> None:
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--snapshot", metavar="FILE", help="snapshot document (JSON); '-' reads standard input")
+        source.add_argument("--from-cluster", action="store_true", help="read the live cluster instead of a file")
+        parser.add_argument("--kubeconfig", type=Path, help="with --from-cluster: the kubeconfig to use")
         parser.add_argument(
-            "--snapshot", required=True, metavar="FILE", help="snapshot document (JSON); '-' reads standard input"
+            "--save-snapshot", type=Path, metavar="FILE", help="with --from-cluster: also write the snapshot there"
         )
 
     reclaim = verbs.add_parser("reclaim", help="which loaned servers to return, with the fewest preemptions")
@@ -134,6 +141,10 @@ class _BadInputError(Exception):
     pass
 
 
+class _ClusterError(Exception):
+    """The cluster could not be read (exit 1: the command ran and failed)."""
+
+
 def _read(source: str) -> str | bytes:
     """The snapshot's bytes, at most one past the size limit (the parser reports an oversized document)."""
     from lyra.snapshot import MAX_SNAPSHOT_BYTES
@@ -151,9 +162,39 @@ def _read(source: str) -> str | bytes:
         raise _BadInputError(f"snapshot {source}: cannot read it ({error.strerror or error})") from None
 
 
+def _from_cluster(args: argparse.Namespace) -> Any:
+    import time
+
+    from lyra.cli.kube_client import KubeconfigError, api_client
+    from lyra.operator.commit import Cluster
+    from lyra.operator.decide import live_snapshot
+    from lyra.snapshot import SnapshotDocument
+
+    try:
+        api = api_client(args.kubeconfig)
+    except KubeconfigError as error:
+        raise _BadInputError(str(error)) from None
+    try:
+        world = Cluster(api).observe(time.time())
+    except Exception as error:  # unreachable or refusing API server: reported, not a traceback
+        raise _ClusterError(f"cannot read the cluster: {type(error).__name__}: {str(error)[:300]}") from None
+    snapshot = live_snapshot(world)
+    if args.save_snapshot is not None:
+        text = SnapshotDocument.from_core(snapshot).model_dump_json(by_alias=True, indent=2)
+        try:
+            args.save_snapshot.write_text(text + "\n", encoding="utf-8")
+        except OSError as error:
+            raise _BadInputError(f"--save-snapshot {args.save_snapshot}: {error.strerror or error}") from None
+    return snapshot
+
+
 def _load(args: argparse.Namespace) -> Any:
     from lyra.snapshot import SnapshotError, parse_snapshot
 
+    if args.from_cluster:
+        return _from_cluster(args)
+    if args.kubeconfig is not None or args.save_snapshot is not None:
+        raise _BadInputError("--kubeconfig and --save-snapshot go with --from-cluster")
     data = _read(args.snapshot)
     try:
         return parse_snapshot(data)
@@ -176,6 +217,9 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
         except (_BadInputError, InvalidClusterError) as error:
             print(f"lyra plan {args.verb}: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except _ClusterError as error:
+            print(f"lyra plan {args.verb}: {error}", file=sys.stderr)
+            return EXIT_FAILED
 
     return wrapper
 

@@ -546,6 +546,12 @@ class _Pass:
             self.actions.append(PatchStatus(job.record.ref, wire(status), _changed(job.record.status, status)))
 
 
+def live_snapshot(world: World, config: OperatorConfig | None = None) -> ClusterSnapshot:
+    """The core's snapshot of ``world`` as a pass sees it before deciding (``lyra plan --from-cluster``). GPUs held
+    outside Lyra's jobs (inference replicas, other GPU pods, leaving workers) are not in it."""
+    return _Pass(world, config or OperatorConfig()).snapshot()[0]
+
+
 def decide(world: World, config: OperatorConfig | None = None) -> Decision:
     """One pass of the operator over ``world`` (see the module docstring)."""
     return _Pass(world, config or OperatorConfig()).run()

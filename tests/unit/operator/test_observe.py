@@ -77,3 +77,20 @@ def test_times_round_trip_and_bad_times_read_as_unknown() -> None:
     assert parse_time(format_time(1_700_000_000)) == 1_700_000_000
     assert parse_time("yesterday") is None
     assert parse_time(None) is None
+
+
+def test_status_tables_show_pools_queue_and_running_jobs() -> None:
+    from lyra.cli.status_commands import render
+    from lyra.operator.decide import OperatorConfig, decide
+
+    from .fake_cluster import FakeCluster
+
+    cluster = FakeCluster([node("a0", "training", A100), node("t0", "inference", T4)])
+    cluster.add_job(training_job("fits", 2, 2))
+    cluster.add_job(training_job("huge", 20, 20))
+    for _ in range(3):
+        cluster.apply(decide(cluster.world(), OperatorConfig(lend_delay_s=0)))
+    text = render(cluster.world())
+    assert "training    NVIDIA-A100-SXM4-80GB" in text
+    assert "ml/huge" in text.split("RUNNING")[0], "the oversized job is in the queue"
+    assert "ml/fits   2/2" in text

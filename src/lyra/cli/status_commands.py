@@ -1,0 +1,100 @@
+"""`lyra status`: the cluster as Lyra sees it, in three tables: servers per pool, GPU type and loan state; the
+queue in admission order with the reason each job waits; running jobs with their workers, GPU type and servers.
+
+Read-only. Exit codes: 0 printed, 1 the cluster could not be read, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lyra.operator.observe import World
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    """Register `lyra status`."""
+    parser = commands.add_parser(
+        "status",
+        help="pools, loan states, the training queue and running jobs, as tables",
+        description="Show the cluster as Lyra's operator sees it (read-only).",
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    parser.set_defaults(run=run_status)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns padded to their widest cell, as kubectl prints them."""
+    cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def render(world: World) -> str:
+    from lyra.api.resources import JobPhase
+    from lyra.core.model import Pool
+
+    pools: Counter[tuple[str, str, str]] = Counter()
+    for node in world.nodes:
+        state = node.state.value if node.state is not None else ("-" if node.pool is Pool.TRAINING else "new")
+        pools[(node.pool.value, node.gpu_type, state)] += 1
+    server_rows = [(pool, gpu, state, count) for (pool, gpu, state), count in sorted(pools.items())]
+    queued = [j for j in world.jobs if j.status.phase is JobPhase.QUEUED]
+    queued.sort(key=lambda j: (-j.spec.priority, j.spec.expected_duration, j.status.queued_at or "", j.ref.key))
+    queue_rows = []
+    for position, job in enumerate(queued, start=1):
+        reason = next((c.message for c in job.status.conditions if c.type == "Running"), "not decided yet")
+        queue_rows.append((position, job.ref.key, job.spec.min_workers, job.spec.gpus_per_worker, reason[:90]))
+    running_rows = []
+    for job in world.jobs:
+        if job.status.phase is not JobPhase.RUNNING:
+            continue
+        workers = job.status.workers
+        servers = ", ".join(f"{n}:{c}" for n, c in sorted(job.status.placements.items()))
+        running_rows.append(
+            (job.ref.key, f"{workers.current}/{workers.target}", job.status.gpu_type or "-", job.status.preemptions,
+             servers[:90])
+        )  # fmt: skip
+    parts = [
+        table(("POOL", "GPU TYPE", "STATE", "SERVERS"), server_rows),
+        "",
+        table(("QUEUE", "JOB", "BASE WORKERS", "GPU/WORKER", "WAITING BECAUSE"), queue_rows)
+        if queue_rows
+        else "queue: empty",
+        "",
+        table(("RUNNING", "WORKERS", "GPU TYPE", "PREEMPTIONS", "SERVERS"), running_rows)
+        if running_rows
+        else "running: none",
+    ]
+    if world.unreadable:
+        parts += ["", f"{len(world.unreadable)} objects could not be read (see `lyra operator` logs)"]
+    return "\n".join(parts)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        print(f"lyra status: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from lyra.cli.kube_client import KubeconfigError, api_client
+    from lyra.operator.commit import Cluster
+
+    try:
+        world = Cluster(api_client(args.kubeconfig)).observe(time.time())
+    except KubeconfigError as error:
+        print(f"lyra status: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as error:  # an unreachable or refusing API server: reported, not a traceback
+        print(f"lyra status: cannot read the cluster: {type(error).__name__}: {str(error)[:300]}", file=sys.stderr)
+        return EXIT_FAILED
+    print(render(world))
+    return EXIT_OK
