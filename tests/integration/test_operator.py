@@ -32,6 +32,7 @@ from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.kubeconfig import write_kubeconfig
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
+from lyra.operator.observe import parse_time
 
 pytestmark = pytest.mark.integration
 
@@ -345,3 +346,41 @@ def test_live_what_if_and_status_read_the_cluster(cluster: ControlPlane, tmp_pat
     refused = lyra("plan", "allocate", "--snapshot", str(saved), "--kubeconfig", kubeconfig)
     assert refused.returncode == 2
     assert "go with --from-cluster" in refused.stderr
+
+
+def test_emulated_jobs_finish_sooner_with_more_workers(
+    operator_kubeconfig: Path, cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
+) -> None:
+    """With ``lyra emulate`` standing in for the training programs, a job's workers finish when its work is done
+    at its pace: 4 workers of reference GPUs do 20 s of single-worker work in about 5 s; then the job is
+    Succeeded and its GPUs go to the job queued behind it."""
+    operator = Operator(operator_kubeconfig, tmp_path / "operator.log")
+    emulator_log = tmp_path / "emulate.log"
+    with temporary_namespace(api, "operator-emulate") as namespace, emulator_log.open("ab") as out:
+        emulator = subprocess.Popen(
+            [sys.executable, "-m", "lyra", "emulate", "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.5"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            create_job(api, namespace, "quick", minWorkers=1, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100],
+                       expectedDuration=20)  # fmt: skip
+            operator.start()
+            wait_for(lambda: running(api, namespace, "quick", 4), DEADLINE_S, "the quick job at 4 workers")
+            create_job(api, namespace, "behind", minWorkers=4, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100])
+            wait_for(
+                lambda: job(api, namespace, "quick").get("status", {}).get("phase") == "Succeeded",
+                DEADLINE_S,
+                "the quick job to succeed",
+            )
+            status = job(api, namespace, "quick")["status"]
+            took = parse_time(status["finishedAt"]) - parse_time(status["startedAt"])  # type: ignore[operator]
+            assert took < 12, f"4 workers should finish 20 s of work in about 5 s, took {took:.0f} s"
+            wait_for(lambda: running(api, namespace, "behind", 4), DEADLINE_S, "the job behind it to start")
+        except BaseException:
+            print("--- operator ---\n" + operator.tail() + "\n--- emulate ---\n" + emulator_log.read_text())
+            raise
+        finally:
+            operator.stop()
+            emulator.terminate()
+            emulator.wait(timeout=30)

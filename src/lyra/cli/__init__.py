@@ -17,6 +17,7 @@ from lyra import __version__
 from lyra.cli import (
     api_commands,
     cluster_commands,
+    emulate_commands,
     extender_commands,
     operator_commands,
     plan_commands,
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     extender_commands.register(commands)
     operator_commands.register(commands)
     status_commands.register(commands)
+    emulate_commands.register(commands)
     api_commands.register(commands)
     return parser
 

@@ -1,0 +1,104 @@
+"""Workload emulation for clusters of fake nodes (KWOK), where worker pods never finish by themselves.
+
+``lyra emulate`` stands in for the training programs, not for Lyra: it watches running TrainingJobs, advances
+each one's progress at the pace its live workers would train at under the policy core's speed model (workers x the
+slowest worker's GPU speed x scaling efficiency, :class:`lyra.core.model.TrainingJob`), and when a job's work
+(``expectedDuration`` seconds at ``minWorkers`` on a reference GPU) is done, marks its workers Succeeded, as torchrun
+would exit. The operator then sees a finished job like any other. Elastic speed-ups are therefore real in tests
+and in the demo: a job with twice the workers finishes in half the time.
+
+Progress lives in this process (a real program's lives in its checkpoints): it starts from the job's
+``status.workDone`` the first time a job is seen, and work is kept across a preemption (the grace period is the
+checkpoint). It is a separate process, never a branch in the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lyra.api.resources import JobPhase
+from lyra.core.gpus import GpuCatalog
+from lyra.core.model import TrainingJob
+from lyra.core.placement import PodRole
+from lyra.operator.observe import JobRecord, PodRecord, World
+
+log = logging.getLogger("lyra.emulate")
+
+_WORKER_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
+
+
+@dataclass
+class Progress:
+    """Reference worker-seconds each job has done, as of ``as_of`` (seconds since the epoch)."""
+
+    done: dict[str, float] = field(default_factory=dict)
+    as_of: float | None = None
+
+
+def _model(job: JobRecord) -> TrainingJob:
+    spec = job.spec
+    return TrainingJob(
+        name=job.ref.key,
+        gpus_per_worker=spec.gpus_per_worker,
+        min_workers=spec.min_workers,
+        max_workers=spec.max_workers,
+        remaining_work=0.0,
+        speeds=dict(spec.speeds or {}),
+        scaling_overhead=min(spec.scaling_overhead, 1.0),
+    )
+
+
+def total_work(job: JobRecord) -> float:
+    """The job's work in reference worker-seconds: ``expectedDuration`` at ``minWorkers`` on a speed-1.0 GPU."""
+    return job.spec.expected_duration * _model(job).pace(job.spec.min_workers, 1.0)
+
+
+def pace(job: JobRecord, workers: list[PodRecord], node_types: Mapping[str, str], gpus: GpuCatalog) -> float:
+    """Reference worker-seconds per second of ``job`` with ``workers`` bound: the slowest worker sets the pace."""
+    if not workers:
+        return 0.0
+    model = _model(job)
+    slowest = min(model.speed_on(gpus[node_types[p.node]]) for p in workers if p.node in node_types)
+    return model.pace(len(workers), slowest)
+
+
+def advance(progress: Progress, world: World, gpus: GpuCatalog) -> list[PodRecord]:
+    """Advance every running job to ``world.now``; return the workers of jobs whose work is done."""
+    elapsed = 0.0 if progress.as_of is None else max(world.now - progress.as_of, 0.0)
+    progress.as_of = world.now
+    node_types = {n.name: n.gpu_type for n in world.nodes}
+    finished: list[PodRecord] = []
+    for job in world.jobs:
+        if job.status.phase is not JobPhase.RUNNING:
+            continue
+        workers = [
+            p
+            for p in world.pods_of(job.ref.key)
+            if p.role in _WORKER_ROLES and p.is_live and p.node and p.phase == "Running"
+        ]
+        done = progress.done.setdefault(job.ref.key, job.status.work_done)
+        done += pace(job, workers, node_types, gpus) * elapsed
+        progress.done[job.ref.key] = done
+        if workers and done >= total_work(job) - 1e-9:
+            finished.extend(workers)
+    return finished
+
+
+def complete(api: client.ApiClient, pods: list[PodRecord]) -> int:
+    """Mark ``pods`` Succeeded (their containers exited 0); returns how many were marked."""
+    core = client.CoreV1Api(api)
+    marked = 0
+    for pod in pods:
+        body = {"status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False"}]}}
+        try:
+            core.patch_namespaced_pod_status(pod.ref.name, pod.ref.namespace, body)
+            marked += 1
+        except ApiException as error:
+            if error.status != 404:
+                log.warning("could not complete %s: %s", pod.ref.key, error.reason)
+    return marked
