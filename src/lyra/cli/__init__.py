@@ -4,7 +4,7 @@ Each command group lives in its own module and registers a sub-parser; the adapt
 only when their command runs, so ``lyra --help`` stays fast and a missing optional tool never breaks another
 command.
 
-Exit codes: 0 success, 1 the command ran and failed, 2 bad input (usage, flags, files).
+Exit codes (`lyra.cli.exit_codes`): 0 success, 1 the command ran and failed, 2 bad input (usage, flags, files).
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ from lyra.cli import (
     simulate_commands,
     status_commands,
 )
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _whole(text: str) -> int:
@@ -35,3 +36,18 @@ def seconds(text: str) -> float:
     if not 0 <= value <= 86_400:
         raise argparse.ArgumentTypeError(f"expected seconds between 0 and 86400, got {text[:40]}")
     return value
+
+
+def existing_file(text: str) -> Path:
+    """A path to a file that exists (a kubeconfig, a snapshot)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text[:200]}: no such file")
+    return path
+
+
+def add_kubeconfig_argument(parser: argparse.ArgumentParser) -> None:
+    """``--kubeconfig``, as every command that talks to a cluster takes it (see :mod:`lyra.cli.kube_client`)."""
+    parser.add_argument(
+        "--kubeconfig", type=existing_file, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
+    )

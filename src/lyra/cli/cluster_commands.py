@@ -16,9 +16,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:

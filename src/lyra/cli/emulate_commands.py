@@ -13,14 +13,10 @@ import logging
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from lyra.cli.arguments import seconds
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from lyra.cli.arguments import add_kubeconfig_argument, seconds
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -31,7 +27,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         description="Emulate the training programs of TrainingJobs on fake nodes: progress at the pace of the "
         "live workers, workers marked Succeeded when the job's work is done.",
     )
-    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    add_kubeconfig_argument(parser)
     parser.add_argument(
         "--interval", type=seconds, default=1.0, metavar="SECONDS", help="seconds between steps (default 1)"
     )
@@ -41,9 +37,6 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     if args.interval <= 0:
         print("lyra emulate: --interval must be > 0 seconds", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args.kubeconfig is not None and not args.kubeconfig.is_file():
-        print(f"lyra emulate: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
         return EXIT_BAD_INPUT
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.core.gpus import GpuCatalog

@@ -14,14 +14,10 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from lyra.cli.arguments import non_negative_int, positive_int, seconds
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from lyra.cli.arguments import add_kubeconfig_argument, non_negative_int, positive_int, seconds
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -32,7 +28,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         description="Watch TrainingJobs, InferenceServices, pool nodes and Lyra's pods; decide with the policy "
         "core; write node states, pods, Deployments, statuses and Events.",
     )
-    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    add_kubeconfig_argument(parser)
     parser.add_argument("--dry-run", action="store_true", help="shadow mode: decide and report, change nothing")
     parser.add_argument("--once", action="store_true", help="make one pass, print it as JSON and exit")
     parser.add_argument(
@@ -90,9 +86,6 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if args.resync <= 0:
         print("lyra operator: --resync must be > 0 seconds", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args.kubeconfig is not None and not args.kubeconfig.is_file():
-        print(f"lyra operator: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
         return EXIT_BAD_INPUT
 
     from lyra.cli.kube_client import KubeconfigError, api_client

@@ -26,9 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from lyra.cli.arguments import non_negative_int
-
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 
 #: The largest restart cost the allocator accepts (``allocate_workers``'s ``restart_cost_s``).
 MAX_RESTART_COST_S = 1e9

@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lyra.cli.arguments import positive_int
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 #: Where the shipped traces live, relative to the repository root, and where to get them otherwise.
 SHARED_TRACES = Path("..") / "shared" / "traces"

@@ -11,15 +11,13 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from lyra.cli.arguments import add_kubeconfig_argument
+from lyra.cli.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from lyra.operator.observe import World
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -29,7 +27,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="pools, loan states, the training queue and running jobs, as tables",
         description="Show the cluster as Lyra's operator sees it (read-only).",
     )
-    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    add_kubeconfig_argument(parser)
     parser.set_defaults(run=run_status)
 
 
@@ -82,9 +80,6 @@ def render(world: World) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    if args.kubeconfig is not None and not args.kubeconfig.is_file():
-        print(f"lyra status: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
-        return EXIT_BAD_INPUT
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
 

@@ -75,10 +75,7 @@ def worker_pod(
         present = {e.get("name") for e in given}
         container["env"] = given + [{"name": k, "value": v} for k, v in env.items() if k not in present]
         if position == 0:  # the GPUs go to the first container
-            resources = dict(container.get("resources") or {})
-            for part in ("requests", "limits"):
-                resources[part] = dict(resources.get(part) or {}) | {names.GPU_RESOURCE: str(gpus_per_worker)}
-            container["resources"] = resources
+            container["resources"] = _with_gpus(container, gpus_per_worker)
     training_terms = [
         {"matchExpressions": [_is(names.POOL_LABEL, names.POOL_TRAINING), _is(names.GPU_PRODUCT_LABEL, gpu_type)]},
         {
@@ -132,10 +129,7 @@ def deployment(
     labels = {str(k): str(v) for k, v in dict(metadata.get("labels") or {}).items()} | selector
     containers = [dict(c) for c in spec.get("containers") or []]
     if containers:
-        resources = dict(containers[0].get("resources") or {})
-        for part in ("requests", "limits"):
-            resources[part] = dict(resources.get(part) or {}) | {names.GPU_RESOURCE: str(gpus_per_replica)}
-        containers[0]["resources"] = resources
+        containers[0]["resources"] = _with_gpus(containers[0], gpus_per_replica)
     terms = [
         {
             "matchExpressions": [
@@ -189,6 +183,14 @@ def deployment(
 def selector_of(service: str) -> str:
     """The label selector of a service's replicas, as the scale subresource reports it."""
     return f"{names.ROLE_LABEL}={names.ROLE_INFERENCE},{names.SERVICE_LABEL}={service}"
+
+
+def _with_gpus(container: Mapping[str, Any], gpus: int) -> dict[str, Any]:
+    """A container's resources with ``gpus`` GPUs requested and limited (extended resources need both equal)."""
+    resources = dict(container.get("resources") or {})
+    for part in ("requests", "limits"):
+        resources[part] = dict(resources.get(part) or {}) | {names.GPU_RESOURCE: str(gpus)}
+    return resources
 
 
 def _is(key: str, value: str) -> dict[str, Any]:

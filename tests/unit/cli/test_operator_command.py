@@ -1,4 +1,5 @@
-"""`lyra operator` refuses bad flags with exit code 2 and a message, before it connects to anything."""
+"""`lyra operator`, `status` and `emulate` refuse bad flags with exit code 2 and a message, before they connect to
+anything."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def test_bad_flags_exit_2_with_a_message(argv: list[str], message: str, capsys: 
     assert message in capsys.readouterr().err
 
 
-def test_a_missing_kubeconfig_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["operator", "--once", "--kubeconfig", str(tmp_path / "none")]) == 2
+@pytest.mark.parametrize("command", ["operator", "status", "emulate"])
+def test_a_missing_kubeconfig_is_bad_input(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--kubeconfig", str(tmp_path / "none")])
+    assert exited.value.code == 2
     assert "no such file" in capsys.readouterr().err

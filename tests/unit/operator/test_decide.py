@@ -203,8 +203,8 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_applying_a_decision_then_deciding_again_does_nothing(scenario: Scenario) -> None:
+def changed(scenario: Scenario) -> FakeCluster:
+    """The scenario's cluster settled, then changed (not yet decided on)."""
     cluster = FakeCluster(scenario.nodes)
     for job in scenario.jobs:
         cluster.add_job(job)
@@ -212,6 +212,12 @@ def test_applying_a_decision_then_deciding_again_does_nothing(scenario: Scenario
         cluster.add_service(service)
     settle(cluster)
     scenario.change(cluster)
+    return cluster
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_applying_a_decision_then_deciding_again_does_nothing(scenario: Scenario) -> None:
+    cluster = changed(scenario)
     settle(cluster)
     assert decide(cluster.world(), CONFIG).is_noop
 
@@ -219,14 +225,7 @@ def test_applying_a_decision_then_deciding_again_does_nothing(scenario: Scenario
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_a_crash_between_any_two_actions_converges_to_an_equivalent_cluster(scenario: Scenario) -> None:
     def build() -> FakeCluster:
-        cluster = FakeCluster(scenario.nodes)
-        for job in scenario.jobs:
-            cluster.add_job(job)
-        for service in scenario.services:
-            cluster.add_service(service)
-        settle(cluster)
-        scenario.change(cluster)
-        return cluster
+        return changed(scenario)
 
     reference = build()
     settle(reference)
