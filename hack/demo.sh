@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make demo`: what Lyra does today, end to end on the built-in local cluster.
 #   1. a real Kubernetes control plane with 12 fake GPU nodes (4 x 8 A100 training, 8 x 8 T4 inference);
-#   2. Lyra's scheduler extender, called by the real kube-scheduler: an inference replica stays off loaned servers,
-#      a training worker lands on a loaned server of its allocated GPU type;
-#   3. the what-if planner on a snapshot: which loaned servers to reclaim, who runs with how many workers;
-#   4. a three-day trace replay comparing no loaning, naive loaning and Lyra (if the public traces are present).
+#   2. Lyra's extender, operator and workload emulator with the examples/ jobs and service: idle T4 servers are
+#      lent and an elastic T4 job grows on them;
+#   3. inference load rises: servers are reclaimed by scaling the elastic job in, the replicas land, the job ends;
+#   4. the what-if planner, on the live cluster and on a snapshot;
+#   5. a three-day trace replay comparing no loaning, naive loaning and Lyra (if the public traces are present).
 # The cluster is stopped again at the end, also when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,57 +15,59 @@ STATE_DIR="${LYRA_DEMO_STATE_DIR:-$(mktemp -d -t lyra-demo.XXXXXX)}"
 export LYRA_STATE_DIR="$STATE_DIR"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-EXTENDER_PID=""
+PIDS=()
 cleanup() {
-    if [ -n "$EXTENDER_PID" ]; then kill "$EXTENDER_PID" 2>/dev/null || true; wait "$EXTENDER_PID" 2>/dev/null || true; fi
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
     step "Stopping the local cluster"
     "${RUN[@]}" lyra cluster down || true
     rm -rf "$STATE_DIR"
 }
 trap cleanup EXIT
 
-step "1/4 Local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK GPU nodes"
+step "1/5 Local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK GPU nodes"
 "${RUN[@]}" lyra cluster up
+KUBECONFIG_FILE="$STATE_DIR/cluster/default/kubeconfig"
 kubectl() { "${RUN[@]}" lyra cluster kubectl -- "$@"; }
-# What the operator will do on a reclaim cycle, by hand: two inference servers are lent to training.
-kubectl label node inference-t4-6 inference-t4-7 lyra.dev/state=loaned --overwrite >/dev/null
-kubectl get nodes -L lyra.dev/pool -L lyra.dev/state -L nvidia.com/gpu.product -L nvidia.com/gpu.count
+kubectl get nodes -L lyra.dev/pool -L nvidia.com/gpu.product -L nvidia.com/gpu.count
 
-step "2/4 Lyra's scheduler extender: kube-scheduler asks it where each GPU pod may go"
-"${RUN[@]}" lyra extender --kubeconfig "$STATE_DIR/cluster/default/kubeconfig" > "$STATE_DIR/extender.log" 2>&1 &
-EXTENDER_PID=$!
+step "2/5 Lyra: the scheduler extender, the operator, and an emulator of the training programs (KWOK pods never exit)"
+"${RUN[@]}" lyra extender --kubeconfig "$KUBECONFIG_FILE" > "$STATE_DIR/extender.log" 2>&1 &
+PIDS+=($!)
 # Poll /readyz (at most 20 s): a shell has no event to wait on for "the extender's watches have synced".
 for _ in $(seq 1 100); do
     if curl -sf http://127.0.0.1:8888/readyz >/dev/null 2>&1; then break; fi
-    if ! kill -0 "$EXTENDER_PID" 2>/dev/null; then cat "$STATE_DIR/extender.log"; exit 1; fi
+    if ! kill -0 "${PIDS[0]}" 2>/dev/null; then cat "$STATE_DIR/extender.log"; exit 1; fi
     sleep 0.2
 done
 curl -sf http://127.0.0.1:8888/readyz || { echo "the extender was not ready after 20 s" >&2; cat "$STATE_DIR/extender.log"; exit 1; }
-kubectl apply -f - <<'YAML'
-apiVersion: v1
-kind: Pod
-metadata: {name: chat-replica, namespace: default, labels: {lyra.dev/role: inference}}
-spec:
-  containers:
-    - name: main
-      image: busybox
-      resources: {limits: {nvidia.com/gpu: 2}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: bert-flexible-0, namespace: default, labels: {lyra.dev/role: flexible, lyra.dev/job: bert}}
-spec:
-  nodeSelector: {nvidia.com/gpu.product: Tesla-T4}
-  containers:
-    - name: main
-      image: busybox
-      resources: {limits: {nvidia.com/gpu: 2}}
-YAML
-kubectl wait --for=condition=Ready pod/chat-replica pod/bert-flexible-0 --timeout=60s
-echo "-- the inference replica is on a serving T4 server, the flexible worker on a loaned one:"
-kubectl get pods -o wide -L lyra.dev/role
+echo
+"${RUN[@]}" lyra operator --kubeconfig "$KUBECONFIG_FILE" --lend-delay 5 --resync 2 > "$STATE_DIR/operator.log" 2>&1 &
+PIDS+=($!)
+"${RUN[@]}" lyra emulate --kubeconfig "$KUBECONFIG_FILE" > "$STATE_DIR/emulate.log" 2>&1 &
+PIDS+=($!)
+echo "-- an inference service and three training jobs (examples/):"
+kubectl apply -f examples/
+for job in resnet bert-elastic lora; do
+    kubectl wait --for=jsonpath='{.status.phase}'=Running "trainingjob/$job" --timeout=120s >/dev/null
+done
+kubectl wait --for=jsonpath='{.status.readyReplicas}'=2 inferenceservice/chat --timeout=120s >/dev/null
+kubectl wait --for=jsonpath='{.status.workers.current}'=12 trainingjob/lora --timeout=120s >/dev/null
+echo "-- the T4 servers inference does not need are lent; lora (T4 only) grew to 12 workers on them:"
+kubectl get lyra
+"${RUN[@]}" lyra status --kubeconfig "$KUBECONFIG_FILE"
 
-step "3/4 What-if planner on docs/examples/snapshot.json (4 loaned T4 servers, 5 jobs)"
+step "3/5 Inference load rises: the operator reclaims the cheapest servers, scaling lora in rather than preempting"
+kubectl scale inferenceservice/chat --replicas=20
+kubectl wait --for=jsonpath='{.status.readyReplicas}'=20 inferenceservice/chat --timeout=120s >/dev/null
+kubectl get nodes -l lyra.dev/pool=inference -L lyra.dev/state
+kubectl get events --field-selector involvedObject.name=lora -o custom-columns=REASON:.reason,MESSAGE:.message
+echo "-- lora finishes (the emulator runs it at its workers' pace) and its servers go back to the pool:"
+kubectl wait --for=jsonpath='{.status.phase}'=Succeeded trainingjob/lora --timeout=180s >/dev/null
+kubectl get trainingjobs
+
+step "4/5 What-if planner: on the live cluster, then on docs/examples/snapshot.json (4 loaned T4 servers, 5 jobs)"
+echo "-- live: which loaned server would go back first:"
+"${RUN[@]}" lyra plan reclaim --from-cluster --kubeconfig "$KUBECONFIG_FILE" --servers 1
 echo "-- reclaim 2 servers with the fewest preemptions:"
 "${RUN[@]}" lyra plan reclaim --snapshot docs/examples/snapshot.json --servers 2
 echo "-- the poster's plain greedy on the same request:"
@@ -72,7 +75,7 @@ echo "-- the poster's plain greedy on the same request:"
 echo "-- who runs, with how many workers:"
 "${RUN[@]}" lyra plan allocate --snapshot docs/examples/snapshot.json
 
-step "4/4 Trace replay: three days of the Philly trace with the ServeGen inference load"
+step "5/5 Trace replay: three days of the Philly trace with the ServeGen inference load"
 PHILLY=../shared/traces/philly/philly.csv
 SERVEGEN=../shared/traces/servegen/derived_language_total_rate_10min.csv
 if [ -f "$PHILLY" ] && [ -f "$SERVEGEN" ]; then

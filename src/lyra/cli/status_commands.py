@@ -58,10 +58,10 @@ def render(world: World) -> str:
         if job.status.phase is not JobPhase.RUNNING:
             continue
         workers = job.status.workers
-        servers = ", ".join(f"{n}:{c}" for n, c in sorted(job.status.placements.items()))
+        servers = _shortened(", ".join(f"{n}:{c}" for n, c in sorted(job.status.placements.items())))
         running_rows.append(
             (job.ref.key, f"{workers.current}/{workers.target}", job.status.gpu_type or "-", job.status.preemptions,
-             servers[:90])
+             servers)
         )  # fmt: skip
     parts = [
         table(("POOL", "GPU TYPE", "STATE", "SERVERS"), server_rows),
@@ -77,6 +77,14 @@ def render(world: World) -> str:
     if world.unreadable:
         parts += ["", f"{len(world.unreadable)} objects could not be read (see `lyra operator` logs)"]
     return "\n".join(parts)
+
+
+def _shortened(text: str, limit: int = 90) -> str:
+    """``text`` cut at the last item that fits, with how many items were left out."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit].rsplit(", ", 1)[0]
+    return f"{head}, ... ({text.count(', ') - head.count(', ')} more)"
 
 
 def run_status(args: argparse.Namespace) -> int:
