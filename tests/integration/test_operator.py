@@ -251,8 +251,8 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: O
     oversized = job(api, namespace, "oversized")["status"]
     assert oversized["phase"] == "Queued"
     queued = next(c for c in oversized["conditions"] if c["type"] == "Running")
-    assert queued["reason"] == "Queued"
-    assert queued["message"]
+    assert queued["reason"] == "TooLarge"
+    assert "larger than the cluster" in queued["message"]
     roles = [p.metadata.labels[names.ROLE_LABEL] for p in workers(api, namespace, "elastic")]
     assert roles.count(names.ROLE_BASE) == 2
 
@@ -377,6 +377,47 @@ def test_emulated_jobs_finish_sooner_with_more_workers(
             took = parse_time(status["finishedAt"]) - parse_time(status["startedAt"])  # type: ignore[operator]
             assert took < 12, f"4 workers should finish 20 s of work in about 5 s, took {took:.0f} s"
             wait_for(lambda: running(api, namespace, "behind", 4), DEADLINE_S, "the job behind it to start")
+        except BaseException:
+            print("--- operator ---\n" + operator.tail() + "\n--- emulate ---\n" + emulator_log.read_text())
+            raise
+        finally:
+            operator.stop()
+            emulator.terminate()
+            emulator.wait(timeout=30)
+
+
+def no_other_workers(api: client.ApiClient, namespace: str) -> bool:
+    """Workers of earlier tests (their namespaces are being deleted) no longer hold GPUs."""
+    pods = client.CoreV1Api(api).list_pod_for_all_namespaces(label_selector=names.JOB_LABEL).items
+    return all(p.metadata.namespace == namespace for p in pods)
+
+
+def test_base_gangs_start_shortest_first_and_never_partially(
+    operator_kubeconfig: Path, cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
+) -> None:
+    """Two gangs that each need every A100 (4 workers x 8 GPUs), queued together: the shorter starts whole, the
+    longer has no pod at all until the shorter is done, then starts whole."""
+    operator = Operator(operator_kubeconfig, tmp_path / "operator.log")
+    emulator_log = tmp_path / "emulate.log"
+    with temporary_namespace(api, "operator-sjf") as namespace, emulator_log.open("ab") as out:
+        wait_for(lambda: no_other_workers(api, namespace), DEADLINE_S, "earlier tests' workers to be gone")
+        gang = {"minWorkers": 4, "maxWorkers": 4, "gpusPerWorker": 8, "gpuTypes": [A100]}
+        create_job(api, namespace, "long", expectedDuration=5000, **gang)
+        create_job(api, namespace, "short", expectedDuration=8, **gang)
+        emulator = subprocess.Popen(
+            [sys.executable, "-m", "lyra", "emulate", "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.5"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            operator.start()
+            wait_for(lambda: running(api, namespace, "short", 4), DEADLINE_S, "the short gang running whole")
+            long = job(api, namespace, "long")["status"]
+            assert long["phase"] == "Queued"
+            assert next(c for c in long["conditions"] if c["type"] == "Running")["reason"] == "Queued"
+            assert workers(api, namespace, "long") == [], "a base that does not fit has no pod at all"
+            wait_for(lambda: running(api, namespace, "long", 4), DEADLINE_S, "the long gang running whole after it")
+            assert job(api, namespace, "short")["status"]["phase"] == "Succeeded"
         except BaseException:
             print("--- operator ---\n" + operator.tail() + "\n--- emulate ---\n" + emulator_log.read_text())
             raise

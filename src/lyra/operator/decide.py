@@ -423,9 +423,11 @@ class _Pass:
             placement = dict(plan.placement.get(name, {}))
             types = plan.gpu_types.get(name, ())
             if workers == 0:
-                reason = plan.queued.get(name, "waiting for GPUs")
+                too_large = self.too_large(snapshot, job)
+                reason = too_large or plan.queued.get(name, "waiting for GPUs")
+                kind = "TooLarge" if too_large else "Queued"
                 job.status = set_condition(
-                    job.status, "Running", False, "Queued", reason, now=self.now, generation=job.record.generation
+                    job.status, "Running", False, kind, reason, now=self.now, generation=job.record.generation
                 )
                 if job.status.phase is JobPhase.RUNNING:
                     self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted by the allocation: {reason}")
@@ -459,6 +461,25 @@ class _Pass:
                 job.update(**fields)
                 if workers != before:
                     self.emit(job.record.ref, "Resized", f"workers {before} -> {workers} ({_where(placement)})")
+
+    def too_large(self, snapshot: ClusterSnapshot, job: _Job) -> str | None:
+        """Why ``job``'s base can never start on this cluster, even empty and with every server lent; or None."""
+        spec = job.record.spec
+        model = self.core_job(job, {})
+        rooms = [
+            sum(s.gpus // spec.gpus_per_worker for s in snapshot.servers if s.gpu_type == gpu_type)
+            for gpu_type in sorted({s.gpu_type for s in snapshot.servers})
+            if model.may_use(self.config.gpus[gpu_type])
+        ]
+        best = sum(rooms) if spec.mix_gpu_types else max(rooms, default=0)
+        if best >= spec.min_workers:
+            return None
+        gpus = f"{spec.gpus_per_worker} GPU{'s' if spec.gpus_per_worker != 1 else ''}"
+        where = "the GPU types it may use" if spec.mix_gpu_types else "one GPU type it may use"
+        return (
+            f"larger than the cluster: its base needs {spec.min_workers} workers of {gpus} on {where}, and all the "
+            f"servers together hold at most {best}; it waits until servers are added"
+        )
 
     def converge(self) -> None:
         """Make every running job's pods match its intent (target and planned placement)."""

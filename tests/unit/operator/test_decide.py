@@ -127,8 +127,11 @@ def test_base_demand_is_admitted_shortest_first_and_an_oversized_job_waits_with_
     assert huge["phase"] == "Queued"
     condition = next(c for c in huge["conditions"] if c["type"] == "Running")
     assert condition["status"] == "False"
-    assert condition["reason"] == "Queued"
-    assert "9" in condition["message"]
+    assert condition["reason"] == "TooLarge"
+    assert "larger than the cluster: its base needs 9 workers of 1 GPU" in condition["message"]
+    long = next(c for c in cluster.job_status("long")["conditions"] if c["type"] == "Running")
+    assert long["reason"] == "Queued"
+    assert "does not fit" in long["message"]
 
 
 def test_a_gang_that_cannot_bind_is_rolled_back_whole() -> None:
