@@ -9,7 +9,8 @@ taint and annotations disagree with the state this pass decides is rewritten who
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 from lyra.api import names
 from lyra.core.errors import InvalidClusterError
@@ -19,20 +20,17 @@ from lyra.core.placement import PodRole
 from lyra.core.reclaim import plan_reclaim
 from lyra.operator import manifests
 from lyra.operator.actions import SetNodeState
+from lyra.operator.changes import Changes
+from lyra.operator.config import OperatorConfig
 from lyra.operator.observe import ObjectRef, PodRecord, World, format_time
-
-if TYPE_CHECKING:
-    from lyra.operator.decide import OperatorConfig
 
 _TRAINING_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
 
 
-class PassHooks(Protocol):
-    """What the loan book needs of the pass it is part of."""
+class TrainingHooks(Protocol):
+    """What the loan book asks of the training side of the pass (:class:`lyra.operator.jobs.JobBook`)."""
 
-    def training_snapshot(self) -> ClusterSnapshot: ...
-    def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None: ...
-    def delete(self, pod: PodRecord, grace: int, reason: str) -> None: ...
+    def training_snapshot(self, states: Mapping[str, LoanState]) -> ClusterSnapshot: ...
     def scale_in(self, job_key: str, pods: list[PodRecord], why: str) -> None: ...
     def preempt(self, job_key: str, why: str) -> None: ...
     def running_workers(self, job_key: str) -> tuple[int, int] | None:
@@ -40,9 +38,12 @@ class PassHooks(Protocol):
 
 
 class LoanBook:
-    def __init__(self, world: World, config: OperatorConfig, hooks: PassHooks) -> None:
+    def __init__(
+        self, world: World, config: OperatorConfig, changes: Changes, hooks: TrainingHooks, demand: Mapping[str, int]
+    ) -> None:
         self.world = world
         self.config = config
+        self.changes = changes
         self.hooks = hooks
         self.now = world.now
         self.inference_nodes = [n for n in world.nodes if n.pool is Pool.INFERENCE]
@@ -50,7 +51,7 @@ class LoanBook:
         self.reclaim_started: dict[str, float | None] = {}
         self.idle_since: dict[str, float | None] = {}
         self.reasons: dict[str, str] = {}
-        self.demand: dict[str, int] = {}
+        self.demand = dict(demand)
         self.settled = True
         self.summary: dict[str, object] = {}
         self.inference_on: dict[str, int] = defaultdict(int)
@@ -110,7 +111,7 @@ class LoanBook:
 
     def reclaim(self, gpu_type: str, count: int, needed: int) -> dict[str, object]:
         try:
-            snapshot = self.hooks.training_snapshot()
+            snapshot = self.hooks.training_snapshot(self.states)
             plan = plan_reclaim(snapshot, count, gpu_type=gpu_type)
         except InvalidClusterError as error:
             self.settled = False
@@ -118,7 +119,7 @@ class LoanBook:
         why = f"inference needs {needed} {gpu_type} servers"
         for name in plan.servers:
             self.set_state(name, LoanState.RECLAIMING, why)
-            self.hooks.emit(
+            self.changes.emit(
                 ObjectRef("Node", "", name),
                 "Reclaiming",
                 f"reclaimed for inference ({why}); deadline {self.config.reclaim_deadline_s:g} s",
@@ -147,7 +148,7 @@ class LoanBook:
             why = f"node {nodes} reclaimed for inference"
             if counts is None:
                 for pod in pods:
-                    self.hooks.delete(pod, 0, "Reclaimed")
+                    self.changes.delete(pod, 0, "Reclaimed")
                 continue
             minimum, live = counts
             if live - len(pods) >= minimum:
@@ -161,14 +162,14 @@ class LoanBook:
                 continue
             if not holding:
                 self.set_state(node, LoanState.SERVING, "training work has left: back to inference")
-                self.hooks.emit(ObjectRef("Node", "", node), "Returned", "training work has left; serving inference")
+                self.changes.emit(ObjectRef("Node", "", node), "Returned", "training work has left; serving inference")
                 continue
             self.settled = False
             started = self.reclaim_started.get(node)
             if started is not None and self.now - started > self.config.reclaim_deadline_s:
                 for pod in holding:
-                    self.hooks.delete(pod, 0, "ReclaimForced")
-                self.hooks.emit(
+                    self.changes.delete(pod, 0, "ReclaimForced")
+                self.changes.emit(
                     ObjectRef("Node", "", node),
                     "ReclaimForced",
                     f"{len(holding)} training pods still here {self.config.reclaim_deadline_s:g} s after the reclaim "

@@ -1,0 +1,18 @@
+"""The operator's knobs, shared by the parts of a pass (``lyra operator --help`` documents each)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lyra.core.allocation import DEFAULT_SEARCH_BUDGET
+from lyra.core.gpus import GpuCatalog
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    headroom: int = 0
+    lend_delay_s: float = 60.0
+    reclaim_deadline_s: float = 300.0
+    gang_timeout_s: float = 120.0
+    search_budget: int = DEFAULT_SEARCH_BUDGET
+    gpus: GpuCatalog = field(default_factory=GpuCatalog)

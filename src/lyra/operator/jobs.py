@@ -1,0 +1,437 @@
+"""The training side of a pass: each TrainingJob's life (finished, failed, gang timeouts), its intent (phase, target
+workers, planned placement, GPU type) from ``allocate_workers``, and its pods made to match the intent.
+
+A job's intent lives in its status, written before its pods change, so a crash between the two is completed by the
+next pass. Workers are interchangeable: the lowest-indexed live workers carry the base role. ``workDone`` follows
+the job's pace (workers x slowest GPU speed x scaling efficiency) between status writes; the remaining work orders
+the queue (shortest first) and feeds the allocator's completion-time estimates.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lyra.api import names
+from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
+from lyra.core.allocation import AllocationPlan, allocate_workers
+from lyra.core.errors import InvalidClusterError
+from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
+from lyra.core.placement import PodRole
+from lyra.operator import manifests
+from lyra.operator.actions import CreatePod, PatchStatus, SetPodRole
+from lyra.operator.changes import Changes, changed_fields
+from lyra.operator.conditions import set_condition
+from lyra.operator.config import OperatorConfig
+from lyra.operator.observe import JobRecord, ObjectRef, PodRecord, World, format_time, parse_time
+
+_DONE = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+@dataclass(slots=True)
+class JobState:
+    """A job during the pass: its record, its pods, and the status this pass will leave it with."""
+
+    record: JobRecord
+    pods: tuple[PodRecord, ...]
+    status: TrainingJobStatus
+
+    @property
+    def key(self) -> str:
+        return self.record.ref.key
+
+    @property
+    def live(self) -> list[PodRecord]:
+        return [p for p in self.pods if p.is_live]
+
+    def bound_live(self) -> list[PodRecord]:
+        return [p for p in self.pods if p.is_live and p.node]
+
+    def update(self, **changes: Any) -> None:
+        self.status = self.status.model_copy(update=changes)
+
+
+class JobBook:
+    def __init__(self, world: World, config: OperatorConfig, changes: Changes) -> None:
+        self.world = world
+        self.config = config
+        self.changes = changes
+        self.jobs = {
+            j.ref.key: JobState(j, world.pods_of(j.ref.key), j.status)
+            for j in world.jobs
+            if not (j.status.phase in _DONE and not any(p.is_live for p in world.pods_of(j.ref.key)))
+        }
+
+    def work_done(self, job: JobState) -> float:
+        """Work done by now: ``workDone`` plus the pace the status records since ``workAsOf``."""
+        status = job.status
+        as_of = parse_time(status.work_as_of)
+        done = status.work_done
+        if as_of is not None and status.phase is JobPhase.RUNNING:
+            done += self.pace(job, status.workers.current, status.gpu_type) * max(self.changes.now - as_of, 0.0)
+        return min(done, self.total_work(job))
+
+    def fold_work(self, job: JobState) -> dict[str, Any]:
+        """The status fields that bring ``workDone`` up to now (written whenever the pace may change)."""
+        return {"work_done": round(self.work_done(job), 3), "work_as_of": format_time(self.changes.now)}
+
+    def pace(self, job: JobState, workers: int, gpu_type: str | None) -> float:
+        if workers <= 0 or not gpu_type:
+            return 0.0
+        core = self.core_job(job, {})
+        return core.pace(workers, core.speed_on(self.config.gpus[gpu_type]))
+
+    def total_work(self, job: JobState) -> float:
+        spec = job.record.spec
+        return spec.expected_duration * self.core_job(job, {}).pace(spec.min_workers, 1.0)
+
+    def remaining_work(self, job: JobState) -> float:
+        return max(self.total_work(job) - self.work_done(job), 0.0)
+
+    def core_job(self, job: JobState, placement: Mapping[str, int], remaining: float = 0.0) -> TrainingJob:
+        spec = job.record.spec
+        return TrainingJob(
+            name=job.key,
+            gpus_per_worker=spec.gpus_per_worker,
+            min_workers=spec.min_workers,
+            max_workers=spec.max_workers,
+            remaining_work=remaining,
+            submit_time=parse_time(job.status.queued_at) or job.record.created,
+            priority=spec.priority,
+            placement=placement,
+            gpu_types=frozenset(spec.gpu_types) if spec.gpu_types else None,
+            gpu_memory_gib=spec.gpu_memory_gib,
+            speeds=dict(spec.speeds or {}),
+            mix_gpu_types=spec.mix_gpu_types,
+            scaling_overhead=min(spec.scaling_overhead, 1.0),
+        )
+
+    def stop_job(self, job: JobState, phase: JobPhase, reason: str, message: str, *, grace: int | None = None) -> None:
+        """Stop every live worker of ``job`` and leave it in ``phase`` (Queued: re-queued; or finished)."""
+        wait = job.record.spec.preemption.grace_period_seconds if grace is None else grace
+        for pod in job.live:
+            self.changes.delete(pod, wait, reason)
+        fields = self.fold_work(job)
+        fields.update(phase=phase, workers=WorkerCounts(), placements={}, gpu_type=None)
+        if phase is JobPhase.QUEUED:
+            fields["queued_at"] = format_time(self.changes.now)
+        else:
+            fields["finished_at"] = format_time(self.changes.now)
+        job.update(**fields)
+        job.status = set_condition(
+            job.status, "Running", False, reason, message, now=self.changes.now, generation=job.record.generation
+        )
+        self.changes.emit(job.record.ref, reason, message, warning=phase is JobPhase.FAILED or reason == "Preempted")
+
+    def training_snapshot(self, states: Mapping[str, LoanState]) -> ClusterSnapshot:
+        return self.snapshot(states)[0]
+
+    def running_workers(self, job_key: str) -> tuple[int, int] | None:
+        job = self.jobs.get(job_key)
+        if job is None or job.status.phase is not JobPhase.RUNNING:
+            return None
+        return job.record.spec.min_workers, len([p for p in job.live if p.ref.key not in self.changes.deleted])
+
+    def scale_in(self, job_key: str, pods: list[PodRecord], why: str) -> None:
+        job = self.jobs[job_key]
+        for pod in pods:
+            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, "ScaledIn")
+        placements = dict(job.status.placements)
+        for pod in pods:
+            placements[pod.node] = placements.get(pod.node, 0) - 1
+        workers = job.status.workers
+        target = max(workers.target - len(pods), job.record.spec.min_workers)
+        fields = self.fold_work(job)
+        fields.update(
+            placements={n: c for n, c in placements.items() if c > 0},
+            workers=workers.model_copy(update={"target": target, "flexible": target - job.record.spec.min_workers}),
+            scale_ins=job.status.scale_ins + len(pods),
+        )
+        job.update(**fields)
+        self.changes.emit(job.record.ref, "ScaledIn", f"scaled in {len(pods)} workers: {why}")
+
+    def preempt(self, job_key: str, why: str) -> None:
+        job = self.jobs[job_key]
+        self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted: {why}; re-queued")
+        job.update(preemptions=job.status.preemptions + 1)
+
+    def lives(self) -> None:
+        for job in self.jobs.values():
+            spec, status = job.record.spec, job.status
+            if status.phase is JobPhase.QUEUED and status.queued_at is None:
+                job.update(queued_at=format_time(job.record.created or self.changes.now))
+            if status.phase in _DONE:
+                for pod in job.live:  # a finished job keeps no worker running
+                    self.changes.delete(pod, spec.preemption.grace_period_seconds, "JobFinished")
+                continue
+            failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating]
+            succeeded = [p for p in job.pods if p.phase == "Succeeded"]
+            if status.phase is JobPhase.RUNNING and failed:
+                self.stop_job(job, JobPhase.FAILED, "WorkerFailed", f"worker {failed[0].ref.name} failed")
+            elif status.phase is JobPhase.RUNNING and succeeded and not job.live:
+                self.stop_job(job, JobPhase.SUCCEEDED, "Completed", f"{len(succeeded)} workers completed")
+            elif status.phase is JobPhase.QUEUED and job.live:
+                for pod in job.live:  # workers of a job that was re-queued (a crash came between status and pods)
+                    self.changes.delete(pod, spec.preemption.grace_period_seconds, "Requeued")
+            elif status.phase is JobPhase.RUNNING and not succeeded:
+                self.gang_watch(job)
+
+    def gang_watch(self, job: JobState) -> None:
+        """A started gang must bind within the gang timeout; a running job that lost its base is re-queued."""
+        spec = job.record.spec
+        started = parse_time(job.status.started_at) or job.record.created
+        bound = job.bound_live()
+        pending = [p for p in job.live if not p.node]
+        overdue = self.changes.now - started > self.config.gang_timeout_s
+        if len(bound) >= spec.min_workers:
+            for pod in pending:
+                if pod.created is not None and self.changes.now - pod.created > self.config.gang_timeout_s:
+                    self.changes.delete(pod, 0, "FlexibleWorkerUnplaced")
+                    job.update(workers=job.status.workers.model_copy(update={"target": len(job.live) - 1}))
+            return
+        if overdue and job.status.workers.current >= spec.min_workers:
+            self.stop_job(
+                job,
+                JobPhase.QUEUED,
+                "Preempted",
+                f"lost its base: {len(bound)} of {spec.min_workers} base workers remain; re-queued",
+            )
+            job.update(preemptions=job.status.preemptions + 1)
+        elif overdue:
+            self.stop_job(
+                job,
+                JobPhase.QUEUED,
+                "GangTimeout",
+                f"only {len(bound)} of {spec.min_workers} base workers were placed within "
+                f"{self.config.gang_timeout_s:g} s; rolled back and re-queued",
+                grace=0,
+            )
+
+    def settled(self) -> bool:
+        """Allocation waits while workers are in flight (being placed or leaving): it decides on a settled cluster."""
+        for job in self.jobs.values():
+            if job.status.phase is JobPhase.RUNNING and any(not p.node for p in job.live):
+                return False
+            if any(p.terminating and p.holds_gpus for p in job.pods):
+                return False
+        return not self.changes.deletes()
+
+    def snapshot(self, states: Mapping[str, LoanState]) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
+        """The core's view: servers in their loan states after this pass, running jobs where their workers are, and
+        GPUs held by everything else (replicas, other GPU pods, leaving workers)."""
+        servers = [
+            Server(n.name, n.pool, n.gpu_type, n.gpus, states.get(n.name) if n.pool is Pool.INFERENCE else None)
+            for n in self.world.nodes
+        ]
+        hosts = {s.name for s in servers if s.hosts_training}
+        held: dict[str, int] = defaultdict(int)
+        known = {s.name for s in servers}
+        jobs: list[TrainingJob] = []
+        by_name: dict[str, JobState] = {}
+        counted: set[str] = set()
+        for job in self.jobs.values():
+            if job.status.phase is not JobPhase.RUNNING and job.status.phase is not JobPhase.QUEUED:
+                continue
+            placement: dict[str, int] = defaultdict(int)
+            if job.status.phase is JobPhase.RUNNING:
+                for pod in job.bound_live():
+                    if pod.node in hosts and pod.ref.key not in self.changes.deleted:
+                        placement[pod.node] += 1
+                        counted.add(pod.ref.key)
+            core = self.core_job(
+                job,
+                placement if sum(placement.values()) >= job.record.spec.min_workers else {},
+                self.remaining_work(job),
+            )
+            if core.placement:
+                counted.update(p.ref.key for p in job.bound_live())
+            else:
+                counted.difference_update(p.ref.key for p in job.bound_live())
+            jobs.append(core)
+            by_name[core.name] = job
+        for pod in self.world.pods:
+            if pod.holds_gpus and pod.ref.key not in counted and pod.node in known:
+                held[pod.node] += pod.gpus
+        return ClusterSnapshot(tuple(servers), tuple(jobs), self.config.gpus), dict(held), by_name
+
+    def allocate(self, states: Mapping[str, LoanState]) -> None:
+        try:
+            snapshot, held, by_name = self.snapshot(states)
+            plan = allocate_workers(snapshot, held=held, search_budget=self.config.search_budget)
+        except InvalidClusterError as error:
+            self.changes.summary["allocation_error"] = str(error)
+            return
+        self.changes.summary["allocation"] = _allocation_summary(plan)
+        for name, job in by_name.items():
+            workers = plan.workers.get(name, 0)
+            placement = dict(plan.placement.get(name, {}))
+            types = plan.gpu_types.get(name, ())
+            if workers == 0:
+                too_large = self.too_large(snapshot, job)
+                reason = too_large or plan.queued.get(name, "waiting for GPUs")
+                kind = "TooLarge" if too_large else "Queued"
+                job.status = set_condition(
+                    job.status, "Running", False, kind, reason, now=self.changes.now, generation=job.record.generation
+                )
+                if job.status.phase is JobPhase.RUNNING:
+                    self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted by the allocation: {reason}")
+                    job.update(preemptions=job.status.preemptions + 1)
+                continue
+            target = WorkerCounts(
+                current=job.status.workers.current,
+                target=workers,
+                base=job.record.spec.min_workers,
+                flexible=workers - job.record.spec.min_workers,
+            )
+            if job.status.phase is JobPhase.QUEUED:
+                fields = self.fold_work(job)
+                fields.update(
+                    phase=JobPhase.RUNNING,
+                    started_at=format_time(self.changes.now),
+                    workers=target,
+                    placements=placement,
+                    gpu_type=types[0] if types else None,
+                )
+                job.update(**fields)
+                message = f"started {workers} workers on {', '.join(types)} ({_where(placement)})"
+                job.status = set_condition(
+                    job.status,
+                    "Running",
+                    True,
+                    "Started",
+                    message,
+                    now=self.changes.now,
+                    generation=job.record.generation,
+                )
+                self.changes.emit(job.record.ref, "Started", message)
+            elif workers != job.status.workers.target:  # the same count elsewhere is no reason to move workers
+                fields = self.fold_work(job)
+                fields.update(workers=target, placements=placement)
+                before = job.status.workers.target
+                job.update(**fields)
+                if workers != before:
+                    self.changes.emit(job.record.ref, "Resized", f"workers {before} -> {workers} ({_where(placement)})")
+
+    def too_large(self, snapshot: ClusterSnapshot, job: JobState) -> str | None:
+        """Why ``job``'s base can never start on this cluster, even empty and with every server lent; or None."""
+        spec = job.record.spec
+        model = self.core_job(job, {})
+        rooms = [
+            sum(s.gpus // spec.gpus_per_worker for s in snapshot.servers if s.gpu_type == gpu_type)
+            for gpu_type in sorted({s.gpu_type for s in snapshot.servers})
+            if model.may_use(self.config.gpus[gpu_type])
+        ]
+        best = sum(rooms) if spec.mix_gpu_types else max(rooms, default=0)
+        if best >= spec.min_workers:
+            return None
+        gpus = f"{spec.gpus_per_worker} GPU{'s' if spec.gpus_per_worker != 1 else ''}"
+        where = "the GPU types it may use" if spec.mix_gpu_types else "one GPU type it may use"
+        return (
+            f"larger than the cluster: its base needs {spec.min_workers} workers of {gpus} on {where}, and all the "
+            f"servers together hold at most {best}; it waits until servers are added"
+        )
+
+    def converge(self) -> None:
+        """Make every running job's pods match its intent (target and planned placement)."""
+        for job in self.jobs.values():
+            if job.status.phase is not JobPhase.RUNNING or any(p.phase == "Succeeded" for p in job.pods):
+                continue
+            spec = job.record.spec
+            live = [p for p in job.live if p.ref.key not in self.changes.deleted]
+            target = job.status.workers.target
+            if len(live) > target:
+                planned = dict(job.status.placements)
+                on_node: dict[str, int] = defaultdict(int)
+                for pod in live:
+                    on_node[pod.node] += 1
+                # Leave first from nodes above their plan, unbound before bound, highest index first.
+                ranked = sorted(
+                    live, key=lambda p: (on_node[p.node] <= planned.get(p.node, 0), bool(p.node), -(p.index or 0))
+                )
+                for pod in ranked[: len(live) - target]:
+                    self.changes.delete(pod, spec.preemption.grace_period_seconds, "ScaledIn")
+                    on_node[pod.node] -= 1
+                live = [p for p in live if p.ref.key not in self.changes.deleted]
+            elif len(live) < target and job.status.gpu_type:
+                live += self.create_workers(job, live, target - len(live))
+            self.relabel(job, live)
+            current = len([p for p in live if p.node])
+            if current != job.status.workers.current:
+                fields = self.fold_work(job)
+                fields["workers"] = job.status.workers.model_copy(update={"current": current})
+                job.update(**fields)
+            if current == len(live) == job.status.workers.target:
+                actual: dict[str, int] = defaultdict(int)
+                for pod in live:
+                    actual[pod.node] += 1
+                if dict(actual) != job.status.placements:  # once placed, the status shows where workers really are
+                    job.update(placements=dict(sorted(actual.items())))
+
+    def create_workers(self, job: JobState, live: list[PodRecord], count: int) -> list[PodRecord]:
+        spec = job.record.spec
+        gpu_type = job.status.gpu_type or ""
+        room: dict[str, int] = dict(job.status.placements)
+        for pod in live:
+            if pod.node in room:
+                room[pod.node] -= 1
+        nodes = [n for n, r in sorted(room.items()) for _ in range(max(r, 0))]
+        taken = {p.index for p in job.pods if p.index is not None}
+        indices = [i for i in range(len(taken) + count + 1) if i not in taken][:count]
+        bases = sum(1 for p in live if p.role is PodRole.TRAINING_BASE)
+        created = []
+        for position, index in enumerate(indices):
+            role = names.ROLE_BASE if bases + position < spec.min_workers else names.ROLE_FLEXIBLE
+            node = nodes[position] if position < len(nodes) else None
+            manifest = manifests.worker_pod(
+                namespace=job.record.ref.namespace,
+                job=job.record.ref.name,
+                job_uid=job.record.ref.uid,
+                index=index,
+                role=role,
+                template=spec.template.model_dump(by_alias=True),
+                gpus_per_worker=spec.gpus_per_worker,
+                gpu_type=gpu_type,
+                planned_node=node,
+                grace_seconds=spec.preemption.grace_period_seconds,
+                min_workers=spec.min_workers,
+                max_workers=spec.max_workers,
+            )
+            ref = ObjectRef("Pod", job.record.ref.namespace, manifests.worker_name(job.record.ref.name, index))
+            self.changes.actions.append(CreatePod(ref, manifest))
+            pod_role = PodRole.TRAINING_BASE if role == names.ROLE_BASE else PodRole.TRAINING_FLEXIBLE
+            created.append(PodRecord(ref, pod_role, job.key, index, "", "Pending", spec.gpus_per_worker, False, None))
+        return created
+
+    def relabel(self, job: JobState, live: list[PodRecord]) -> None:
+        """The lowest-indexed live workers carry the base role; the rest are flexible."""
+        ordered = sorted(live, key=lambda p: (p.index if p.index is not None else 1 << 30, p.ref.name))
+        for position, pod in enumerate(ordered):
+            want = PodRole.TRAINING_BASE if position < job.record.spec.min_workers else PodRole.TRAINING_FLEXIBLE
+            if pod.role is not want and pod.created is not None:
+                label = names.ROLE_BASE if want is PodRole.TRAINING_BASE else names.ROLE_FLEXIBLE
+                self.changes.actions.append(SetPodRole(pod.ref, label))
+
+    def write_status(self, job: JobState) -> None:
+        status = job.status.model_copy(update={"observed_generation": job.record.generation})
+        if status != job.record.status:
+            self.changes.actions.append(
+                PatchStatus(job.record.ref, wire(status), changed_fields(job.record.status, status))
+            )
+
+
+def _where(placement: Mapping[str, int]) -> str:
+    return ", ".join(f"{count} on {node}" for node, count in sorted(placement.items())) or "nowhere yet"
+
+
+def _allocation_summary(plan: AllocationPlan) -> dict[str, Any]:
+    return {
+        "workers": dict(plan.workers),
+        "started": list(plan.started),
+        "resized": list(plan.resized),
+        "queued": dict(plan.queued),
+        "gpus_used": plan.gpus_used,
+        "capacity_gpus": plan.capacity_gpus,
+        "fluid_average_jct_s": round(plan.fluid_average_jct, 1),
+    }
