@@ -11,9 +11,9 @@ checked here for objects read from elsewhere.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS
@@ -25,6 +25,11 @@ MAX_PLACEMENTS = 4096
 #: The longest expected duration accepted: a year.
 MAX_DURATION_S = 366 * 24 * 3600
 MAX_PRIORITY = 1_000_000
+
+
+GpuTypeName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME)]
+#: A measured speed relative to the reference GPU, within the core's bounds.
+Speed = Annotated[float, Field(gt=0, le=1000)]
 
 
 class _Wire(BaseModel):
@@ -52,8 +57,9 @@ class TrainingJobSpec(_Wire):
     )
     template: PodTemplate = Field(description="The worker pod template.")
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY, description="Higher runs first.")
-    gpu_types: list[str] | None = Field(
+    gpu_types: list[GpuTypeName] | None = Field(
         default=None,
+        min_length=1,
         max_length=MAX_GPU_TYPES,
         description="GPU products the job may use (as nodes name them in nvidia.com/gpu.product); "
         "default: every type whose memory fits gpuMemoryGiB.",
@@ -61,7 +67,7 @@ class TrainingJobSpec(_Wire):
     gpu_memory_gib: float | None = Field(
         default=None, alias="gpuMemoryGiB", gt=0, le=1024, description="Memory one worker needs per GPU, in GiB."
     )
-    speeds: dict[str, float] | None = Field(
+    speeds: dict[str, Speed] | None = Field(
         default=None,
         max_length=MAX_GPU_TYPES,
         description="Measured throughput per GPU type relative to the reference (overrides the cluster's speeds).",
@@ -70,7 +76,7 @@ class TrainingJobSpec(_Wire):
         default=False, description="Allow workers on several GPU types at once (the job runs at the slowest's pace)."
     )
     scaling_overhead: float = Field(
-        default=0.0, ge=0, le=10, description="Sublinear scaling: efficiency 1 / (1 + o (w - 1)); 0 is linear."
+        default=0.0, ge=0, le=1, description="Sublinear scaling: efficiency 1 / (1 + o (w - 1)); 0 is linear."
     )
     preemption: Preemption = Field(default_factory=Preemption)
 

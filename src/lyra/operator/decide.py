@@ -22,16 +22,20 @@ where a killed one stopped. Applying a decision and deciding again yields no act
 
 from __future__ import annotations
 
+from typing import Any
+
+from lyra.api import names
+from lyra.api.resources import Condition, ConditionStatus, JobPhase, wire
 from lyra.core.model import ClusterSnapshot
-from lyra.operator.actions import ACTION_ORDER, Decision
+from lyra.operator.actions import ACTION_ORDER, Decision, PatchStatus
 from lyra.operator.changes import Changes
 from lyra.operator.config import OperatorConfig
 from lyra.operator.jobs import JobBook
 from lyra.operator.loans import LoanBook
-from lyra.operator.observe import World
+from lyra.operator.observe import World, format_time
 from lyra.operator.services import ServiceBook
 
-__all__ = ["OperatorConfig", "decide", "live_snapshot"]
+__all__ = ["OperatorConfig", "decide", "live_snapshot", "report_unreadable"]
 
 
 def decide(world: World, config: OperatorConfig | None = None) -> Decision:
@@ -48,12 +52,37 @@ def decide(world: World, config: OperatorConfig | None = None) -> Decision:
     if loans.settled and jobs.settled():
         jobs.allocate(loans.states)
     jobs.converge()
-    for job in jobs.jobs.values():
-        jobs.write_status(job)
+    jobs.write_statuses()
+    report_unreadable(world, changes)
     changes.summary["loans"] = loans.summary
     actions = [*loans.node_actions(), *changes.actions]
     ordered = sorted(actions, key=lambda a: ACTION_ORDER.index(type(a)))
     return Decision(tuple(ordered), changes.summary)
+
+
+def report_unreadable(world: World, changes: Changes) -> None:
+    """A TrainingJob or InferenceService Lyra cannot read says so in its status (a job fails), once."""
+    for item in world.unreadable:
+        if item.ref.kind not in (names.TRAINING_JOB_KIND, names.INFERENCE_SERVICE_KIND) or item.status is None:
+            continue
+        kind = "Running" if item.ref.kind == names.TRAINING_JOB_KIND else "Ready"
+        message = f"the spec cannot be read: {item.reason}"
+        conditions = [c for c in item.status.get("conditions") or [] if isinstance(c, dict)]
+        if any(c.get("type") == kind and c.get("reason") == "InvalidSpec" and c.get("message") == message
+               for c in conditions):  # fmt: skip
+            continue
+        condition = Condition(
+            type=kind,
+            status=ConditionStatus.FALSE,
+            reason="InvalidSpec",
+            message=message,
+            last_transition_time=format_time(world.now),
+        )
+        status: dict[str, Any] = {"conditions": [wire(condition)]}
+        if item.ref.kind == names.TRAINING_JOB_KIND:
+            status["phase"] = JobPhase.FAILED.value
+        changes.actions.append(PatchStatus(item.ref, status, ("conditions",)))
+        changes.emit(item.ref, "InvalidSpec", message, warning=True)
 
 
 def live_snapshot(world: World, config: OperatorConfig | None = None) -> ClusterSnapshot:

@@ -49,7 +49,7 @@ def _model(job: JobRecord) -> TrainingJob:
         max_workers=spec.max_workers,
         remaining_work=0.0,
         speeds=dict(spec.speeds or {}),
-        scaling_overhead=min(spec.scaling_overhead, 1.0),
+        scaling_overhead=spec.scaling_overhead,
     )
 
 

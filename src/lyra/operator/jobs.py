@@ -63,6 +63,13 @@ class JobBook:
             for j in world.jobs
             if not (j.status.phase in _DONE and not any(p.is_live for p in world.pods_of(j.ref.key)))
         }
+        self.refused: list[JobState] = []
+        for key, job in list(self.jobs.items()):
+            try:
+                self.core_job(job, {})
+            except InvalidClusterError as error:  # the API server accepted it (an older CRD?); the core does not
+                del self.jobs[key]
+                self.refuse(job, f"the spec cannot be run: {error}")
 
     def work_done(self, job: JobState) -> float:
         """Work done by now: ``workDone`` plus the pace the status records since ``workAsOf``."""
@@ -105,7 +112,7 @@ class JobBook:
             gpu_memory_gib=spec.gpu_memory_gib,
             speeds=dict(spec.speeds or {}),
             mix_gpu_types=spec.mix_gpu_types,
-            scaling_overhead=min(spec.scaling_overhead, 1.0),
+            scaling_overhead=spec.scaling_overhead,
         )
 
     def stop_job(self, job: JobState, phase: JobPhase, reason: str, message: str, *, grace: int | None = None) -> None:
@@ -412,6 +419,23 @@ class JobBook:
             if pod.role is not want and pod.created is not None:
                 label = names.ROLE_BASE if want is PodRole.TRAINING_BASE else names.ROLE_FLEXIBLE
                 self.changes.actions.append(SetPodRole(pod.ref, label))
+
+    def refuse(self, job: JobState, message: str) -> None:
+        """Fail a job whose spec the core cannot run (its pace cannot be computed either), and stop its workers."""
+        for pod in job.live:
+            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, "InvalidSpec")
+        job.update(
+            phase=JobPhase.FAILED, workers=WorkerCounts(), placements={}, finished_at=format_time(self.changes.now)
+        )
+        job.status = set_condition(
+            job.status, "Running", False, "InvalidSpec", message, now=self.changes.now, generation=job.record.generation
+        )
+        self.changes.emit(job.record.ref, "InvalidSpec", message, warning=True)
+        self.refused.append(job)
+
+    def write_statuses(self) -> None:
+        for job in [*self.jobs.values(), *self.refused]:
+            self.write_status(job)
 
     def write_status(self, job: JobState) -> None:
         status = job.status.model_copy(update={"observed_generation": job.record.generation})

@@ -149,8 +149,11 @@ class ServiceRecord:
 
 @dataclass(frozen=True, slots=True)
 class Unreadable:
+    """An object that could not be read, why, and (for Lyra's own resources) the status it has now."""
+
     ref: ObjectRef
     reason: str
+    status: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,11 @@ def _meta_ref(kind: str, raw: Mapping[str, Any]) -> ObjectRef:
     return ObjectRef(
         kind, str(metadata.get("namespace", "")), str(metadata.get("name", "?")), str(metadata.get("uid", ""))
     )
+
+
+def _status_of(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    status = raw.get("status") if isinstance(raw, Mapping) else None
+    return status if isinstance(status, Mapping) else {}
 
 
 def _first_error(error: ValidationError) -> str:
@@ -297,7 +305,7 @@ def _read_job(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> JobRecord
     try:
         job = _TrainingJobObject.model_validate(raw)
     except ValidationError as error:
-        unreadable.append(Unreadable(_meta_ref(names.TRAINING_JOB_KIND, raw), _first_error(error)))
+        unreadable.append(Unreadable(_meta_ref(names.TRAINING_JOB_KIND, raw), _first_error(error), _status_of(raw)))
         return None
     meta = job.metadata
     return JobRecord(
@@ -315,7 +323,9 @@ def _read_service(
     try:
         service = _InferenceServiceObject.model_validate(raw)
     except ValidationError as error:
-        unreadable.append(Unreadable(_meta_ref(names.INFERENCE_SERVICE_KIND, raw), _first_error(error)))
+        unreadable.append(
+            Unreadable(_meta_ref(names.INFERENCE_SERVICE_KIND, raw), _first_error(error), _status_of(raw))
+        )
         return None
     meta = service.metadata
     ref = ObjectRef(names.INFERENCE_SERVICE_KIND, meta.namespace, meta.name, meta.uid)

@@ -259,3 +259,32 @@ def _shape(cluster: FakeCluster) -> dict[str, Any]:
         "states": sorted(str(cluster.state(n)) for n in cluster.nodes),
         "replicas": sum(1 for p in cluster.pods.values() if p["metadata"]["labels"].get("lyra.dev/service")),
     }
+
+
+def test_a_spec_the_core_cannot_run_fails_that_job_alone_and_says_why() -> None:
+    cluster = FakeCluster([node("a0", "training", A100)])
+    cluster.add_job(training_job("ok", 1, 1))
+    broken = training_job("broken", 1, 1)
+    broken["spec"]["speeds"] = {A100: 0}  # refused by today's CRD; an object stored before it may still say so
+    cluster.jobs["ml/broken"] = broken
+    settle(cluster)
+    assert cluster.job_status("ok")["phase"] == "Running"
+    status = cluster.job_status("broken")
+    assert status["phase"] == "Failed"
+    condition = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert condition["reason"] == "InvalidSpec"
+    assert "speeds" in condition["message"]
+    assert [e.reason for e in cluster.events].count("InvalidSpec") == 1, "said once"
+
+
+def test_a_spec_the_api_accepts_but_the_core_refuses_fails_that_job() -> None:
+    cluster = FakeCluster([node("a0", "training", A100)])
+    cluster.add_job(training_job("ok", 1, 1))
+    cluster.add_job(training_job("nameless-speed", 1, 1, speeds={"": 1.0}))  # no schema can refuse an empty key
+    settle(cluster)
+    assert cluster.job_status("ok")["phase"] == "Running"
+    status = cluster.job_status("nameless-speed")
+    assert status["phase"] == "Failed"
+    condition = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert condition["reason"] == "InvalidSpec"
+    assert "the spec cannot be run" in condition["message"]
