@@ -227,41 +227,57 @@ class JobBook:
 
     def snapshot(self, states: Mapping[str, LoanState]) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
         """The core's view: servers in their loan states after this pass, running jobs where their workers are, and
-        GPUs held by everything else (replicas, other GPU pods, leaving workers)."""
-        servers = [
+        GPUs held by everything else (replicas, other GPU pods, leaving workers).
+
+        A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
+        out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
+        servers = tuple(
             Server(n.name, n.pool, n.gpu_type, n.gpus, states.get(n.name) if n.pool is Pool.INFERENCE else None)
             for n in self.world.nodes
-        ]
+        )
         hosts = {s.name for s in servers if s.hosts_training}
+        entries: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
+        for job in self.jobs.values():
+            if job.status.phase not in (JobPhase.RUNNING, JobPhase.QUEUED):
+                continue
+            placed = [
+                p
+                for p in job.bound_live()
+                if job.status.phase is JobPhase.RUNNING and p.node in hosts and p.ref.key not in self.changes.deleted
+            ]
+            if len(placed) < job.record.spec.min_workers:
+                placed = []  # below its base the job holds GPUs but does not run
+            placement: dict[str, int] = defaultdict(int)
+            for pod in placed:
+                placement[pod.node] += 1
+            entries.append((self.core_job(job, placement, self.remaining_work(job)), job, placed))
+        kept = self._consistent(servers, entries)
+        counted = {p.ref.key for _, _, placed in kept for p in placed}
         held: dict[str, int] = defaultdict(int)
         known = {s.name for s in servers}
-        jobs: list[TrainingJob] = []
-        by_name: dict[str, JobState] = {}
-        counted: set[str] = set()
-        for job in self.jobs.values():
-            if job.status.phase is not JobPhase.RUNNING and job.status.phase is not JobPhase.QUEUED:
-                continue
-            placement: dict[str, int] = defaultdict(int)
-            if job.status.phase is JobPhase.RUNNING:
-                for pod in job.bound_live():
-                    if pod.node in hosts and pod.ref.key not in self.changes.deleted:
-                        placement[pod.node] += 1
-                        counted.add(pod.ref.key)
-            core = self.core_job(
-                job,
-                placement if sum(placement.values()) >= job.record.spec.min_workers else {},
-                self.remaining_work(job),
-            )
-            if core.placement:
-                counted.update(p.ref.key for p in job.bound_live())
-            else:
-                counted.difference_update(p.ref.key for p in job.bound_live())
-            jobs.append(core)
-            by_name[core.name] = job
         for pod in self.world.pods:
             if pod.holds_gpus and pod.ref.key not in counted and pod.node in known:
                 held[pod.node] += pod.gpus
-        return ClusterSnapshot(tuple(servers), tuple(jobs), self.config.gpus), dict(held), by_name
+        snapshot = ClusterSnapshot(servers, tuple(core for core, _, _ in kept), self.config.gpus)
+        return snapshot, dict(held), {core.name: job for core, job, _ in kept}
+
+    def _consistent(
+        self, servers: tuple[Server, ...], entries: list[tuple[TrainingJob, JobState, list[PodRecord]]]
+    ) -> list[tuple[TrainingJob, JobState, list[PodRecord]]]:
+        try:
+            ClusterSnapshot(servers, tuple(core for core, _, _ in entries), self.config.gpus)
+            return entries
+        except InvalidClusterError:
+            pass
+        kept: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
+        for entry in entries:
+            try:
+                ClusterSnapshot(servers, (*(core for core, _, _ in kept), entry[0]), self.config.gpus)
+            except InvalidClusterError as error:
+                self.changes.summary.setdefault("left_out", {})[entry[0].name] = str(error)
+                continue
+            kept.append(entry)
+        return kept
 
     def allocate(self, states: Mapping[str, LoanState]) -> None:
         try:

@@ -288,3 +288,17 @@ def test_a_spec_the_api_accepts_but_the_core_refuses_fails_that_job() -> None:
     condition = next(c for c in status["conditions"] if c["type"] == "Running")
     assert condition["reason"] == "InvalidSpec"
     assert "the spec cannot be run" in condition["message"]
+
+
+def test_a_job_whose_workers_break_its_edited_spec_does_not_stop_a_reclaim() -> None:
+    cluster = FakeCluster([node("a0", "training", A100), node("t0", "inference", T4), node("t1", "inference", T4)])
+    cluster.add_job(training_job("elastic", 1, 16, gpuTypes=[T4]))
+    settle(cluster)
+    assert cluster.job_status("elastic")["gpuType"] == T4
+    cluster.jobs["ml/elastic"]["spec"]["gpuTypes"] = [A100]  # edited while its workers run on T4s
+    cluster.add_service(inference_service("chat", 9))  # needs both T4 servers back
+    decision = decide(cluster.world(), CONFIG)
+    assert "ml/elastic" in decision.summary["left_out"]
+    settle(cluster)
+    assert cluster.state("t0") == "serving"
+    assert cluster.state("t1") == "serving"
