@@ -39,7 +39,14 @@ class TrainingHooks(Protocol):
 
 class LoanBook:
     def __init__(
-        self, world: World, config: OperatorConfig, changes: Changes, hooks: TrainingHooks, demand: Mapping[str, int]
+        self,
+        world: World,
+        config: OperatorConfig,
+        changes: Changes,
+        hooks: TrainingHooks,
+        demand: Mapping[str, int],
+        *,
+        users: Mapping[str, list[str]] | None = None,
     ) -> None:
         self.world = world
         self.config = config
@@ -52,6 +59,7 @@ class LoanBook:
         self.idle_since: dict[str, float | None] = {}
         self.reasons: dict[str, str] = {}
         self.demand = dict(demand)
+        self.users = users or {}
         self.settled = True
         self.summary: dict[str, object] = {}
         self.inference_on: dict[str, int] = defaultdict(int)
@@ -116,7 +124,8 @@ class LoanBook:
         except InvalidClusterError as error:
             self.settled = False
             return {"error": str(error)}
-        why = f"inference needs {needed} {gpu_type} servers"
+        who = self.users.get(gpu_type, [])
+        why = f"{needed} {gpu_type} servers needed" + (f" by {', '.join(who[:3])}" if who else "")
         for name in plan.servers:
             self.set_state(name, LoanState.RECLAIMING, why)
             self.changes.emit(
@@ -145,7 +154,8 @@ class LoanBook:
         for job_key, pods in sorted(leaving.items()):
             counts = self.hooks.running_workers(job_key)
             nodes = ", ".join(sorted({p.node for p in pods}))
-            why = f"node {nodes} reclaimed for inference"
+            reasons = sorted({self.reasons[p.node] for p in pods if p.node in self.reasons})
+            why = f"node {nodes} reclaimed for inference" + (f" ({reasons[0]})" if reasons else "")
             if counts is None:
                 for pod in pods:
                     self.changes.delete(pod, 0, "Reclaimed")

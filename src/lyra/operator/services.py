@@ -19,6 +19,8 @@ class ServiceBook:
     def __init__(self, world: World, changes: Changes) -> None:
         self.world = world
         self.changes = changes
+        #: Per GPU type, the services whose replicas need it (named in reclaim messages).
+        self.users: dict[str, list[str]] = defaultdict(list)
 
     def plan(self) -> dict[str, int]:
         """Statuses and Deployments of every service; returns the servers needed per inference GPU type."""
@@ -38,6 +40,8 @@ class ServiceBook:
                 self.service_status(service, replicas, gpu_type, 0, ("NoServers", reason))
                 continue
             demands[gpu_type] += [service.spec.gpus_per_replica] * replicas
+            if replicas:
+                self.users[gpu_type].append(f"{service.ref.key} ({replicas} replicas)")
             needed_alone = servers_needed({gpu_type: [service.spec.gpus_per_replica] * replicas}, self.world.nodes)
             self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None)
             self.deployment(service, replicas, gpu_type)
