@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -46,16 +47,17 @@ OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml
 class Operator:
     """``lyra operator`` as a child process, its output in a log file shown when a test fails."""
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, *, resync_s: int = 1) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
+        self.resync_s = resync_s
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self, *extra: str) -> list[str]:
         return [
             sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
-            "--lend-delay", "2", "--resync", "1", "--gang-timeout", "60", "--reclaim-deadline", "60",
-            "--lease-duration", "4", "--lease-namespace", OPERATOR_NAMESPACE, *extra,
+            "--lend-delay", "2", "--resync", str(self.resync_s), "--gang-timeout", "60", "--reclaim-deadline", "60",
+            "--lease-duration", str(max(4, 2 * self.resync_s)), "--lease-namespace", OPERATOR_NAMESPACE, *extra,
         ]  # fmt: skip
 
     def start(self) -> None:
@@ -396,8 +398,9 @@ def test_base_gangs_start_shortest_first_and_never_partially(
     operator_kubeconfig: Path, cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
 ) -> None:
     """Two gangs that each need every A100 (4 workers x 8 GPUs), queued together: the shorter starts whole, the
-    longer has no pod at all until the shorter is done, then starts whole."""
-    operator = Operator(operator_kubeconfig, tmp_path / "operator.log")
+    longer has no pod at all until the shorter is done, then starts whole. The operator resyncs only every 60 s
+    here, so the longer job starting within seconds of the shorter one's end shows the watches wake it."""
+    operator = Operator(operator_kubeconfig, tmp_path / "operator.log", resync_s=60)
     emulator_log = tmp_path / "emulate.log"
     with temporary_namespace(api, "operator-sjf") as namespace, emulator_log.open("ab") as out:
         wait_for(lambda: no_other_workers(api, namespace), DEADLINE_S, "earlier tests' workers to be gone")
@@ -416,8 +419,14 @@ def test_base_gangs_start_shortest_first_and_never_partially(
             assert long["phase"] == "Queued"
             assert next(c for c in long["conditions"] if c["type"] == "Running")["reason"] == "Queued"
             assert workers(api, namespace, "long") == [], "a base that does not fit has no pod at all"
+            wait_for(
+                lambda: job(api, namespace, "short").get("status", {}).get("phase") == "Succeeded",
+                DEADLINE_S,
+                "the short gang to finish",
+            )
+            finished = time.monotonic()
             wait_for(lambda: running(api, namespace, "long", 4), DEADLINE_S, "the long gang running whole after it")
-            assert job(api, namespace, "short")["status"]["phase"] == "Succeeded"
+            assert time.monotonic() - finished < 20, "woken by the watches, not by the 60 s resync"
         except BaseException:
             print("--- operator ---\n" + operator.tail() + "\n--- emulate ---\n" + emulator_log.read_text())
             raise
