@@ -22,7 +22,7 @@ from types import ModuleType
 from bench import Benchmark, Measurement, Ratio, measure, measure_ratio
 
 #: Benchmark modules, in the order their tables are printed. Optional ones may be absent.
-MODULES = ["bench.core_bench", "bench.simulate_bench"]
+MODULES = ["bench.core_bench", "bench.operator_bench", "bench.simulate_bench"]
 
 
 @dataclass(frozen=True)
