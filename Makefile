@@ -24,10 +24,11 @@ demo: binaries ## Local cluster with 12 fake GPU nodes, a GPU pod, the what-if p
 	bash hack/demo.sh
 
 .PHONY: test
-test: install binaries ## Run every test: lint, unit and proofs, integration against the local control plane.
+test: install binaries ## Run every test: lint, unit and proofs, integration and e2e against the local control plane.
 	$(MAKE) lint
 	$(RUN) pytest tests/unit
 	$(RUN) pytest tests/integration
+	$(RUN) pytest tests/e2e
 
 .PHONY: test-unit
 test-unit: install ## Run the fast unit tests and the proofs of the policy core.
@@ -36,6 +37,10 @@ test-unit: install ## Run the fast unit tests and the proofs of the policy core.
 .PHONY: test-integration
 test-integration: binaries ## Run the integration tests against a real local control plane.
 	$(RUN) pytest tests/integration
+
+.PHONY: test-e2e
+test-e2e: binaries ## Run the whole-system tests (scheduler + extender + operator + emulator on the local control plane).
+	$(RUN) pytest tests/e2e
 
 .PHONY: lint
 lint: install ## ruff, mypy --strict and the import-linter contracts.

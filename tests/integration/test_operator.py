@@ -14,77 +14,42 @@ holds the leader Lease and takes over when it dies. ``--dry-run --once`` reports
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from kubernetes import client, utils
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
 from lyra.api import names
 from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.kubeconfig import write_kubeconfig
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from lyra.operator.observe import parse_time
+from tests.operator_support import (
+    A100,
+    DEADLINE_S,
+    REPOSITORY,
+    T4,
+    Operator,
+    create_job,
+    custom,
+    dry_run_once,
+    job,
+    labels_of,
+    lease_holder,
+    lyra_node_fields,
+    node_states,
+    running,
+    service_account_kubeconfig,
+    workers,
+)
 
 pytestmark = pytest.mark.integration
-
-T4 = "Tesla-T4"
-A100 = "NVIDIA-A100-SXM4-80GB"
-DEADLINE_S = 90.0
-REPOSITORY = Path(__file__).resolve().parents[2]
-OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml
-
-
-class Operator:
-    """``lyra operator`` as a child process, its output in a log file shown when a test fails."""
-
-    def __init__(self, kubeconfig: Path, log: Path, *, resync_s: int = 1) -> None:
-        self.kubeconfig = kubeconfig
-        self.log = log
-        self.resync_s = resync_s
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def command(self, *extra: str) -> list[str]:
-        return [
-            sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
-            "--lend-delay", "2", "--resync", str(self.resync_s), "--gang-timeout", "60", "--reclaim-deadline", "60",
-            "--lease-duration", str(max(4, 2 * self.resync_s)), "--lease-namespace", OPERATOR_NAMESPACE, *extra,
-        ]  # fmt: skip
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT)
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
-            self.process = None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-            self.process = None
-
-    def tail(self, lines: int = 80) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
 
 @pytest.fixture(scope="module")
@@ -96,104 +61,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="module")
 def operator_kubeconfig(cluster: ControlPlane, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A kubeconfig for the operator's ServiceAccount with the RBAC of manifests/operator: least privilege, tested."""
-    utils.create_from_yaml(api, str(REPOSITORY / "manifests" / "operator" / "rbac.yaml"))
-    request = {"spec": {"expirationSeconds": 3600}}
-    token = (
-        client.CoreV1Api(api)
-        .create_namespaced_service_account_token(names.OPERATOR_NAME, OPERATOR_NAMESPACE, cast(Any, request))
-        .status.token
-    )
-    return write_kubeconfig(
-        tmp_path_factory.mktemp("operator-sa") / "kubeconfig",
-        cluster_name="pytest",
-        server=cluster.state.api_server,
-        ca_cert=cluster.credentials.ca_cert,
-        user=names.OPERATOR_NAME,
-        token=token,
-    )
+    return service_account_kubeconfig(cluster, api, tmp_path_factory.mktemp("operator-sa"))
 
 
 @pytest.fixture(scope="module")
 def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
     with populate.admin_api(cluster.kubeconfig) as api_client:
         yield api_client
-
-
-def custom(api: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api)
-
-
-def create_job(api: client.ApiClient, namespace: str, name: str, **spec: Any) -> None:
-    body = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.TRAINING_JOB_KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "expectedDuration": 3600,
-            "template": {"spec": {"containers": [{"name": "trainer", "image": "registry.invalid/trainer:1"}]}},
-            "preemption": {"gracePeriodSeconds": 1},
-            **spec,
-        },
-    }
-    custom(api).create_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.TRAINING_JOB_PLURAL, body)
-
-
-def job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = custom(api).get_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.TRAINING_JOB_PLURAL, name
-    )
-    return found
-
-
-def node_states(api: client.ApiClient) -> dict[str, str]:
-    nodes = client.CoreV1Api(api).list_node(label_selector=f"{names.POOL_LABEL}={names.POOL_INFERENCE}").items
-    return {n.metadata.name: (n.metadata.labels or {}).get(names.STATE_LABEL, "") for n in nodes}
-
-
-def workers(api: client.ApiClient, namespace: str, name: str) -> list[client.V1Pod]:
-    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.JOB_LABEL}={name}").items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
-
-
-def labels_of(api: client.ApiClient, node: str) -> dict[str, str]:
-    labels: dict[str, str] = client.CoreV1Api(api).read_node(node).metadata.labels or {}
-    return labels
-
-
-def running(api: client.ApiClient, namespace: str, name: str, count: int) -> bool:
-    pods = workers(api, namespace, name)
-    status = job(api, namespace, name).get("status", {})
-    return (
-        len(pods) == count
-        and all(p.spec.node_name and p.status.phase == "Running" for p in pods)
-        and status.get("workers", {}).get("current") == count
-    )
-
-
-def lease_holder(api: client.ApiClient) -> str:
-    try:
-        lease = client.CoordinationV1Api(api).read_namespaced_lease(names.OPERATOR_NAME, OPERATOR_NAMESPACE)
-    except ApiException as error:
-        if error.status == 404:
-            return ""  # not created yet
-        raise
-    return str(lease.spec.holder_identity or "")
-
-
-def dry_run_once(operator: Operator) -> str:
-    command = operator.command("--dry-run", "--once")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, env=os.environ.copy())
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def lyra_node_fields(api: client.ApiClient) -> dict[str, Any]:
-    """What the operator writes on nodes (KWOK's heartbeats move the resourceVersion, so that cannot be compared)."""
-    return {
-        n.metadata.name: (n.metadata.labels, n.metadata.annotations, [t.to_dict() for t in n.spec.taints or []])
-        for n in client.CoreV1Api(api).list_node().items
-    }
 
 
 def test_the_operator_lends_reclaims_survives_a_kill_and_converges(
