@@ -107,9 +107,10 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: O
     standby.start()  # a second operator: it stands by while the first holds the lease
     wait_for(lambda: "standing by" in standby.log.read_text(), DEADLINE_S, "the second operator to stand by")
 
-    # 1. Loaning: the 4 replicas (8 GPUs) land on one to four T4 servers (the default scheduler spreads them; the
-    #    extender would pack them); every other T4 server is lent, and the elastic job grows there (2 workers of 4
-    #    GPUs per server, up to 12); the A100-only job runs on training servers.
+    # 1. Loaning: the 4 replicas (8 GPUs) prefer the one T4 server kept serving for them, but the default scheduler
+    #    weighs that against spreading, so they may land on more (the e2e test, with the extender, packs them);
+    #    every other T4 server is lent, and the elastic job grows there (2 workers of 4 GPUs per server, up to 12);
+    #    the A100-only job runs on training servers.
     def settled_loans() -> bool:
         states = list(node_states(api).values())
         return "idle" not in states and "" not in states and states.count("loaned") >= 2

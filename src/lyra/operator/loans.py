@@ -188,15 +188,28 @@ class LoanBook:
                 )
 
     def settle_serving_and_idle(self) -> None:
-        for node in self.inference_nodes:
-            state = self.states[node.name]
-            if state not in (LoanState.SERVING, LoanState.IDLE):
-                continue
-            busy = self.inference_on[node.name] > 0
-            if busy and state is LoanState.IDLE:
-                self.set_state(node.name, LoanState.SERVING, "runs inference replicas")
-            elif not busy and state is LoanState.SERVING:
-                self.set_state(node.name, LoanState.IDLE, "runs no inference replica")
+        """Per GPU type: a server with replicas is ``serving``; so are empty ones, up to the servers inference needs
+        (replicas prefer serving servers, so a burst of new replicas packs onto them instead of spreading over idle
+        ones); the rest of the empty servers are ``idle``. Empty servers stay serving before idle ones are
+        promoted, and idle ones are promoted in the reverse of the order lending takes them."""
+        for gpu_type in sorted({n.gpu_type for n in self.inference_nodes}):
+            pool = [
+                n
+                for n in self.inference_nodes
+                if n.gpu_type == gpu_type and self.states[n.name] in (LoanState.SERVING, LoanState.IDLE)
+            ]
+            busy = [n for n in pool if self.inference_on[n.name] > 0]
+            empty = [n for n in pool if self.inference_on[n.name] == 0]
+            empty.sort(key=lambda n: (self.states[n.name] is not LoanState.SERVING, n.gpus, _reverse(n.name)))
+            reserved = {n.name for n in empty[: max(self.demand.get(gpu_type, 0) - len(busy), 0)]}
+            for node in pool:
+                state = self.states[node.name]
+                if node in busy and state is LoanState.IDLE:
+                    self.set_state(node.name, LoanState.SERVING, "runs inference replicas")
+                elif node.name in reserved and state is LoanState.IDLE:
+                    self.set_state(node.name, LoanState.SERVING, "kept for the replicas inference needs")
+                elif node not in busy and node.name not in reserved and state is LoanState.SERVING:
+                    self.set_state(node.name, LoanState.IDLE, "runs no inference replica")
 
     # -- the writes --------------------------------------------------------------------------------------------
 
@@ -227,6 +240,11 @@ class LoanBook:
                 )
             )
         return actions
+
+
+def _reverse(name: str) -> tuple[int, ...]:
+    """A key that sorts names in reverse order."""
+    return tuple(-ord(c) for c in name) + (1,)
 
 
 def _formatted(seconds: float | None) -> str | None:

@@ -2,8 +2,8 @@
 for what the API server, the scheduler and the kubelet do with the operator's actions.
 
 It shares no code with the operator's commit step: it applies actions by its own reading of them, places pods by
-its own rules (a pod goes to its preferred node if that node has room, else to the first node its required
-affinity and tolerations allow, by name), and keeps terminating pods until ``finish_terminations``.
+its own rules (the node with room that its required affinity and tolerations allow and its preferred affinity
+weighs most, then by name), and keeps terminating pods until ``finish_terminations``.
 """
 
 from __future__ import annotations
@@ -221,8 +221,15 @@ class FakeCluster:
             if pod["spec"].get("nodeName"):
                 continue
             need = int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
-            preferred = pod["metadata"].get("annotations", {}).get("lyra.dev/planned-node")
-            candidates = sorted(self.nodes, key=lambda n: (n != preferred, n))
+            preferences = pod["spec"]["affinity"]["nodeAffinity"].get(
+                "preferredDuringSchedulingIgnoredDuringExecution", []
+            )
+
+            def preference(name: str, preferences: list[dict[str, Any]] = preferences) -> int:
+                labels = self.nodes[name]["metadata"]["labels"]
+                return sum(p["weight"] for p in preferences if _matches(p["preference"], labels))
+
+            candidates = sorted(self.nodes, key=lambda n: (-preference(n), n))
             for name in candidates:
                 node_body = self.nodes[name]
                 labels = node_body["metadata"]["labels"]
