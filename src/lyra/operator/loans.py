@@ -244,7 +244,7 @@ class LoanBook:
 
 def _reverse(name: str) -> tuple[int, ...]:
     """A key that sorts names in reverse order."""
-    return tuple(-ord(c) for c in name) + (1,)
+    return (*(-ord(c) for c in name), 1)
 
 
 def _formatted(seconds: float | None) -> str | None:
