@@ -46,6 +46,11 @@ class JobState:
     def live(self) -> list[PodRecord]:
         return [p for p in self.pods if p.is_live]
 
+    @property
+    def finishing(self) -> bool:
+        """A worker has exited 0: the job is ending (the others follow); it is neither resized nor restarted."""
+        return any(p.phase == "Succeeded" for p in self.pods)
+
     def bound_live(self) -> list[PodRecord]:
         return [p for p in self.pods if p.is_live and p.node]
 
@@ -238,8 +243,8 @@ class JobBook:
         hosts = {s.name for s in servers if s.hosts_training}
         entries: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
         for job in self.jobs.values():
-            if job.status.phase not in (JobPhase.RUNNING, JobPhase.QUEUED):
-                continue
+            if job.status.phase not in (JobPhase.RUNNING, JobPhase.QUEUED) or job.finishing:
+                continue  # a finishing job's last workers hold their GPUs until they exit; nothing to decide
             placed = [
                 p
                 for p in job.bound_live()
@@ -359,7 +364,7 @@ class JobBook:
     def converge(self) -> None:
         """Make every running job's pods match its intent (target and planned placement)."""
         for job in self.jobs.values():
-            if job.status.phase is not JobPhase.RUNNING or any(p.phase == "Succeeded" for p in job.pods):
+            if job.status.phase is not JobPhase.RUNNING or job.finishing:
                 continue
             spec = job.record.spec
             live = [p for p in job.live if p.ref.key not in self.changes.deleted]

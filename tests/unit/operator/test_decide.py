@@ -304,3 +304,20 @@ def test_a_job_whose_workers_break_its_edited_spec_does_not_stop_a_reclaim() -> 
     settle(cluster)
     assert cluster.state("t0") == "serving"
     assert cluster.state("t1") == "serving"
+
+
+def test_a_job_whose_workers_are_exiting_is_neither_resized_nor_restarted() -> None:
+    cluster = FakeCluster([node("a0", "training", A100)])
+    cluster.add_job(training_job("ending", 2, 6, duration=6000))
+    settle(cluster)
+    cluster.add_job(training_job("next", 1, 8, duration=60))
+    first, *others = cluster.workers("ending")
+    first["status"]["phase"] = "Succeeded"  # the others have not exited yet
+    decision = decide(cluster.world(), CONFIG)
+    assert not [a for a in decision.of(CreatePod) if "ending" in a.ref.name]
+    assert not decision.of(DeletePod)
+    assert not any(isinstance(e, Emit) and e.ref.name == "ending" for e in decision.actions)
+    for pod in others:
+        pod["status"]["phase"] = "Succeeded"
+    settle(cluster)
+    assert cluster.job_status("ending")["phase"] == "Succeeded"
