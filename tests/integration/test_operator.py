@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,31 @@ def test_live_what_if_and_status_read_the_cluster(cluster: ControlPlane, tmp_pat
     assert "go with --from-cluster" in refused.stderr
 
 
+def phase_of(api: client.ApiClient, namespace: str, name: str) -> str | None:
+    phase: str | None = job(api, namespace, name).get("status", {}).get("phase")
+    return phase
+
+
+@contextmanager
+def operator_and_emulator(operator: Operator, cluster: ControlPlane, log: Path) -> Iterator[None]:
+    """``lyra emulate`` beside the operator (started by the test); both stopped, and their logs shown on failure."""
+    with log.open("ab") as out:
+        emulator = subprocess.Popen(
+            [sys.executable, "-m", "lyra", "emulate", "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.5"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield
+    except BaseException:
+        print("--- operator ---\n" + operator.tail() + "\n--- emulate ---\n" + log.read_text())
+        raise
+    finally:
+        operator.stop()
+        emulator.terminate()
+        emulator.wait(timeout=30)
+
+
 def test_emulated_jobs_finish_sooner_with_more_workers(
     operator_kubeconfig: Path, cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
 ) -> None:
@@ -232,35 +258,20 @@ def test_emulated_jobs_finish_sooner_with_more_workers(
     at its pace: 4 workers of reference GPUs do 20 s of single-worker work in about 5 s; then the job is
     Succeeded and its GPUs go to the job queued behind it."""
     operator = Operator(operator_kubeconfig, tmp_path / "operator.log")
-    emulator_log = tmp_path / "emulate.log"
-    with temporary_namespace(api, "operator-emulate") as namespace, emulator_log.open("ab") as out:
-        emulator = subprocess.Popen(
-            [sys.executable, "-m", "lyra", "emulate", "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.5"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            create_job(api, namespace, "quick", minWorkers=1, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100],
-                       expectedDuration=20)  # fmt: skip
-            operator.start()
-            wait_for(lambda: running(api, namespace, "quick", 4), DEADLINE_S, "the quick job at 4 workers")
-            create_job(api, namespace, "behind", minWorkers=4, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100])
-            wait_for(
-                lambda: job(api, namespace, "quick").get("status", {}).get("phase") == "Succeeded",
-                DEADLINE_S,
-                "the quick job to succeed",
-            )
-            status = job(api, namespace, "quick")["status"]
-            took = parse_time(status["finishedAt"]) - parse_time(status["startedAt"])  # type: ignore[operator]
-            assert took < 12, f"4 workers should finish 20 s of work in about 5 s, took {took:.0f} s"
-            wait_for(lambda: running(api, namespace, "behind", 4), DEADLINE_S, "the job behind it to start")
-        except BaseException:
-            print("--- operator ---\n" + operator.tail() + "\n--- emulate ---\n" + emulator_log.read_text())
-            raise
-        finally:
-            operator.stop()
-            emulator.terminate()
-            emulator.wait(timeout=30)
+    with (
+        temporary_namespace(api, "operator-emulate") as namespace,
+        operator_and_emulator(operator, cluster, tmp_path / "emulate.log"),
+    ):
+        create_job(api, namespace, "quick", minWorkers=1, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100],
+                   expectedDuration=20)  # fmt: skip
+        operator.start()
+        wait_for(lambda: running(api, namespace, "quick", 4), DEADLINE_S, "the quick job at 4 workers")
+        create_job(api, namespace, "behind", minWorkers=4, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100])
+        wait_for(lambda: phase_of(api, namespace, "quick") == "Succeeded", DEADLINE_S, "the quick job to succeed")
+        status = job(api, namespace, "quick")["status"]
+        took = parse_time(status["finishedAt"]) - parse_time(status["startedAt"])  # type: ignore[operator]
+        assert took < 12, f"4 workers should finish 20 s of work in about 5 s, took {took:.0f} s"
+        wait_for(lambda: running(api, namespace, "behind", 4), DEADLINE_S, "the job behind it to start")
 
 
 def no_other_workers(api: client.ApiClient, namespace: str) -> bool:
@@ -276,36 +287,19 @@ def test_base_gangs_start_shortest_first_and_never_partially(
     longer has no pod at all until the shorter is done, then starts whole. The operator resyncs only every 60 s
     here, so the longer job starting within seconds of the shorter one's end shows the watches wake it."""
     operator = Operator(operator_kubeconfig, tmp_path / "operator.log", resync_s=60)
-    emulator_log = tmp_path / "emulate.log"
-    with temporary_namespace(api, "operator-sjf") as namespace, emulator_log.open("ab") as out:
+    with temporary_namespace(api, "operator-sjf") as namespace:
         wait_for(lambda: no_other_workers(api, namespace), DEADLINE_S, "earlier tests' workers to be gone")
         gang = {"minWorkers": 4, "maxWorkers": 4, "gpusPerWorker": 8, "gpuTypes": [A100]}
         create_job(api, namespace, "long", expectedDuration=5000, **gang)
         create_job(api, namespace, "short", expectedDuration=8, **gang)
-        emulator = subprocess.Popen(
-            [sys.executable, "-m", "lyra", "emulate", "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.5"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
+        with operator_and_emulator(operator, cluster, tmp_path / "emulate.log"):
             operator.start()
             wait_for(lambda: running(api, namespace, "short", 4), DEADLINE_S, "the short gang running whole")
             long = job(api, namespace, "long")["status"]
             assert long["phase"] == "Queued"
             assert next(c for c in long["conditions"] if c["type"] == "Running")["reason"] == "Queued"
             assert workers(api, namespace, "long") == [], "a base that does not fit has no pod at all"
-            wait_for(
-                lambda: job(api, namespace, "short").get("status", {}).get("phase") == "Succeeded",
-                DEADLINE_S,
-                "the short gang to finish",
-            )
+            wait_for(lambda: phase_of(api, namespace, "short") == "Succeeded", DEADLINE_S, "the short gang to finish")
             finished = time.monotonic()
             wait_for(lambda: running(api, namespace, "long", 4), DEADLINE_S, "the long gang running whole after it")
             assert time.monotonic() - finished < 20, "woken by the watches, not by the 60 s resync"
-        except BaseException:
-            print("--- operator ---\n" + operator.tail() + "\n--- emulate ---\n" + emulator_log.read_text())
-            raise
-        finally:
-            operator.stop()
-            emulator.terminate()
-            emulator.wait(timeout=30)
