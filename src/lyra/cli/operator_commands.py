@@ -19,6 +19,9 @@ from typing import Any
 from lyra.cli.arguments import add_kubeconfig_argument, non_negative_int, positive_int, seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
+#: The leader renews its Lease at every pass, and passes come at least every --resync seconds.
+LEASE_TO_RESYNC = 1.5
+
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register `lyra operator`."""
@@ -77,10 +80,10 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def run_operator_command(args: argparse.Namespace) -> int:
-    if args.lease_duration < 2 * args.resync and not args.dry_run:
+    if args.lease_duration < LEASE_TO_RESYNC * args.resync and not args.dry_run:
         print(
-            f"lyra operator: --lease-duration ({args.lease_duration:g} s) must be at least twice --resync "
-            f"({args.resync:g} s), or the leader would lose its lease between passes",
+            f"lyra operator: --lease-duration ({args.lease_duration:g} s) must be at least {LEASE_TO_RESYNC:g} x "
+            f"--resync ({args.resync:g} s), or the leader could lose its lease between two passes",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT

@@ -35,3 +35,24 @@ def test_a_missing_kubeconfig_is_bad_input(command: str, tmp_path: Path, capsys:
         main([command, "--kubeconfig", str(tmp_path / "none")])
     assert exited.value.code == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_defaults_are_valid_and_an_unreachable_cluster_fails_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    assert main(["operator", "--once", "--kubeconfig", str(kubeconfig)]) == 1
+    error = capsys.readouterr().err
+    assert "lyra operator: the pass failed" in error
+    assert "Traceback" not in error
+
+
+def test_a_lease_shorter_than_the_resync_allows_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--resync", "20", "--lease-duration", "15"]) == 2
+    assert "must be at least 1.5 x --resync" in capsys.readouterr().err
