@@ -189,6 +189,7 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: O
         raise AssertionError(f"{error}; the last shadow pass proposed {last}") from error
     operator.stop()
     standby.stop()
+    assert lease_holder(api) == "", "a cleanly stopped leader releases the lease"
     for log in (operator.log, standby.log):
         assert "Forbidden" not in log.read_text(), f"{log.name}: the RBAC of manifests/operator is not enough"
     create_job(api, namespace, "shadow", minWorkers=1, maxWorkers=1, gpusPerWorker=1, gpuTypes=[A100])

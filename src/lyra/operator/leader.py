@@ -67,7 +67,8 @@ class LeaderLease:
             if holder and holder != self.identity and now - renewed < duration:
                 return self._became(False, f"{holder} leads")
             transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
-            acquired = spec.get("acquireTime") if holder == self.identity else _stamp(now)
+            # Times go back in the API's own format (the client reads them as datetimes, which drop zero microseconds).
+            acquired = _stamp(_seconds(spec.get("acquireTime")) or now) if holder == self.identity else _stamp(now)
             body = {
                 "metadata": {"name": names.OPERATOR_NAME, "resourceVersion": lease["metadata"]["resourceVersion"]},
                 "spec": {
@@ -93,9 +94,13 @@ class LeaderLease:
             lease = self._read()
             if lease is None or lease.get("spec", {}).get("holderIdentity") != self.identity:
                 return
+            spec = lease.get("spec", {})
             body = {
                 "metadata": {"name": names.OPERATOR_NAME, "resourceVersion": lease["metadata"]["resourceVersion"]},
-                "spec": {**lease["spec"], "holderIdentity": None, "renewTime": _stamp(0)},
+                "spec": {  # no holder: the next operator takes it at once
+                    "leaseDurationSeconds": int(spec.get("leaseDurationSeconds") or round(self.duration_s)),
+                    "leaseTransitions": int(spec.get("leaseTransitions") or 0),
+                },
             }
             self.coordination.replace_namespaced_lease(names.OPERATOR_NAME, self.namespace, cast(Any, body))
             log.info("released the lease")

@@ -179,7 +179,12 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
             await kopf.operator(registry=registry, settings=settings, standalone=True, clusterwide=True)
         finally:
             stop.set()
-            await loop_task
-            await asyncio.to_thread(lease.release)
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop_task  # a pass under way finishes first: it is never cut between two writes
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        log.info("stopped")  # SIGINT/SIGTERM: a clean stop
+    finally:
+        lease.release()  # a successor leads at once, not after the lease expires
