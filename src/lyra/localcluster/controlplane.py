@@ -350,7 +350,12 @@ def _terminate_all(state: ClusterState, report: Reporter, popens: dict[str, subp
 
 
 def _exited_message(record: ProcessRecord, popen: subprocess.Popen[bytes] | None) -> str:
-    code = popen.returncode if popen is not None else None
+    code = None
+    if popen is not None:
+        try:  # reap it: the exit code is known only once the process is waited for
+            code = popen.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
     how = f"exited with code {code}" if code is not None else "is no longer running"
     return f"{record.name} {how}. Last lines of {record.log_path}:\n{tail(record.log_path, 40)}"
 
