@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from lyra.api import names
 from lyra.api.objects import Node, Pod
-from lyra.core.model import LoanState, Pool
+from lyra.api.resources import TrainingJobSpec
+from lyra.core.model import LoanState, Pool, TrainingJob
 from lyra.core.placement import NodeView, PodRole
 
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -110,3 +111,23 @@ def pod_facts(pod: Pod) -> PodFacts | None:
     job = pod_job(pod) if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE) else None
     uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
     return PodFacts(uid, pod.metadata.namespace, pod.metadata.name, host, gpus_requested(pod), role, job)
+
+
+def training_job(name: str, spec: TrainingJobSpec, *, submit_time: float = 0.0) -> TrainingJob:
+    """A TrainingJob's spec as the core's job, queued (no placement) and with no work left; callers set those
+    with :func:`dataclasses.replace`. Raises :class:`lyra.core.errors.InvalidClusterError` for a spec the core
+    cannot run."""
+    return TrainingJob(
+        name=name,
+        gpus_per_worker=spec.gpus_per_worker,
+        min_workers=spec.min_workers,
+        max_workers=spec.max_workers,
+        remaining_work=0.0,
+        submit_time=submit_time,
+        priority=spec.priority,
+        gpu_types=frozenset(spec.gpu_types) if spec.gpu_types else None,
+        gpu_memory_gib=spec.gpu_memory_gib,
+        speeds=dict(spec.speeds or {}),
+        mix_gpu_types=spec.mix_gpu_types,
+        scaling_overhead=spec.scaling_overhead,
+    )

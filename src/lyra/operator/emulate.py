@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lyra.api.convert import training_job
 from lyra.api.resources import JobPhase
 from lyra.core.gpus import GpuCatalog
 from lyra.core.model import TrainingJob
@@ -41,16 +42,7 @@ class Progress:
 
 
 def _model(job: JobRecord) -> TrainingJob:
-    spec = job.spec
-    return TrainingJob(
-        name=job.ref.key,
-        gpus_per_worker=spec.gpus_per_worker,
-        min_workers=spec.min_workers,
-        max_workers=spec.max_workers,
-        remaining_work=0.0,
-        speeds=dict(spec.speeds or {}),
-        scaling_overhead=spec.scaling_overhead,
-    )
+    return training_job(job.ref.key, job.spec)
 
 
 def total_work(job: JobRecord) -> float:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lyra.api import names
+from lyra.api.convert import training_job
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
 from lyra.core.allocation import AllocationPlan, allocate_workers
 from lyra.core.errors import InvalidClusterError
@@ -69,9 +70,11 @@ class JobBook:
             if not (j.status.phase in _DONE and not any(p.is_live for p in world.pods_of(j.ref.key)))
         }
         self.refused: list[JobState] = []
+        #: Each job as the core models it, built (and checked) once per pass.
+        self.models: dict[str, TrainingJob] = {}
         for key, job in list(self.jobs.items()):
             try:
-                self.core_job(job, {})
+                self.models[key] = training_job(key, job.record.spec)
             except InvalidClusterError as error:  # the API server accepted it (an older CRD?); the core does not
                 del self.jobs[key]
                 self.refuse(job, f"the spec cannot be run: {error}")
@@ -92,33 +95,20 @@ class JobBook:
     def pace(self, job: JobState, workers: int, gpu_type: str | None) -> float:
         if workers <= 0 or not gpu_type:
             return 0.0
-        core = self.core_job(job, {})
-        return core.pace(workers, core.speed_on(self.config.gpus[gpu_type]))
+        model = self.models[job.key]
+        return model.pace(workers, model.speed_on(self.config.gpus[gpu_type]))
 
     def total_work(self, job: JobState) -> float:
         spec = job.record.spec
-        return spec.expected_duration * self.core_job(job, {}).pace(spec.min_workers, 1.0)
+        return spec.expected_duration * self.models[job.key].pace(spec.min_workers, 1.0)
 
     def remaining_work(self, job: JobState) -> float:
         return max(self.total_work(job) - self.work_done(job), 0.0)
 
-    def core_job(self, job: JobState, placement: Mapping[str, int], remaining: float = 0.0) -> TrainingJob:
-        spec = job.record.spec
-        return TrainingJob(
-            name=job.key,
-            gpus_per_worker=spec.gpus_per_worker,
-            min_workers=spec.min_workers,
-            max_workers=spec.max_workers,
-            remaining_work=remaining,
-            submit_time=parse_time(job.status.queued_at) or job.record.created,
-            priority=spec.priority,
-            placement=placement,
-            gpu_types=frozenset(spec.gpu_types) if spec.gpu_types else None,
-            gpu_memory_gib=spec.gpu_memory_gib,
-            speeds=dict(spec.speeds or {}),
-            mix_gpu_types=spec.mix_gpu_types,
-            scaling_overhead=spec.scaling_overhead,
-        )
+    def core_job(self, job: JobState, placement: Mapping[str, int], remaining: float) -> TrainingJob:
+        """The job as the snapshot holds it: where its workers are, how much work is left, when it queued."""
+        submitted = parse_time(job.status.queued_at) or job.record.created
+        return replace(self.models[job.key], placement=placement, remaining_work=remaining, submit_time=submitted)
 
     def stop_job(self, job: JobState, phase: JobPhase, reason: str, message: str, *, grace: int | None = None) -> None:
         """Stop every live worker of ``job`` and leave it in ``phase`` (Queued: re-queued; or finished)."""
@@ -198,10 +188,15 @@ class JobBook:
         pending = [p for p in job.live if not p.node]
         overdue = self.changes.now - started > self.config.gang_timeout_s
         if len(bound) >= spec.min_workers:
-            for pod in pending:
-                if pod.created is not None and self.changes.now - pod.created > self.config.gang_timeout_s:
-                    self.changes.delete(pod, 0, "FlexibleWorkerUnplaced")
-                    job.update(workers=job.status.workers.model_copy(update={"target": len(job.live) - 1}))
+            unplaced = [
+                p
+                for p in pending
+                if p.created is not None and self.changes.now - p.created > self.config.gang_timeout_s
+            ]
+            for pod in unplaced:
+                self.changes.delete(pod, 0, "FlexibleWorkerUnplaced")
+            if unplaced:
+                job.update(workers=job.status.workers.model_copy(update={"target": len(job.live) - len(unplaced)}))
             return
         if overdue and job.status.workers.current >= spec.min_workers:
             self.stop_job(
@@ -335,17 +330,16 @@ class JobBook:
                 )
                 self.changes.emit(job.record.ref, "Started", message)
             elif workers != job.status.workers.target:  # the same count elsewhere is no reason to move workers
+                before = job.status.workers.target
                 fields = self.fold_work(job)
                 fields.update(workers=target, placements=placement)
-                before = job.status.workers.target
                 job.update(**fields)
-                if workers != before:
-                    self.changes.emit(job.record.ref, "Resized", f"workers {before} -> {workers} ({_where(placement)})")
+                self.changes.emit(job.record.ref, "Resized", f"workers {before} -> {workers} ({_where(placement)})")
 
     def too_large(self, snapshot: ClusterSnapshot, job: JobState) -> str | None:
         """Why ``job``'s base can never start on this cluster, even empty and with every server lent; or None."""
         spec = job.record.spec
-        model = self.core_job(job, {})
+        model = self.models[job.key]
         rooms = [
             sum(s.gpus // spec.gpus_per_worker for s in snapshot.servers if s.gpu_type == gpu_type)
             for gpu_type in sorted({s.gpu_type for s in snapshot.servers})
@@ -408,6 +402,7 @@ class JobBook:
         taken = {p.index for p in job.pods if p.index is not None}
         indices = [i for i in range(len(taken) + count + 1) if i not in taken][:count]
         bases = sum(1 for p in live if p.role is PodRole.TRAINING_BASE)
+        template = spec.template.model_dump(by_alias=True)
         created = []
         for position, index in enumerate(indices):
             role = names.ROLE_BASE if bases + position < spec.min_workers else names.ROLE_FLEXIBLE
@@ -418,7 +413,7 @@ class JobBook:
                 job_uid=job.record.ref.uid,
                 index=index,
                 role=role,
-                template=spec.template.model_dump(by_alias=True),
+                template=template,
                 gpus_per_worker=spec.gpus_per_worker,
                 gpu_type=gpu_type,
                 planned_node=node,

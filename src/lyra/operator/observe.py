@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -166,12 +166,18 @@ class World:
     jobs: tuple[JobRecord, ...]
     services: tuple[ServiceRecord, ...]
     unreadable: tuple[Unreadable, ...] = ()
+    _by_owner: Mapping[str, tuple[PodRecord, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def node(self, name: str) -> NodeRecord | None:
-        return next((n for n in self.nodes if n.name == name), None)
+    def __post_init__(self) -> None:
+        by_owner: dict[str, list[PodRecord]] = {}
+        for pod in self.pods:
+            if pod.owner is not None:
+                by_owner.setdefault(pod.owner, []).append(pod)
+        object.__setattr__(self, "_by_owner", {owner: tuple(pods) for owner, pods in by_owner.items()})
 
     def pods_of(self, owner: str) -> tuple[PodRecord, ...]:
-        return tuple(p for p in self.pods if p.owner == owner)
+        """The pods of a job or service (``namespace/name``), indexed once."""
+        return self._by_owner.get(owner, ())
 
 
 def read_world(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lyra.operator.actions import CreatePod, DeletePod, Emit
+from lyra.operator.actions import CreatePod, DeletePod, Emit, PatchStatus
 from lyra.operator.decide import OperatorConfig, decide
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
@@ -317,3 +317,20 @@ def test_a_job_whose_workers_are_exiting_is_neither_resized_nor_restarted() -> N
         pod["status"]["phase"] = "Succeeded"
     settle(cluster)
     assert cluster.job_status("ending")["phase"] == "Succeeded"
+
+
+def test_flexible_workers_that_cannot_bind_are_given_up_not_recreated() -> None:
+    cluster = FakeCluster([node("a0", "training", A100)])
+    cluster.add_job(training_job("elastic", 2, 8))
+    settle(cluster)
+    unbound = cluster.workers("elastic")[-2:]
+    for pod in unbound:  # something else took their GPUs: they wait, unbound, since long before the timeout
+        pod["spec"].pop("nodeName")
+        pod["status"]["phase"] = "Pending"
+        pod["metadata"]["creationTimestamp"] = "1970-01-01T00:00:00Z"
+    cluster.tick(CONFIG.gang_timeout_s + 1)
+    decision = decide(cluster.world(), CONFIG)
+    assert len(decision.of(DeletePod)) == 2
+    assert not decision.of(CreatePod)
+    status = next(a for a in decision.of(PatchStatus) if isinstance(a, PatchStatus) and a.ref.name == "elastic")
+    assert status.status["workers"]["target"] == 6
