@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
 from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +80,7 @@ def test_training_jobs_are_validated_by_the_api_server(kube_api: client.ApiClien
 
 
 def test_inference_services_scale_and_validate(
-    kube_api: client.ApiClient, namespace: str, local_cluster: ControlPlane
+    kube_api: client.ApiClient, namespace: str, local_cluster: ControlPlane, tmp_path: Path
 ) -> None:
     objects = client.CustomObjectsApi(kube_api)
     group, version, plural = names.GROUP, names.VERSION, names.INFERENCE_SERVICE_PLURAL
@@ -92,7 +94,17 @@ def test_inference_services_scale_and_validate(
     objects.patch_namespaced_custom_object_scale(group, version, namespace, plural, "chat", {"spec": {"replicas": 3}})
     assert objects.get_namespaced_custom_object(group, version, namespace, plural, "chat")["spec"]["replicas"] == 3
 
-    kubectl = [str(local_cluster.binaries.kubectl), "--kubeconfig", str(local_cluster.kubeconfig), "-n", namespace]
+    # Discovery can lag behind Established; kubectl resolves the category from it (and caches what it saw), so
+    # wait until discovery lists both kinds and give kubectl a fresh cache.
+    def discovered() -> bool:
+        listed = client.CustomObjectsApi(kube_api).get_api_resources(names.GROUP, names.VERSION).resources
+        return {names.TRAINING_JOB_PLURAL, names.INFERENCE_SERVICE_PLURAL} <= {r.name for r in listed}
+
+    wait_for(discovered, 30, "discovery to list both Lyra resources")
+    kubectl = [
+        str(local_cluster.binaries.kubectl), "--kubeconfig", str(local_cluster.kubeconfig), "-n", namespace,
+        "--cache-dir", str(tmp_path / "kube-cache"),
+    ]  # fmt: skip
     listed = subprocess.run(
         [*kubectl, "get", names.INFERENCE_SERVICE_SHORT], capture_output=True, text=True, check=True
     )
