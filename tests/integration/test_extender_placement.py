@@ -1,11 +1,13 @@
 """The real kube-scheduler calls Lyra's extender (nodeCacheCapable) and pods land where Lyra's rules say.
 
-One control plane with the default profile (4 training A100 nodes, 8 inference T4 nodes). Two inference nodes are
-labelled loaned and one reclaiming, as the operator would. Then, through the real scheduler and the real extender:
-an inference pod lands on a serving inference node; a flexible training worker allocated T4s lands on a loaned
-node (never a reclaiming or serving one); a base worker allocated A100s on a training node; a second worker of the
-same job on the node that already hosts the first (packing). With the extender stopped, a GPU pod waits unbound,
-and is placed once the extender is back.
+One control plane with the default profile (4 training A100 nodes, 8 inference T4 nodes). The inference nodes carry
+the state labels and taints the operator writes: two loaned, one reclaiming, the rest serving. The pods are made as
+the operator makes them (:mod:`lyra.operator.manifests`). Through the real scheduler and the real extender: an
+inference replica lands on a serving node; a flexible worker allocated T4s on a loaned node (never a reclaiming or
+serving one); a base worker allocated A100s on a training node; a second worker of the same job on the node that
+already hosts the first (the extender's packing, though emptier nodes are free). With the extender stopped, the
+rules still hold (they are the taints and node affinity, checked by kube-scheduler itself): a worker waits for
+nothing and lands on a loaned node.
 """
 
 from __future__ import annotations
@@ -20,19 +22,23 @@ import pytest
 import uvicorn
 from kubernetes import client
 
+from lyra.api import names
+from lyra.core.model import LoanState
 from lyra.extender.app import create_app
 from lyra.extender.watch import WatchedView
 from lyra.localcluster import populate
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
+from lyra.operator import manifests
 
 pytestmark = pytest.mark.integration
 
 LOANED = ("inference-t4-6", "inference-t4-7")
 RECLAIMING = "inference-t4-5"
-TRAINING_PRODUCT = "NVIDIA-A100-SXM4-80GB"
-INFERENCE_PRODUCT = "Tesla-T4"
+A100 = "NVIDIA-A100-SXM4-80GB"
+T4 = "Tesla-T4"
+TEMPLATE = {"spec": {"automountServiceAccountToken": False, "containers": [{"name": "main", "image": "x.invalid/a:1"}]}}
 
 
 @contextmanager
@@ -51,20 +57,32 @@ def running_extender(api: client.ApiClient, port: int) -> Iterator[WatchedView]:
         source.stop()
 
 
-def gpu_pod(name: str, gpus: int, labels: dict[str, str], product: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "automountServiceAccountToken": False,
-        "containers": [
-            {
-                "name": "main",
-                "image": "registry.invalid/app:1",
-                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}},
-            }
-        ],
-    }
-    if product is not None:
-        spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
-    return {"metadata": {"name": name, "labels": labels}, "spec": spec}
+def set_state(core: client.CoreV1Api, node: str, state: LoanState) -> None:
+    """What the operator writes on an inference node: the state label and the one state taint."""
+    taints = manifests.state_taints((), state)
+    core.patch_node(
+        node,
+        {
+            "metadata": {"labels": {names.STATE_LABEL: state.value}},
+            "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]},
+        },
+    )
+
+
+def worker(namespace: str, job: str, index: int, role: str, *, gpus: int, gpu_type: str) -> Any:
+    return manifests.worker_pod(
+        namespace=namespace, job=job, job_uid="", index=index, role=role, template=TEMPLATE, gpus_per_worker=gpus,
+        gpu_type=gpu_type, planned_node=None, grace_seconds=1, min_workers=1, max_workers=4,
+    )  # fmt: skip
+
+
+def replica(namespace: str, name: str, gpus: int) -> Any:
+    deployment = manifests.deployment(
+        namespace=namespace, service="chat", service_uid="", replicas=1, template=TEMPLATE, gpus_per_replica=gpus,
+        gpu_type=T4,
+    )  # fmt: skip
+    template = deployment["spec"]["template"]
+    return {"metadata": {**template["metadata"], "name": name, "namespace": namespace}, "spec": template["spec"]}
 
 
 def test_pods_land_where_lyras_rules_say(tmp_path: Path) -> None:
@@ -75,9 +93,10 @@ def test_pods_land_where_lyras_rules_say(tmp_path: Path) -> None:
         temporary_namespace(api, "extender-placement") as namespace,
     ):
         core = client.CoreV1Api(api)
-        for name in LOANED:
-            core.patch_node(name, {"metadata": {"labels": {"lyra.dev/state": "loaned"}}})
-        core.patch_node(RECLAIMING, {"metadata": {"labels": {"lyra.dev/state": "reclaiming"}}})
+        for index in range(8):
+            node = f"inference-t4-{index}"
+            state = LoanState.LOANED if node in LOANED else LoanState.SERVING
+            set_state(core, node, LoanState.RECLAIMING if node == RECLAIMING else state)
 
         def bound(name: str) -> str | None:
             node: str | None = core.read_namespaced_pod(name, namespace).spec.node_name
@@ -85,25 +104,18 @@ def test_pods_land_where_lyras_rules_say(tmp_path: Path) -> None:
 
         with running_extender(api, port) as source:
             wait_for(
-                lambda: (
-                    source.current().nodes.get(RECLAIMING) is not None
-                    and str(source.current().nodes[RECLAIMING].state) == "reclaiming"
-                ),
+                lambda: source.current().nodes[RECLAIMING].state is LoanState.RECLAIMING,
                 30,
-                "the extender's view to see the node labels",
+                "the extender's view to see the node states",
             )
-            core.create_namespaced_pod(namespace, gpu_pod("chat-0", 2, {"lyra.dev/role": "inference"}))
+            core.create_namespaced_pod(namespace, replica(namespace, "chat-0", 2))
             core.create_namespaced_pod(
-                namespace,
-                gpu_pod("bert-flex-0", 2, {"lyra.dev/role": "flexible", "lyra.dev/job": "bert"}, INFERENCE_PRODUCT),
+                namespace, worker(namespace, "bert", 0, names.ROLE_FLEXIBLE, gpus=2, gpu_type=T4)
             )
-            core.create_namespaced_pod(
-                namespace,
-                gpu_pod("gpt-base-0", 4, {"lyra.dev/role": "base", "lyra.dev/job": "gpt"}, TRAINING_PRODUCT),
-            )
-            inference_node = wait_for(lambda: bound("chat-0"), 60, "the inference pod to be bound")
-            flexible_node = wait_for(lambda: bound("bert-flex-0"), 60, "the flexible worker to be bound")
-            base_node = wait_for(lambda: bound("gpt-base-0"), 60, "the base worker to be bound")
+            core.create_namespaced_pod(namespace, worker(namespace, "gpt", 0, names.ROLE_BASE, gpus=4, gpu_type=A100))
+            inference_node = wait_for(lambda: bound("chat-0"), 60, "the inference replica to be bound")
+            flexible_node = wait_for(lambda: bound("bert-w0"), 60, "the flexible worker to be bound")
+            base_node = wait_for(lambda: bound("gpt-w0"), 60, "the base worker to be bound")
             assert inference_node.startswith("inference-t4-")
             assert inference_node not in (*LOANED, RECLAIMING)
             assert flexible_node in LOANED
@@ -111,24 +123,14 @@ def test_pods_land_where_lyras_rules_say(tmp_path: Path) -> None:
 
             # The job's next worker goes where the job already runs (packing), though other nodes are emptier.
             wait_for(lambda: source.current().job_nodes.get(f"{namespace}/gpt"), 30, "the view to see gpt's worker")
-            core.create_namespaced_pod(
-                namespace,
-                gpu_pod("gpt-base-1", 2, {"lyra.dev/role": "base", "lyra.dev/job": "gpt"}, TRAINING_PRODUCT),
-            )
-            assert wait_for(lambda: bound("gpt-base-1"), 60, "the second worker to be bound") == base_node
+            core.create_namespaced_pod(namespace, worker(namespace, "gpt", 1, names.ROLE_BASE, gpus=2, gpu_type=A100))
+            assert wait_for(lambda: bound("gpt-w1"), 60, "the second worker to be bound") == base_node
 
-        # Extender stopped: a GPU pod waits (the extender is not ignorable) and lands once it is back.
-        core.create_namespaced_pod(
-            namespace,
-            gpu_pod("bert-flex-1", 1, {"lyra.dev/role": "flexible", "lyra.dev/job": "bert"}, INFERENCE_PRODUCT),
+        # Extender stopped: the rules are the taints and node affinity, so the pod is placed right without it.
+        core.create_namespaced_pod(namespace, worker(namespace, "bert", 1, names.ROLE_FLEXIBLE, gpus=1, gpu_type=T4))
+        assert wait_for(lambda: bound("bert-w1"), 60, "the worker to be bound without the extender") in LOANED
+        core.create_namespaced_pod(namespace, replica(namespace, "chat-1", 1))
+        assert wait_for(lambda: bound("chat-1"), 60, "the replica to be bound without the extender") not in (
+            *LOANED,
+            RECLAIMING,
         )
-        events = client.CoreV1Api(api)
-
-        def failed_to_schedule() -> bool:
-            listed = events.list_namespaced_event(namespace, field_selector="involvedObject.name=bert-flex-1")
-            return any(event.reason == "FailedScheduling" for event in listed.items)
-
-        wait_for(failed_to_schedule, 60, "the scheduler to report that it could not reach the extender")
-        assert bound("bert-flex-1") is None
-        with running_extender(api, port):
-            assert wait_for(lambda: bound("bert-flex-1"), 120, "the waiting pod to be bound") in LOANED

@@ -1,8 +1,9 @@
 """kube-scheduler of the local cluster really calls the scheduler extender, and only for GPU pods.
 
-A stub extender (a few lines of HTTP on 127.0.0.1) stands in for Lyra's: it allows two identical empty nodes
-and scores one of them highest. The real scheduler must send it the GPU pod (and not the CPU-only pod, because
-of managedResources) and follow its answer: equal in-tree scores leave the extender's score to decide.
+A stub extender (a few lines of HTTP on 127.0.0.1) stands in for Lyra's: it scores one of two identical empty nodes
+(the only two the GPU pod's node affinity allows) highest. The real scheduler must send it the GPU pod (and not the
+CPU-only pod, because of managedResources) and follow its answer: equal in-tree scores leave the extender's score to
+decide. The extender has no filter verb (docs/architecture.md, "Where a pod lands"), so none is called.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ ALLOWED_NODES = (CHOSEN_NODE, "inference-t4-5")  # with a single feasible node, 
 
 @dataclass
 class StubExtender:
-    """Records (verb, pod) calls; filter keeps ALLOWED_NODES, prioritize scores CHOSEN_NODE highest."""
+    """Records (verb, pod) calls; prioritize scores CHOSEN_NODE highest."""
 
     calls: list[tuple[str, str]] = field(default_factory=list)
 
@@ -39,10 +40,6 @@ class StubExtender:
         self.calls.append((verb, pod))
         assert request.get("Nodes") is None, "nodeCacheCapable: the scheduler sends names only"
         names = request["NodeNames"]
-        if verb == "filter":
-            kept = [name for name in names if name in ALLOWED_NODES]
-            failed = {name: "not allowed by the stub" for name in names if name not in kept}
-            return {"NodeNames": kept, "FailedNodes": failed, "Error": ""}
         if verb == "preempt":
             return {"NodeNameToMetaVictims": request.get("NodeNameToMetaVictims") or {}}
         return [{"Host": name, "Score": 10 if name == CHOSEN_NODE else 0} for name in names]
@@ -77,10 +74,18 @@ def stub_extender() -> Iterator[tuple[StubExtender, str]]:
 
 
 def pod(name: str, resources: dict[str, str]) -> dict[str, Any]:
+    allowed = {"key": "kubernetes.io/hostname", "operator": "In", "values": list(ALLOWED_NODES)}
     return {
         "metadata": {"name": name},
         "spec": {
             "automountServiceAccountToken": False,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [allowed]}]
+                    }
+                }
+            },
             "containers": [
                 {
                     "name": "main",
@@ -112,6 +117,6 @@ def test_gpu_pods_go_through_the_extender_and_follow_its_answer(
         assert wait_for(lambda: bound("gpu"), 60, "the GPU pod to be bound") == CHOSEN_NODE
         wait_for(lambda: bound("cpu-only"), 60, "the CPU-only pod to be bound")
 
-    assert ("filter", "gpu") in stub.calls
     assert ("prioritize", "gpu") in stub.calls
+    assert not [call for call in stub.calls if call[0] == "filter"]
     assert [call for call in stub.calls if call[1] == "cpu-only"] == []

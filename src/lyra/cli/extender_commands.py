@@ -1,6 +1,7 @@
-"""`lyra extender`: the scheduler extender that kube-scheduler calls to filter and score nodes for GPU pods.
+"""`lyra extender`: the scheduler extender that kube-scheduler calls to score nodes for GPU pods.
 
-It serves ``filter``, ``prioritize`` and ``preempt`` on ``--host``:``--port`` (default 127.0.0.1:8888, where the
+It serves ``prioritize`` and ``preempt`` (it refuses no node: Lyra's hard rules are the state taints and the pods'
+node affinity, which kube-scheduler checks itself) on ``--host``:``--port`` (default 127.0.0.1:8888, where the
 local cluster's kube-scheduler calls it), with ``/healthz``, ``/readyz`` (ready once its node and pod cache has
 synced) and ``/metrics``. The kubeconfig comes from ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside
 a pod, the service account. Exit codes: 0 stopped cleanly, 1 it could not start, 2 bad input.
@@ -25,9 +26,10 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register `lyra extender`."""
     parser = commands.add_parser(
         "extender",
-        help="run the scheduler extender (filter, prioritize, preempt) for kube-scheduler",
-        description="Serve kube-scheduler's extender protocol from a watched cache of nodes and pods, with "
-        "Lyra's placement rules: inference off loaned servers, training on its allocated GPU type, jobs packed.",
+        help="run the scheduler extender (prioritize, preempt) for kube-scheduler",
+        description="Serve kube-scheduler's extender protocol from a watched cache of nodes and pods: score nodes "
+        "so inference packs onto serving servers, jobs pack onto few servers away from the next reclaim, and "
+        "preemption never takes inference or base workers for lesser pods.",
     )
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")

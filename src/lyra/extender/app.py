@@ -1,15 +1,21 @@
-"""The HTTP face of the scheduler extender: ``filter``, ``prioritize`` and ``preempt`` for kube-scheduler, plus
-``/healthz``, ``/readyz`` and ``/metrics``.
+"""The HTTP face of the scheduler extender: ``prioritize`` and ``preempt`` for kube-scheduler, plus ``/healthz``,
+``/readyz`` and ``/metrics``.
+
+The extender scores and never refuses a node (docs/architecture.md, "Where a pod lands"). Lyra's hard rules (which
+loan states a pod may run in, which GPU type a worker needs) are in what the operator writes, the state taints and
+the pods' node affinity, which kube-scheduler's own plugins check and re-check on every node change. A refusal by an
+extender names no plugin, so kube-scheduler would retry such a pod only at its periodic flush of unschedulable pods
+(five minutes); a refusal made on a view a fraction of a second old (a node that has just returned to ``serving``)
+would leave inference waiting that long. So the extender has no ``filter`` verb, and kube-scheduler is configured
+with it ``ignorable``: when it is down, pods are still placed correctly, only less well packed.
 
 Every verb reads the current :class:`~lyra.extender.view.ClusterView` (never the API server) and asks the policy
-core (:func:`lyra.core.placement.filter_nodes`, :func:`lyra.core.placement.score_nodes`). Both modes of the protocol
-are served: with ``nodeCacheCapable`` the request names the nodes and the view supplies them; without it the request
-carries the Node objects, which are answered back exactly as sent.
+core (:func:`lyra.core.placement.score_nodes`). Both modes of the protocol are served: with ``nodeCacheCapable`` the
+request names the nodes and the view supplies them; without it the request carries the Node objects.
 
 Bad bodies get a 4xx with a message and never a 500: a body over ``max_body_bytes`` is refused (413) before it is
 read whole, JSON that does not parse or does not match the protocol gets 400 or 422. Until the view has synced,
-``/readyz`` says 503 and ``filter`` answers with ``Error`` so kube-scheduler retries the pod later rather than
-placing it blind.
+``/readyz`` says 503 and ``prioritize`` scores nothing (no preference is better than one from an empty view).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,15 +33,13 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from lyra.api import names
 from lyra.api.convert import PodFacts, node_view
 from lyra.api.objects import Node
 from lyra.core.model import LoanState
-from lyra.core.placement import NodeView, PodRequest, PodRole, filter_nodes, score_nodes
+from lyra.core.placement import NodeView, PodRequest, PodRole, score_nodes
 from lyra.extender.view import ClusterView
 from lyra.extender.wire import (
     ExtenderArgs,
-    ExtenderFilterResult,
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
     HostPriority,
@@ -47,8 +51,6 @@ from lyra.extender.wire import (
 #: nodes of a few KiB each stay well below this.
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 NOT_SYNCED = "the Lyra extender has not synced its node and pod cache yet"
-UNKNOWN_NODE = "not in the Lyra extender's cache yet"
-NOT_LYRA_NODE = f"not a Lyra GPU node (no {names.POOL_LABEL} label or no {names.GPU_RESOURCE})"
 
 
 class ViewSource(Protocol):
@@ -86,9 +88,6 @@ class ExtenderMetrics:
             ["verb"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=registry,
-        )
-        self.filtered_out = Counter(
-            "lyra_extender_nodes_filtered_out", "Nodes the filter refused, by pod role", ["role"], registry=registry
         )
 
 
@@ -128,37 +127,15 @@ def _validation_message(error: ValidationError) -> str:
     return "; ".join(problems) + more
 
 
-def _node_items(data: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    nodes = data.get("Nodes")
-    if isinstance(nodes, dict) and isinstance(nodes.get("items"), list):
-        return [item for item in nodes["items"] if isinstance(item, dict)]
-    return None
-
-
-def _candidates(args: ExtenderArgs, view: ClusterView) -> tuple[list[NodeView], dict[str, str], list[str]]:
-    """The nodes to judge as core views, the nodes refused before judging (with why), and every name in request
-    order."""
-    views: list[NodeView] = []
-    refused: dict[str, str] = {}
-    order: list[str] = []
+def _candidates(args: ExtenderArgs, view: ClusterView) -> list[NodeView]:
+    """The nodes to score as core views, in request order: by name from the view (``nodeCacheCapable``), or from
+    the Node objects sent. A node the view does not know (not Lyra's, or not seen yet) is left out: it scores 0."""
     if args.NodeNames is not None:
-        for name in args.NodeNames:
-            order.append(name)
-            known = view.nodes.get(name)
-            if known is not None:
-                views.append(known)
-            else:
-                refused[name] = NOT_LYRA_NODE if name in view.other_nodes else UNKNOWN_NODE
-    elif args.Nodes is not None:
-        for node in args.Nodes.items:
-            name = node.metadata.name
-            order.append(name)
-            judged = _from_request(node, view)
-            if judged is None:
-                refused[name] = NOT_LYRA_NODE
-            else:
-                views.append(judged)
-    return views, refused, order
+        known = view.nodes
+        return [known[name] for name in args.NodeNames if name in known]
+    if args.Nodes is not None:
+        return [judged for node in args.Nodes.items if (judged := _from_request(node, view)) is not None]
+    return []
 
 
 def _from_request(node: Node, view: ClusterView) -> NodeView | None:
@@ -173,56 +150,20 @@ def _from_request(node: Node, view: ClusterView) -> NodeView | None:
     return judged
 
 
-def _filter(args: ExtenderArgs, raw_nodes: list[dict[str, Any]] | None, view: ClusterView) -> dict[str, Any]:
-    """The filter answer in the mode asked: ``NodeNames`` back for names, the Node objects as sent for nodes."""
-    pod = view.request_for(args.Pod)
-    views, refused, order = _candidates(args, view)
-    if pod.role is PodRole.UNMANAGED:
-        # A GPU pod Lyra does not manage may use any node that is not lent to or being reclaimed from training.
-        refused = {name: reason for name, reason in refused.items() if reason != NOT_LYRA_NODE}
-    result = filter_nodes(pod, views)
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    for name, reason in refused.items():
-        (failed if reason == UNKNOWN_NODE else unresolvable)[name] = reason
-    rule_refused = result.unresolvable
-    for name, reason in result.failed.items():
-        if name in rule_refused:
-            unresolvable[name] = reason
-        else:
-            failed[name] = reason
-    if len(views) == len(order):
-        kept = list(result.passed)  # the views follow the request's order
-    else:
-        kept = [name for name in order if name not in failed and name not in unresolvable]
-    # A plain dict, not ExtenderFilterResult: its thousands of reasons would be copied twice on the hot path.
-    dumped: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
-    if args.NodeNames is not None:
-        dumped["NodeNames"] = kept
-    else:
-        passed = set(kept)
-        dumped["Nodes"] = {"items": [item for item in raw_nodes or [] if _item_name(item) in passed]}
-    return dumped
-
-
-def _item_name(item: Mapping[str, Any]) -> object:
-    metadata = item.get("metadata")
-    return metadata.get("name") if isinstance(metadata, dict) else None
-
-
 def _prioritize(args: ExtenderArgs, view: ClusterView) -> list[dict[str, Any]]:
     """``HostPriorityList`` in request order, leaving out the nodes that score 0: kube-scheduler adds the extender's
     score of each host it lists and nothing for the others, so a missing host and a 0 are the same, and the answer
     stays small. Plain dicts: this is the hot path, and the core keeps scores within 0..10 (see
     :class:`~lyra.extender.wire.HostPriority`)."""
     pod = view.request_for(args.Pod)
-    views, _, _ = _candidates(args, view)
+    views = _candidates(args, view)
     return [{"Host": name, "Score": score} for name, score in score_nodes(pod, views) if score > 0]
 
 
 def _preempt(args: ExtenderPreemptionArgs, view: ClusterView) -> ExtenderPreemptionResult:
     """Keep the nodes where every proposed victim may be evicted for this pod: never inference pods for training,
-    never base workers for flexible ones, never anything on a node the pod may not use."""
+    never base workers for flexible ones. Which nodes the pod may use at all is not judged here: kube-scheduler's
+    own plugins (node affinity, the state taints) already left out the nodes no eviction can open."""
     pod = view.request_for(args.Pod)
     proposals: dict[str, list[str]] = {}
     if args.NodeNameToMetaVictims is not None:
@@ -234,19 +175,10 @@ def _preempt(args: ExtenderPreemptionArgs, view: ClusterView) -> ExtenderPreempt
     meta_victims = args.NodeNameToMetaVictims or {}
     allowed: dict[str, MetaVictims] = {}
     for node, uids in proposals.items():
-        known = view.nodes.get(node)
-        if known is None and pod.role is not PodRole.UNMANAGED:
-            continue
-        if known is not None and filter_nodes(_without_gpus(pod), [known]).failed:
-            continue  # a rule keeps the pod off this node: evicting would not help
         if all(_may_evict(pod, view.pods.get(uid)) for uid in uids):
             pdb = meta_victims[node].NumPDBViolations if node in meta_victims else 0
             allowed[node] = MetaVictims(Pods=[MetaPod(UID=uid) for uid in uids], NumPDBViolations=pdb)
     return ExtenderPreemptionResult(NodeNameToMetaVictims=allowed)
-
-
-def _without_gpus(pod: PodRequest) -> PodRequest:
-    return PodRequest(pod.role, 0, pod.job, pod.job_nodes, pod.gpu_types)
 
 
 def _may_evict(pod: PodRequest, victim: PodFacts | None) -> bool:
@@ -296,11 +228,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     document = get_openapi(title=app.title, version=app.version, routes=app.routes)
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     verbs: dict[str, tuple[type[BaseModel], str]] = {
-        "filter": (ExtenderArgs, "ExtenderFilterResult"),
         "prioritize": (ExtenderArgs, "HostPriorityList"),
         "preempt": (ExtenderPreemptionArgs, "ExtenderPreemptionResult"),
     }
-    for model in (ExtenderArgs, ExtenderPreemptionArgs, ExtenderFilterResult, ExtenderPreemptionResult):
+    for model in (ExtenderArgs, ExtenderPreemptionArgs, ExtenderPreemptionResult):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
@@ -359,12 +290,6 @@ def create_app(
 
         return endpoint
 
-    def do_filter(data: dict[str, Any], view: ClusterView) -> object:
-        args = ExtenderArgs.model_validate(data)
-        if not source.synced:
-            return ExtenderFilterResult(Error=NOT_SYNCED).model_dump(exclude_none=True)
-        return _filter(args, _node_items(data), view)
-
     def do_prioritize(data: dict[str, Any], view: ClusterView) -> object:
         args = ExtenderArgs.model_validate(data)
         return _prioritize(args, view)
@@ -373,7 +298,6 @@ def create_app(
         args = ExtenderPreemptionArgs.model_validate(data)
         return _preempt(args, view).model_dump()
 
-    app.add_api_route("/filter", verb("filter", do_filter), methods=["POST"])
     app.add_api_route("/prioritize", verb("prioritize", do_prioritize), methods=["POST"])
     app.add_api_route("/preempt", verb("preempt", do_preempt), methods=["POST"])
 

@@ -30,22 +30,11 @@ class _Go(BaseModel):
 
 
 class ExtenderArgs(_Go):
-    """The body of ``filter`` and ``prioritize``: full ``Nodes`` or, with ``nodeCacheCapable``, ``NodeNames``."""
+    """The body of ``prioritize``: full ``Nodes`` or, with ``nodeCacheCapable``, ``NodeNames``."""
 
     Pod: Pod
     Nodes: NodeList | None = None
     NodeNames: list[Name] | None = Field(default=None, max_length=MAX_NODES)
-
-
-class ExtenderFilterResult(_Go):
-    """``Nodes`` or ``NodeNames`` (as asked) that passed; the others with a reason in ``FailedNodes`` (preemption may
-    help) or ``FailedAndUnresolvableNodes`` (it cannot); ``Error`` fails the scheduling attempt."""
-
-    Nodes: NodeList | None = None
-    NodeNames: list[str] | None = None
-    FailedNodes: dict[str, str] = Field(default_factory=dict)
-    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
-    Error: str = ""
 
 
 class HostPriority(_Go):

@@ -106,12 +106,13 @@ def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, An
         config["extenders"] = [
             {
                 "urlPrefix": extender_url,
-                "filterVerb": "filter",
                 "prioritizeVerb": "prioritize",
                 "preemptVerb": "preempt",
                 "weight": 1,
                 "nodeCacheCapable": True,
-                "ignorable": False,
+                # Scoring only: Lyra's rules are in the taints and node affinity, so kube-scheduler places pods
+                # correctly without the extender (docs/architecture.md, "Where a pod lands").
+                "ignorable": True,
                 "httpTimeout": EXTENDER_TIMEOUT,
                 "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}],
             }

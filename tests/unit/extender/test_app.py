@@ -1,4 +1,4 @@
-"""The extender's HTTP verbs, on a fixed view: both protocol modes, Lyra's rules, and hostile bodies.
+"""The extender's HTTP verbs, on a fixed view: both protocol modes, scores, preemption victims, and hostile bodies.
 
 The cluster: training nodes t0, t1 (A100 x 8), inference nodes s0 (serving), i0 (idle), l0 and l1 (loaned), r0
 (reclaiming), all T4 x 8, and a plain GPU node g0 without Lyra's labels. Job ``ns/gpt`` has a base worker (4 GPUs)
@@ -90,39 +90,24 @@ def names_args(subject: dict[str, Any]) -> dict[str, Any]:
     return {"Pod": subject, "Nodes": None, "NodeNames": NAMES}
 
 
-CASES = [
-    # (pod, passed, unresolvable)
-    (pod("chat-1", 2, "inference"), {"s0", "i0"}, {"t0", "t1", "l0", "l1", "r0", "g0"}),
-    (pod("bert-1", 2, "flexible", "bert", T4), {"l0", "l1"}, {"t0", "t1", "s0", "i0", "r0", "g0"}),
-    (pod("gpt-1", 4, "base", "gpt", A100), {"t0", "t1"}, {"s0", "i0", "l0", "l1", "r0", "g0"}),
-    (pod("other", 1), {"t0", "t1", "s0", "i0", "g0"}, {"l0", "l1", "r0"}),
-]
+def test_there_is_no_filter_verb(api: TestClient) -> None:
+    """Refusals belong to kube-scheduler's plugins (taints, node affinity), which it re-checks on node changes; an
+    extender's refusal would leave a pod waiting for the unschedulable flush (docs/architecture.md)."""
+    assert api.post("/filter", json=names_args(pod("chat-1", 2, "inference"))).status_code == 404
 
 
-@pytest.mark.parametrize(("subject", "passed", "unresolvable"), CASES, ids=["inference", "flexible", "base", "other"])
-def test_filter_by_names_follows_lyras_rules(
-    api: TestClient, subject: dict[str, Any], passed: set[str], unresolvable: set[str]
-) -> None:
-    answer = api.post("/filter", json=names_args(subject))
-    assert answer.status_code == 200
-    body = answer.json()
-    assert set(body["NodeNames"]) == passed
-    assert set(body["FailedAndUnresolvableNodes"]) == unresolvable
-    assert body["NodeNames"] == [name for name in NAMES if name in passed]  # request order kept
-    assert body.get("Error", "") == ""
+def test_a_node_the_view_calls_reclaiming_is_not_refused_only_unscored(api: TestClient) -> None:
+    """The scheduler sends only nodes its plugins found feasible; a view a moment old (r0 has just returned to
+    serving) must not stop the pod from landing there: r0 is simply left unscored."""
+    hosts = api.post("/prioritize", json=names_args(pod("chat-1", 2, "inference"))).json()
+    assert {h["Host"] for h in hosts} == {"s0", "i0"}
+    assert {h["Host"]: h["Score"] for h in hosts}["s0"] > {h["Host"]: h["Score"] for h in hosts}["i0"]
 
 
-def test_a_full_node_is_resolvable_by_preemption(api: TestClient) -> None:
-    body = api.post("/filter", json=names_args(pod("gpt-2", 6, "base", "gpt", A100))).json()
-    assert body["NodeNames"] == ["t0"]
-    assert body["FailedNodes"] == {"t1": "needs 6 nvidia.com/gpu, 4 of 8 free"}
-
-
-def test_filter_with_full_nodes_answers_the_objects_as_sent(api: TestClient) -> None:
+def test_prioritize_with_full_nodes_scores_the_nodes_as_sent(api: TestClient) -> None:
     sent = [dict(n, spec={"podCIDR": "10.0.0.0/24"}) for n in NODES]
-    body = api.post("/filter", json={"Pod": pod("chat-1", 2, "inference"), "Nodes": {"items": sent}}).json()
-    assert body["Nodes"]["items"] == [n for n in sent if n["metadata"]["name"] in ("s0", "i0")]
-    assert "NodeNames" not in body
+    hosts = api.post("/prioritize", json={"Pod": pod("chat-1", 2, "inference"), "Nodes": {"items": sent}}).json()
+    assert [h["Host"] for h in hosts] == ["s0", "i0"]
 
 
 def test_prioritize_packs_jobs_and_keeps_scores_in_range(api: TestClient) -> None:
@@ -151,12 +136,13 @@ def test_preempt_never_evicts_inference_or_bases_for_flexible_workers(api: TestC
     assert body == {"NodeNameToMetaVictims": {"l1": {"Pods": [{"UID": "uid-bert-0"}], "NumPDBViolations": 0}}}
 
 
-def test_until_synced_filter_answers_with_an_error_and_readyz_is_503() -> None:
+def test_until_synced_prioritize_scores_nothing_and_readyz_is_503() -> None:
     api = TestClient(create_app(FixedView(build_view([], []), synced=False)))
-    assert api.get("/readyz").status_code == 503
+    answer = api.get("/readyz")
+    assert answer.status_code == 503
+    assert NOT_SYNCED in answer.text
     assert api.get("/healthz").status_code == 200
-    body = api.post("/filter", json=names_args(pod("chat-1", 2, "inference"))).json()
-    assert body["Error"] == NOT_SYNCED
+    assert api.post("/prioritize", json=names_args(pod("chat-1", 2, "inference"))).json() == []
 
 
 COMMON_BAD_BODIES = [
@@ -166,8 +152,8 @@ COMMON_BAD_BODIES = [
     (b'{"Pod": {"metadata": {}}}', 422, "name"),
     (b"[" * 100_000 + b"]" * 100_000, 400, "JSON"),
 ]
-BAD_BODIES = [(verb, *case) for verb in ("filter", "prioritize", "preempt") for case in COMMON_BAD_BODIES] + [
-    ("filter", b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": "t0"}', 422, "NodeNames"),
+BAD_BODIES = [(verb, *case) for verb in ("prioritize", "preempt") for case in COMMON_BAD_BODIES] + [
+    ("prioritize", b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": "t0"}', 422, "NodeNames"),
     ("prioritize", b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": 5}}', 422, "Nodes"),
     ("preempt", b'{"Pod": {"metadata": {"name": "p"}}, "NodeNameToMetaVictims": []}', 422, "NodeNameToMetaVictims"),
 ]
@@ -182,17 +168,17 @@ def test_bad_bodies_get_a_4xx_with_a_message(api: TestClient, verb: str, raw: by
 
 def test_an_oversized_body_is_refused_before_it_is_read() -> None:
     api = TestClient(create_app(FixedView(build_view([], [])), max_body_bytes=1024))
-    answer = api.post("/filter", content=b"{" + b" " * 4096 + b"}", headers={"Content-Type": "application/json"})
+    answer = api.post("/prioritize", content=b"{" + b" " * 4096 + b"}", headers={"Content-Type": "application/json"})
     assert answer.status_code == 413
     assert "limit" in answer.json()["Error"]
 
 
 def test_metrics_count_requests_by_verb_and_outcome(api: TestClient) -> None:
-    api.post("/filter", json=names_args(pod("chat-1", 2, "inference")))
-    api.post("/filter", content=b"nope")
+    api.post("/prioritize", json=names_args(pod("chat-1", 2, "inference")))
+    api.post("/prioritize", content=b"nope")
     text = api.get("/metrics").text
-    assert 'lyra_extender_requests_total{outcome="ok",verb="filter"} 1.0' in text
-    assert 'lyra_extender_requests_total{outcome="bad-request",verb="filter"} 1.0' in text
+    assert 'lyra_extender_requests_total{outcome="ok",verb="prioritize"} 1.0' in text
+    assert 'lyra_extender_requests_total{outcome="bad-request",verb="prioritize"} 1.0' in text
 
 
 json_values = st.recursive(
@@ -205,7 +191,7 @@ FIELDS = ["Pod", "Nodes", "NodeNames", "NodeNameToMetaVictims", "NodeNameToVicti
 
 @settings(max_examples=150, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    verb=st.sampled_from(["filter", "prioritize", "preempt"]),
+    verb=st.sampled_from(["prioritize", "preempt"]),
     replaced=st.dictionaries(st.sampled_from([*FIELDS, "metadata", "spec", "labels"]), json_values, max_size=3),
 )
 def test_no_body_makes_the_extender_fail_with_a_5xx(api: TestClient, verb: str, replaced: dict[str, Any]) -> None:
@@ -226,10 +212,14 @@ def test_the_recorder_keeps_the_first_bodies_of_each_verb(tmp_path: Path) -> Non
     view = build_view([Node.model_validate(n) for n in NODES], [])
     api = TestClient(create_app(FixedView(view), recorder=BodyRecorder(tmp_path, limit=2)))
     for index in range(3):
-        api.post("/filter", json=names_args(pod(f"p{index}", 1)))
-    api.post("/prioritize", json=names_args(pod("q", 1)))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["filter-000.json", "filter-001.json", "prioritize-000.json"]
-    assert json.loads((tmp_path / "filter-001.json").read_text())["Pod"]["metadata"]["name"] == "p1"
+        api.post("/prioritize", json=names_args(pod(f"p{index}", 1)))
+    api.post("/preempt", json={"Pod": pod("q", 1), "NodeNameToMetaVictims": {}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "preempt-000.json",
+        "prioritize-000.json",
+        "prioritize-001.json",
+    ]
+    assert json.loads((tmp_path / "prioritize-001.json").read_text())["Pod"]["metadata"]["name"] == "p1"
 
 
 def test_a_50_mb_body_without_a_length_is_refused_without_holding_it_in_memory() -> None:
@@ -244,7 +234,7 @@ def test_a_50_mb_body_without_a_length_is_refused_without_holding_it_in_memory()
         tracemalloc.start()
         sent = 0
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        connection.putrequest("POST", "/filter")
+        connection.putrequest("POST", "/prioritize")
         connection.putheader("Content-Type", "application/json")
         connection.putheader("Transfer-Encoding", "chunked")
         connection.endheaders()

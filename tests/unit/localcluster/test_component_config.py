@@ -31,12 +31,11 @@ def test_the_scheduler_calls_the_extender_for_gpu_pods_only() -> None:
     assert config["extenders"] == [
         {
             "urlPrefix": "http://127.0.0.1:8888",
-            "filterVerb": "filter",
             "prioritizeVerb": "prioritize",
             "preemptVerb": "preempt",
             "weight": 1,
             "nodeCacheCapable": True,
-            "ignorable": False,
+            "ignorable": True,
             "httpTimeout": "5s",
             "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
         }
