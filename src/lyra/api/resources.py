@@ -164,6 +164,14 @@ class InferenceServiceSpec(_Wire):
         return self
 
 
+class ReclaimWait(_Wire):
+    """A reclaim under way for a service's replicas: since when (the first pass that found its replicas waiting for
+    servers being reclaimed from training), so the time until they all run is measured and reported."""
+
+    started_at: str = Field(max_length=64, description="RFC 3339 time, to the millisecond, the reclaim began.")
+    gpu_type: str = Field(max_length=MAX_NAME, description="The GPU type of the servers being reclaimed.")
+
+
 class InferenceServiceStatus(_Wire):
     replicas: int = Field(default=0, ge=0)
     ready_replicas: int = Field(default=0, ge=0)
@@ -172,6 +180,9 @@ class InferenceServiceStatus(_Wire):
     gpu_type: str | None = Field(default=None, max_length=MAX_NAME, description="The GPU type the replicas run on.")
     observed_generation: int | None = Field(default=None, ge=0)
     conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
+    reclaim: ReclaimWait | None = Field(
+        default=None, description="Set while replicas wait for servers being reclaimed from training."
+    )
 
 
 def wire(model: BaseModel) -> dict[str, Any]:

@@ -11,6 +11,8 @@ decided (docs/architecture.md, "A pass"):
    ``plan_reclaim`` and marked ``reclaiming``; idle surplus that has been idle long enough is lent.
 4. **Draining**: training work on ``reclaiming`` servers leaves, by scale-in where the job keeps its base, by
    preemption where it does not; an emptied server returns to ``serving``; past the deadline the rest is forced.
+   A service whose replicas wait for a reclaim records since when; once they all run, it reports how long
+   (``ReclaimServed``).
 5. **Allocation**, when nothing is in flight: ``allocate_workers`` on the settled snapshot sets every job's intent
    (phase, target workers, planned placement, GPU type), written to its status.
 6. **Converging pods to intents**: missing workers are created (a new gang whole), extra flexible ones deleted, and
@@ -50,10 +52,12 @@ def decide(world: World, config: OperatorConfig | None = None) -> Decision:
     loans.settle_serving_and_idle()
     loans.plan_loans_and_reclaims()
     loans.drain()
+    services.follow_reclaims(loans.reclaims_under_way())
     if loans.settled and jobs.settled():
         jobs.allocate(loans.states)
     jobs.converge()
     jobs.write_statuses()
+    services.write_statuses()
     report_unreadable(world, changes)
     changes.summary["loans"] = loans.summary
     actions = [*loans.node_actions(), *changes.actions]

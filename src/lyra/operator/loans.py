@@ -58,6 +58,8 @@ class LoanBook:
         self.reclaim_started: dict[str, float | None] = {}
         self.idle_since: dict[str, float | None] = {}
         self.reasons: dict[str, str] = {}
+        #: Nodes reclaiming at any point of this pass, and when their reclaim began.
+        self.reclaim_began: dict[str, float] = {}
         self.demand = dict(demand)
         self.users = users or {}
         self.settled = True
@@ -77,6 +79,8 @@ class LoanBook:
                 state = LoanState.SERVING if self.inference_on[node.name] else LoanState.IDLE
             self.states[node.name] = state
             self.reclaim_started[node.name] = node.reclaim_started if state is LoanState.RECLAIMING else None
+            if state is LoanState.RECLAIMING:
+                self.reclaim_began[node.name] = node.reclaim_started if node.reclaim_started is not None else self.now
             self.idle_since[node.name] = node.idle_since if state is LoanState.IDLE else None
             if state is LoanState.IDLE and node.idle_since is None:
                 self.idle_since[node.name] = self.now
@@ -86,6 +90,18 @@ class LoanBook:
         self.reasons[node] = reason
         self.reclaim_started[node] = self.now if state is LoanState.RECLAIMING else None
         self.idle_since[node] = self.now if state is LoanState.IDLE else None
+        if state is LoanState.RECLAIMING:
+            self.reclaim_began.setdefault(node, self.now)
+
+    def reclaims_under_way(self) -> dict[str, float]:
+        """Per GPU type, when the oldest reclaim that was under way during this pass began (including one begun and
+        finished in it: idle loaned servers return to serving in the pass that reclaims them)."""
+        began: dict[str, float] = {}
+        types = {n.name: n.gpu_type for n in self.inference_nodes}
+        for node, since in self.reclaim_began.items():
+            gpu_type = types[node]
+            began[gpu_type] = min(since, began.get(gpu_type, since))
+        return began
 
     # -- lend and reclaim --------------------------------------------------------------------------------------
 

@@ -50,6 +50,11 @@ def format_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_time_ms(seconds: float) -> str:
+    """Seconds since the epoch as RFC 3339 in UTC, to the millisecond (for durations Lyra measures itself)."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class _Resource(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 

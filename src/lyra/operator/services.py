@@ -1,17 +1,25 @@
 """The inference side of a pass: each InferenceService's replicas (from its spec or its load), its Deployment, its
-status, and the servers of each GPU type inference needs (:mod:`lyra.operator.sizing`)."""
+status, and the servers of each GPU type inference needs (:mod:`lyra.operator.sizing`).
+
+A service whose replicas wait while servers of their GPU type are reclaimed from training carries
+``status.reclaim`` (since when); once all its replicas run, an Event ``ReclaimServed`` says how long they waited, the
+pass's summary lists it under ``reclaim_waits`` (for metrics), and the record is cleared. The start is read from
+the nodes' ``reclaim-started`` annotations or set by the pass that begins the reclaim, so a restart loses nothing.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
-from lyra.api.resources import wire
+from lyra.api.resources import InferenceServiceStatus, ReclaimWait, wire
 from lyra.core.model import Pool
+from lyra.core.placement import PodRole
 from lyra.operator import manifests
 from lyra.operator.actions import ApplyDeployment, PatchStatus
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_condition
-from lyra.operator.observe import ServiceRecord, World
+from lyra.operator.observe import ServiceRecord, World, format_time_ms, parse_time
 from lyra.operator.sizing import desired_replicas, main_inference_type, server_size, servers_needed
 
 
@@ -21,6 +29,9 @@ class ServiceBook:
         self.changes = changes
         #: Per GPU type, the services whose replicas need it (named in reclaim messages).
         self.users: dict[str, list[str]] = defaultdict(list)
+        #: Each service's status as this pass decides it, and the problem it reports (written by write_statuses).
+        self.statuses: dict[str, InferenceServiceStatus] = {}
+        self.problems: dict[str, tuple[str, str]] = {}
 
     def plan(self) -> dict[str, int]:
         """Statuses and Deployments of every service; returns the servers needed per inference GPU type."""
@@ -95,7 +106,50 @@ class ServiceBook:
                 now=self.changes.now,
                 generation=service.generation,
             )
-        if status != service.status:
+        self.statuses[service.ref.key] = status
+        if problem is not None:
+            self.problems[service.ref.key] = problem
+
+    def follow_reclaims(self, reclaiming_since: Mapping[str, float]) -> None:
+        """Start or end each service's reclaim record. ``reclaiming_since``: per GPU type, when the oldest reclaim
+        under way in this pass (or begun and finished in it) began."""
+        now = self.changes.now
+        for service in self.world.services:
+            status = self.statuses.get(service.ref.key)
+            if status is None or status.gpu_type is None:
+                continue
+            running = sum(
+                1
+                for pod in self.world.pods_of(service.ref.key)
+                if pod.role is PodRole.INFERENCE and pod.phase == "Running" and pod.node and not pod.terminating
+            )
+            record = status.reclaim
+            if record is None:
+                began = reclaiming_since.get(status.gpu_type)
+                if began is not None and running < status.replicas:
+                    record = ReclaimWait(started_at=format_time_ms(began), gpu_type=status.gpu_type)
+                    self.statuses[service.ref.key] = status.model_copy(update={"reclaim": record})
+                continue
+            if running < status.replicas:
+                continue
+            began = parse_time(record.started_at)
+            waited = max(now - began, 0.0) if began is not None else 0.0
+            self.changes.emit(
+                service.ref,
+                "ReclaimServed",
+                f"{running} of {status.replicas} replicas running {waited:.1f} s after the reclaim of "
+                f"{record.gpu_type} servers began",
+            )
+            waits = self.changes.summary.setdefault("reclaim_waits", [])
+            waits.append({"service": service.ref.key, "gpu_type": record.gpu_type, "seconds": round(waited, 3)})
+            self.statuses[service.ref.key] = status.model_copy(update={"reclaim": None})
+
+    def write_statuses(self) -> None:
+        for service in self.world.services:
+            status = self.statuses.get(service.ref.key)
+            if status is None or status == service.status:
+                continue
             self.changes.actions.append(PatchStatus(service.ref, wire(status), changed_fields(service.status, status)))
+            problem = self.problems.get(service.ref.key)
             if problem is not None and service.status.conditions != status.conditions:
                 self.changes.emit(service.ref, problem[0], problem[1], warning=True)

@@ -334,3 +334,47 @@ def test_flexible_workers_that_cannot_bind_are_given_up_not_recreated() -> None:
     assert not decision.of(CreatePod)
     status = next(a for a in decision.of(PatchStatus) if isinstance(a, PatchStatus) and a.ref.name == "elastic")
     assert status.status["workers"]["target"] == 6
+
+
+def test_a_reclaim_is_timed_from_its_start_until_every_replica_runs() -> None:
+    cluster = small_cluster()
+    cluster.add_service(inference_service("chat", 2))
+    cluster.add_job(training_job("elastic", 2, 16, gpuTypes=[T4]))
+    settle(cluster)
+    cluster.services["serve/chat"]["spec"]["replicas"] = 20
+    began = cluster.now
+    cluster.apply(decide(cluster.world(), CONFIG))
+    record = cluster.services["serve/chat"]["status"]["reclaim"]
+    assert record["gpuType"] == T4
+    assert record["startedAt"].endswith("Z")
+    assert "." in record["startedAt"]  # to the millisecond
+    waits = []
+    for _ in range(8):
+        cluster.finish_terminations()
+        cluster.tick(3)
+        decision = decide(cluster.world(), CONFIG)
+        waits += decision.summary.get("reclaim_waits", [])
+        cluster.apply(decision)
+    assert "reclaim" not in cluster.services["serve/chat"]["status"]
+    assert len(waits) == 1
+    assert waits[0]["service"] == "serve/chat"
+    assert 0 < waits[0]["seconds"] <= cluster.now - began
+    served = [e for e in cluster.events if e.reason == "ReclaimServed"]
+    assert len(served) == 1
+    assert served[0].message.startswith("20 of 20 replicas running")
+
+
+def test_a_reclaim_record_lost_in_a_crash_starts_from_the_nodes_annotation() -> None:
+    cluster = small_cluster()
+    cluster.add_service(inference_service("chat", 2))
+    cluster.add_job(training_job("elastic", 2, 16, gpuTypes=[T4]))
+    settle(cluster)
+    cluster.services["serve/chat"]["spec"]["replicas"] = 20
+    decision = decide(cluster.world(), CONFIG)
+    first_status = next(i for i, a in enumerate(decision.actions) if isinstance(a, PatchStatus))
+    cluster.apply(decision, limit=first_status)  # the nodes are reclaiming; the crash loses every status write
+    annotation = cluster.nodes[decision.summary["loans"][T4]["reclaim"]["servers"][0]]["metadata"]["annotations"]
+    cluster.tick(5)
+    cluster.apply(decide(cluster.world(), CONFIG))
+    started = cluster.services["serve/chat"]["status"]["reclaim"]["startedAt"]
+    assert started.startswith(annotation["lyra.dev/reclaim-started"].rstrip("Z"))
