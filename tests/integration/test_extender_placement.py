@@ -70,10 +70,13 @@ def set_state(core: client.CoreV1Api, node: str, state: LoanState) -> None:
 
 
 def worker(namespace: str, job: str, index: int, role: str, *, gpus: int, gpu_type: str) -> Any:
-    return manifests.worker_pod(
+    """A worker as the operator makes it, without the owner reference (no TrainingJob exists in this test)."""
+    pod = manifests.worker_pod(
         namespace=namespace, job=job, job_uid="", index=index, role=role, template=TEMPLATE, gpus_per_worker=gpus,
         gpu_type=gpu_type, planned_node=None, grace_seconds=1, min_workers=1, max_workers=4,
     )  # fmt: skip
+    del pod["metadata"]["ownerReferences"]
+    return pod
 
 
 def replica(namespace: str, name: str, gpus: int) -> Any:
