@@ -10,11 +10,7 @@ workers' pace.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 import yaml
@@ -22,11 +18,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
-from lyra.localcluster import populate
-from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.ports import allocate_ports
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
+from tests.e2e.system_support import Child, System
 from tests.operator_support import (
     DEADLINE_S,
     REPOSITORY,
@@ -36,49 +30,10 @@ from tests.operator_support import (
     labels_of,
     node_states,
     running,
-    service_account_kubeconfig,
     workers,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]  # the story runs a job to its end (about 70 s)
-
-
-class Child:
-    """A ``lyra`` command as a child process, its output kept for a failing test's report."""
-
-    def __init__(self, log: Path, *argv: str) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "lyra", *argv], stdout=out, stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, client.ApiClient, Path, Path]]:
-    """A control plane whose scheduler calls an extender on a free port, with the extender running there."""
-    port = allocate_ports(1)[0]
-    state = tmp_path_factory.mktemp("whole-system")
-    with ExitStack() as stack:
-        cluster = stack.enter_context(
-            session_control_plane(
-                state / "cluster", extender_url=f"http://127.0.0.1:{port}", crd_dir=REPOSITORY / "manifests" / "crds"
-            )
-        )
-        api = stack.enter_context(populate.admin_api(cluster.kubeconfig))
-        logs = state / "logs"
-        logs.mkdir()
-        extender = Child(
-            logs / "extender.log", "extender", "--kubeconfig", str(cluster.kubeconfig), "--port", str(port)
-        )
-        stack.callback(extender.stop)
-        yield cluster, api, service_account_kubeconfig(cluster, api, state), logs
 
 
 def ready_replicas(api: client.ApiClient, namespace: str) -> int:
@@ -91,21 +46,19 @@ def ready_replicas(api: client.ApiClient, namespace: str) -> int:
     return int(deployment.status.ready_replicas or 0)
 
 
-def test_the_examples_run_lent_reclaimed_and_finished(
-    system: tuple[ControlPlane, client.ApiClient, Path, Path], tmp_path: Path
-) -> None:
-    cluster, api, operator_kubeconfig, logs = system
-    operator = Operator(operator_kubeconfig, logs / "operator.log")
+def test_the_examples_run_lent_reclaimed_and_finished(system: System) -> None:
+    api, logs = system.api, system.logs
+    operator = Operator(system.operator_kubeconfig, logs / "operator.log")
     with temporary_namespace(api, "whole-system") as namespace, ExitStack() as running_parts:
-        emulator = Child(logs / "emulate.log", "emulate", "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.5")
+        emulator = Child(
+            logs / "emulate.log", "emulate", "--kubeconfig", str(system.cluster.kubeconfig), "--interval", "0.5"
+        )
         running_parts.callback(emulator.stop)
         running_parts.callback(operator.stop)
         try:
             _story(api, namespace, operator)
         except BaseException:
-            for log in sorted(logs.iterdir()):
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-                print(f"--- {log.name} ---\n{tail}")
+            system.print_logs()
             raise
 
 
