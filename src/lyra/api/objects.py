@@ -1,6 +1,11 @@
 """The parts of Kubernetes Pods and Nodes that Lyra reads, as pydantic models (camelCase keys, unknown keys
-ignored, sizes bounded). Shared by the scheduler extender and the operator; :mod:`lyra.api.convert` turns them
-into the policy core's values.
+ignored). Shared by the scheduler extender and the operator; :mod:`lyra.api.convert` turns them into the policy
+core's values.
+
+Maps (labels, annotations, resources, node selectors) and taints take any number of entries, as the API server
+does: a node labelled by NFD and GPU feature discovery carries hundreds of labels, and refusing it would drop it
+from Lyra's view. What a hostile body costs is bounded by the size of the body (the extender's request limit, the
+API server's object limit), and lists of whole objects by ``MAX_NODES`` and ``MAX_CONTAINERS``.
 """
 
 from __future__ import annotations
@@ -9,10 +14,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-#: Bounds on what one object may carry, so a hostile object costs bounded work.
+#: Bounds on lists of objects in one body, so a hostile body costs bounded work.
 MAX_NODES = 15_000
 MAX_CONTAINERS = 64
-MAX_LABELS = 256
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 LabelValue = Annotated[str, StringConstraints(max_length=63 * 4 + 253)]
@@ -29,8 +33,8 @@ class ObjectMeta(_Kube):
     name: Name
     namespace: str = ""
     uid: str = ""
-    labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=MAX_LABELS)
-    annotations: dict[str, str] = Field(default_factory=dict, max_length=MAX_LABELS)
+    labels: dict[str, LabelValue] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
     generation: int = 0
     resource_version: str = Field(default="", alias="resourceVersion")
     creation_timestamp: str = Field(default="", alias="creationTimestamp")
@@ -38,8 +42,8 @@ class ObjectMeta(_Kube):
 
 
 class Resources(_Kube):
-    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_LABELS)
-    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_LABELS)
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
 
 
 class Container(_Kube):
@@ -51,7 +55,7 @@ class PodSpec(_Kube):
     containers: list[Container] = Field(default_factory=list, max_length=MAX_CONTAINERS)
     init_containers: list[Container] = Field(default_factory=list, alias="initContainers", max_length=MAX_CONTAINERS)
     node_name: str = Field(default="", alias="nodeName")
-    node_selector: dict[str, LabelValue] = Field(default_factory=dict, alias="nodeSelector", max_length=MAX_LABELS)
+    node_selector: dict[str, LabelValue] = Field(default_factory=dict, alias="nodeSelector")
     scheduler_name: str = Field(default="", alias="schedulerName")
 
 
@@ -73,13 +77,13 @@ class Taint(_Kube):
 
 
 class NodeSpec(_Kube):
-    taints: list[Taint] = Field(default_factory=list, max_length=MAX_LABELS)
+    taints: list[Taint] = Field(default_factory=list)
     unschedulable: bool = False
 
 
 class NodeStatus(_Kube):
-    capacity: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_LABELS)
-    allocatable: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_LABELS)
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
+    allocatable: dict[str, Quantity] = Field(default_factory=dict)
 
 
 class Node(_Kube):

@@ -104,6 +104,17 @@ def test_a_node_the_view_calls_reclaiming_is_not_refused_only_unscored(api: Test
     assert {h["Host"]: h["Score"] for h in hosts}["s0"] > {h["Host"]: h["Score"] for h in hosts}["i0"]
 
 
+def test_pods_and_nodes_with_hundreds_of_labels_are_scored() -> None:
+    many = {f"feature.node.kubernetes.io/f{i}": "true" for i in range(600)}
+    nodes = [dict(n, metadata={**n["metadata"], "labels": n["metadata"]["labels"] | many}) for n in NODES]
+    api = TestClient(create_app(FixedView(build_view([Node.model_validate(n) for n in nodes], []))))
+    subject = pod("chat-1", 2, "inference")
+    subject["metadata"]["labels"] |= many
+    answer = api.post("/prioritize", json={"Pod": subject, "NodeNames": NAMES})
+    assert answer.status_code == 200
+    assert {h["Host"] for h in answer.json()} == {"s0", "i0"}
+
+
 def test_prioritize_with_full_nodes_scores_the_nodes_as_sent(api: TestClient) -> None:
     sent = [dict(n, spec={"podCIDR": "10.0.0.0/24"}) for n in NODES]
     hosts = api.post("/prioritize", json={"Pod": pod("chat-1", 2, "inference"), "Nodes": {"items": sent}}).json()

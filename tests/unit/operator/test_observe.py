@@ -73,6 +73,24 @@ def test_pods_keep_role_owner_index_and_gpus() -> None:
     assert pod.is_live
 
 
+def test_nodes_and_pods_with_hundreds_of_labels_are_read() -> None:
+    """Feature discovery labels a GPU node hundreds of times; a pod may carry as many labels and annotations."""
+    many = {f"feature.node.kubernetes.io/f{i}": "true" for i in range(600)}
+    labelled = node("t0", "inference", T4)
+    labelled["metadata"]["labels"] |= many
+    labelled["metadata"]["annotations"] |= many
+    worker = {
+        "metadata": {"name": "bert-w0", "namespace": "ml", "labels": {"lyra.dev/role": "base", "lyra.dev/job": "bert"}},
+        "spec": {"nodeName": "t0", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running"},
+    }
+    worker["metadata"]["labels"] |= many
+    read = world(nodes=[labelled], pods=[worker])
+    assert [n.name for n in read.nodes] == ["t0"]
+    assert [p.ref.name for p in read.pods] == ["bert-w0"]
+    assert not read.unreadable
+
+
 def test_times_round_trip_and_bad_times_read_as_unknown() -> None:
     assert parse_time(format_time(1_700_000_000)) == 1_700_000_000
     assert parse_time("yesterday") is None
