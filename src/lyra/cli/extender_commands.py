@@ -43,6 +43,11 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="DIR",
         help="write the first 50 request bodies of each verb to DIR as JSON (for debugging and test fixtures)",
     )
+    parser.add_argument(
+        "--preempt-across-namespaces",
+        action="store_true",
+        help="let a pod's preemption evict Lyra's pods in other namespaces (default: only in its own namespace)",
+    )
     parser.set_defaults(run=run_extender)
 
 
@@ -82,7 +87,12 @@ def run_extender(args: argparse.Namespace) -> int:
         return _bad(f"--capture-dir {args.capture_dir}: {error}")
     source = WatchedView(api)
     source.start()
-    app = create_app(source, max_body_bytes=args.max_body_mib * 1024 * 1024, recorder=recorder)
+    app = create_app(
+        source,
+        max_body_bytes=args.max_body_mib * 1024 * 1024,
+        recorder=recorder,
+        preempt_across_namespaces=args.preempt_across_namespaces,
+    )
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     except OSError as error:

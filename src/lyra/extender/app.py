@@ -160,11 +160,16 @@ def _prioritize(args: ExtenderArgs, view: ClusterView) -> list[dict[str, Any]]:
     return [{"Host": name, "Score": score} for name, score in score_nodes(pod, views) if score > 0]
 
 
-def _preempt(args: ExtenderPreemptionArgs, view: ClusterView) -> ExtenderPreemptionResult:
+def _preempt(
+    args: ExtenderPreemptionArgs, view: ClusterView, *, across_namespaces: bool = False
+) -> ExtenderPreemptionResult:
     """Keep the nodes where every proposed victim may be evicted for this pod: never inference pods for training,
-    never base workers for flexible ones. Which nodes the pod may use at all is not judged here: kube-scheduler's
-    own plugins (node affinity, the state taints) already left out the nodes no eviction can open."""
+    never base workers for flexible ones, and never a pod Lyra runs in another namespace than the preemptor's unless
+    the admin allows it (``across_namespaces``): one tenant's pod must not evict another tenant's work. Which nodes
+    the pod may use at all is not judged here: kube-scheduler's own plugins (node affinity, the state taints)
+    already left out the nodes no eviction can open."""
     pod = view.request_for(args.Pod)
+    namespace = None if across_namespaces else args.Pod.metadata.namespace
     proposals: dict[str, list[str]] = {}
     if args.NodeNameToMetaVictims is not None:
         for node, meta in args.NodeNameToMetaVictims.items():
@@ -175,16 +180,19 @@ def _preempt(args: ExtenderPreemptionArgs, view: ClusterView) -> ExtenderPreempt
     meta_victims = args.NodeNameToMetaVictims or {}
     allowed: dict[str, MetaVictims] = {}
     for node, uids in proposals.items():
-        if all(_may_evict(pod, view.pods.get(uid)) for uid in uids):
+        if all(_may_evict(pod, view.pods.get(uid), namespace) for uid in uids):
             pdb = meta_victims[node].NumPDBViolations if node in meta_victims else 0
             allowed[node] = MetaVictims(Pods=[MetaPod(UID=uid) for uid in uids], NumPDBViolations=pdb)
     return ExtenderPreemptionResult(NodeNameToMetaVictims=allowed)
 
 
-def _may_evict(pod: PodRequest, victim: PodFacts | None) -> bool:
+def _may_evict(pod: PodRequest, victim: PodFacts | None, namespace: str | None) -> bool:
+    """``namespace``: the only namespace whose Lyra pods the preemptor may evict (``None``: any)."""
     if victim is None:
         return pod.role is PodRole.UNMANAGED  # unknown pods: only a pod Lyra does not manage may evict them
     role = victim.role
+    if namespace is not None and role is not PodRole.UNMANAGED and victim.namespace != namespace:
+        return False
     if role is PodRole.INFERENCE:
         return pod.role is PodRole.INFERENCE
     if role is PodRole.TRAINING_BASE:
@@ -260,7 +268,11 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def create_app(
-    source: ViewSource, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, recorder: BodyRecorder | None = None
+    source: ViewSource,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    recorder: BodyRecorder | None = None,
+    preempt_across_namespaces: bool = False,
 ) -> FastAPI:
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
@@ -296,7 +308,7 @@ def create_app(
 
     def do_preempt(data: dict[str, Any], view: ClusterView) -> object:
         args = ExtenderPreemptionArgs.model_validate(data)
-        return _preempt(args, view).model_dump()
+        return _preempt(args, view, across_namespaces=preempt_across_namespaces).model_dump()
 
     app.add_api_route("/prioritize", verb("prioritize", do_prioritize), methods=["POST"])
     app.add_api_route("/preempt", verb("preempt", do_preempt), methods=["POST"])

@@ -147,6 +147,23 @@ def test_preempt_never_evicts_inference_or_bases_for_flexible_workers(api: TestC
     assert body == {"NodeNameToMetaVictims": {"l1": {"Pods": [{"UID": "uid-bert-0"}], "NumPDBViolations": 0}}}
 
 
+@pytest.mark.parametrize("across", [False, True], ids=["default", "admin-allows"])
+def test_preempt_never_crosses_namespaces_unless_the_admin_allows_it(across: bool) -> None:
+    view = build_view([Node.model_validate(n) for n in NODES], [Pod.model_validate(p) for p in RUNNING])
+    api = TestClient(create_app(FixedView(view), preempt_across_namespaces=across))
+    intruder = pod("gpt-9", 8, "base", "gpt", A100)
+    intruder["metadata"]["namespace"] = "other-tenant"
+    args = {
+        "Pod": intruder,
+        "NodeNameToMetaVictims": {
+            "l1": {"Pods": [{"UID": "uid-bert-0"}], "NumPDBViolations": 0},
+            "t1": {"Pods": [{"UID": "uid-gpt-0"}], "NumPDBViolations": 0},
+        },
+    }
+    kept = api.post("/preempt", json=args).json()["NodeNameToMetaVictims"]
+    assert set(kept) == ({"l1", "t1"} if across else set())
+
+
 def test_until_synced_prioritize_scores_nothing_and_readyz_is_503() -> None:
     api = TestClient(create_app(FixedView(build_view([], []), synced=False)))
     answer = api.get("/readyz")
