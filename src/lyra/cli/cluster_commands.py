@@ -233,6 +233,7 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from lyra.localcluster.componentconfig import Layout
     from lyra.localcluster.controlplane import describe_nodes
     from lyra.localcluster.processes import is_running
     from lyra.localcluster.state import Liveness, StateError, liveness, read_state
@@ -254,6 +255,12 @@ def run_status(args: argparse.Namespace) -> int:
     _say(f"  api server:  {state.api_server}")
     _say(f"  kubeconfig:  {state.kubeconfig}")
     _say(f"  profile:     {state.profile}; extender: {state.extender_url or 'none'}")
+    if state.extender_url is not None and state.extender_url.startswith("https:"):
+        pki = Layout(state.state_dir).pki
+        _say(
+            f"  extender TLS: start it with --tls-cert-file {pki / 'extender.crt'} --tls-key-file "
+            f"{pki / 'extender.key'} --client-ca-file {pki / 'ca.crt'}"
+        )
     _say(f"  {'component':<24} {'pid':>8}  {'state':<8} {'endpoint':<28} log")
     for record in state.processes:
         running = "running" if is_running(record) else "exited"

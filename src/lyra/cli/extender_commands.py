@@ -1,7 +1,9 @@
 """`lyra extender`: the scheduler extender that kube-scheduler calls to score nodes for GPU pods.
 
 It serves ``prioritize`` and ``preempt`` (it refuses no node: Lyra's hard rules are the state taints and the pods'
-node affinity, which kube-scheduler checks itself) on ``--host``:``--port`` (default 127.0.0.1:8888, where the
+node affinity, which kube-scheduler checks itself) over HTTP, or HTTPS with ``--tls-cert-file`` and
+``--tls-key-file`` (and, with ``--client-ca-file``, only to clients presenting a certificate that CA signed, as
+kube-scheduler does with its extender ``tlsConfig``), on ``--host``:``--port`` (default 127.0.0.1:8888, where the
 local cluster's kube-scheduler calls it), with ``/healthz``, ``/readyz`` (ready once its node and pod cache has
 synced) and ``/metrics``. The kubeconfig comes from ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside
 a pod, the service account. Exit codes: 0 stopped cleanly, 1 it could not start, 2 bad input.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,12 +51,39 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="let a pod's preemption evict Lyra's pods in other namespaces (default: only in its own namespace)",
     )
+    parser.add_argument("--tls-cert-file", type=Path, metavar="PEM", help="serve HTTPS with this certificate (chain)")
+    parser.add_argument("--tls-key-file", type=Path, metavar="PEM", help="the private key of --tls-cert-file")
+    parser.add_argument(
+        "--client-ca-file",
+        type=Path,
+        metavar="PEM",
+        help="with TLS: accept only clients presenting a certificate signed by this CA (kube-scheduler's tlsConfig)",
+    )
     parser.set_defaults(run=run_extender)
 
 
 def _bad(message: str) -> int:
     print(f"lyra extender: {message}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def _tls_problem(cert: Path | None, key: Path | None, client_ca: Path | None) -> str | None:
+    """Why the TLS flags cannot serve, or ``None``: checked by loading them, before any port is bound."""
+    if (cert is None) != (key is None):
+        return "--tls-cert-file and --tls-key-file go together"
+    if cert is None or key is None:
+        return "--client-ca-file needs --tls-cert-file and --tls-key-file" if client_ca is not None else None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        return f"--tls-cert-file {cert} / --tls-key-file {key}: cannot be used: {error}"
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(cafile=client_ca)
+        except (OSError, ssl.SSLError) as error:
+            return f"--client-ca-file {client_ca}: cannot be used: {error}"
+    return None
 
 
 def run_extender(args: argparse.Namespace) -> int:
@@ -68,6 +98,9 @@ def run_extender(args: argparse.Namespace) -> int:
         return _bad(f"--max-body-mib must be between 1 and 1024, got {args.max_body_mib}")
     if args.kubeconfig is not None and not args.kubeconfig.is_file():
         return _bad(f"--kubeconfig {args.kubeconfig}: no such file")  # bad input (2), before any connection
+    tls_problem = _tls_problem(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    if tls_problem is not None:
+        return _bad(tls_problem)
 
     import uvicorn
 
@@ -94,7 +127,17 @@ def run_extender(args: argparse.Namespace) -> int:
         preempt_across_namespaces=args.preempt_across_namespaces,
     )
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=args.tls_cert_file,
+            ssl_keyfile=args.tls_key_file,
+            ssl_ca_certs=args.client_ca_file,
+            ssl_cert_reqs=ssl.CERT_REQUIRED if args.client_ca_file is not None else ssl.CERT_NONE,
+        )
     except OSError as error:
         print(f"lyra extender: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -92,7 +92,18 @@ class Layout:
         return self.logs / f"{component}.log"
 
 
-def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ExtenderClientTls:
+    """How kube-scheduler calls an ``https`` extender: the CA it trusts and the client certificate it presents."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def scheduler_config(
+    kubeconfig: Path, extender_url: str | None, tls: ExtenderClientTls | None = None
+) -> dict[str, Any]:
     """KubeSchedulerConfiguration: the kubeconfig must be given here (the flag is ignored with --config)."""
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -117,6 +128,13 @@ def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, An
                 "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}],
             }
         ]
+        if tls is not None:
+            config["extenders"][0]["enableHTTPS"] = True
+            config["extenders"][0]["tlsConfig"] = {
+                "caFile": str(tls.ca_file),
+                "certFile": str(tls.cert_file),
+                "keyFile": str(tls.key_file),
+            }
     return config
 
 

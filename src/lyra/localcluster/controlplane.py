@@ -177,8 +177,13 @@ class ControlPlane:
                 user=user.name,
                 token=user.token,
             )
+        tls = None
+        if options.extender_url is not None and options.extender_url.startswith("https:"):
+            tls = componentconfig.ExtenderClientTls(
+                credentials.ca_cert, credentials.scheduler_client_cert, credentials.scheduler_client_key
+            )
         scheduler_config = componentconfig.scheduler_config(
-            layout.component_kubeconfig("kube-scheduler"), options.extender_url
+            layout.component_kubeconfig("kube-scheduler"), options.extender_url, tls
         )
         layout.scheduler_config.write_text(yaml.safe_dump(scheduler_config, sort_keys=False), encoding="utf-8")
         layout.kwok_config.write_text(yaml.safe_dump(componentconfig.kwok_config()), encoding="utf-8")

@@ -1,7 +1,9 @@
 """Keys, certificates and tokens of one local control plane, generated fresh for every ``up``.
 
 A private CA signs one serving certificate for 127.0.0.1 that the API server, the controller-manager and the
-scheduler all present, so every client (kubectl, the Python client, readiness probes) verifies TLS for real.
+scheduler all present, so every client (kubectl, the Python client, readiness probes) verifies TLS for real. It also
+signs a serving certificate for the scheduler extender and a client certificate kube-scheduler presents to it, used
+when the extender URL is ``https``.
 Clients authenticate with static bearer tokens (``--token-auth-file``): the admin token is in
 ``system:masters``; the controller-manager and the scheduler use the user names that Kubernetes' bootstrap RBAC
 policy already grants their rights to, so authorization is the real Node,RBAC chain.
@@ -41,6 +43,10 @@ class Credentials:
     ca_key: Path
     serving_cert: Path
     serving_key: Path
+    extender_cert: Path
+    extender_key: Path
+    scheduler_client_cert: Path
+    scheduler_client_key: Path
     service_account_key: Path
     service_account_public_key: Path
     token_file: Path
@@ -82,34 +88,22 @@ def generate_credentials(directory: Path) -> Credentials:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    serving_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(serving_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.DNSName("localhost"),
-                    x509.DNSName("kubernetes"),
-                    x509.DNSName("kubernetes.default"),
-                    x509.DNSName("kubernetes.default.svc"),
-                    x509.DNSName("kubernetes.default.svc.cluster.local"),
-                    x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
-                    x509.IPAddress(ipaddress.IPv4Address(SERVICE_IP)),
-                ]
-            ),
-            critical=False,
+    loopback = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]
+    in_cluster = [
+        x509.DNSName(name)
+        for name in (
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
         )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    ]
+    serving_key, serving_cert = _leaf(
+        ca_key, ca_name, "kube-apiserver", [*loopback, *in_cluster, x509.IPAddress(ipaddress.IPv4Address(SERVICE_IP))]
     )
+    # The scheduler extender serves HTTPS on loopback when asked, and kube-scheduler presents a client certificate.
+    extender_key, extender_cert = _leaf(ca_key, ca_name, "lyra-extender", loopback)
+    client_key, client_cert = _leaf(ca_key, ca_name, "system:kube-scheduler", None)
     # RSA for the service-account signing key: RS256 is what every token consumer accepts.
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
@@ -118,6 +112,10 @@ def generate_credentials(directory: Path) -> Credentials:
         ca_key=directory / "ca.key",
         serving_cert=directory / "serving.crt",
         serving_key=directory / "serving.key",
+        extender_cert=directory / "extender.crt",
+        extender_key=directory / "extender.key",
+        scheduler_client_cert=directory / "scheduler-client.crt",
+        scheduler_client_key=directory / "scheduler-client.key",
         service_account_key=directory / "service-account.key",
         service_account_public_key=directory / "service-account.pub",
         token_file=directory / "tokens.csv",
@@ -132,6 +130,12 @@ def generate_credentials(directory: Path) -> Credentials:
     _write_private(paths.ca_key, _private_pem(ca_key))
     _write_private(paths.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(paths.serving_key, _private_pem(serving_key))
+    for cert_path, key_path, cert, key in (
+        (paths.extender_cert, paths.extender_key, extender_cert, extender_key),
+        (paths.scheduler_client_cert, paths.scheduler_client_key, client_cert, client_key),
+    ):
+        _write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+        _write_private(key_path, _private_pem(key))
     _write_private(paths.service_account_key, _private_pem(sa_key))
     _write_private(
         paths.service_account_public_key,
@@ -141,6 +145,30 @@ def generate_credentials(directory: Path) -> Credentials:
     lines = [_token_line(user) for user in users]
     _write_private(paths.token_file, ("\n".join(lines) + "\n").encode())
     return paths
+
+
+def _leaf(
+    ca_key: ec.EllipticCurvePrivateKey, ca_name: x509.Name, common_name: str, names: list[x509.GeneralName] | None
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A key and a certificate signed by the CA: for serving ``names`` or, without names, a client certificate."""
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+    )
+    usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if names else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return key, builder.sign(ca_key, hashes.SHA256())
 
 
 def _token_line(user: User) -> str:

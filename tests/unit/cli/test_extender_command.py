@@ -14,6 +14,9 @@ CASES = [
     (["--host", ""], "--host must be an IP address or a host name"),
     (["--max-body-mib", "0"], "--max-body-mib must be between 1 and 1024"),
     (["--kubeconfig", "/nonexistent/kubeconfig"], "no such file"),
+    (["--tls-cert-file", "/nonexistent/cert.pem"], "--tls-cert-file and --tls-key-file go together"),
+    (["--client-ca-file", "/nonexistent/ca.pem"], "--client-ca-file needs --tls-cert-file and --tls-key-file"),
+    (["--tls-cert-file", "/nonexistent/c.pem", "--tls-key-file", "/nonexistent/k.pem"], "cannot be used"),
 ]
 
 
@@ -28,3 +31,13 @@ def test_an_unreadable_kubeconfig_exits_1_with_a_message(tmp_path: Path, capsys:
     broken.write_text("clusters: [\n")
     assert main(["extender", "--kubeconfig", str(broken), "--port", "18888"]) == 1
     assert "no usable kubeconfig" in capsys.readouterr().err
+
+
+def test_a_certificate_that_is_not_pem_exits_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("not a certificate")
+    key.write_text("not a key")
+    assert main(["extender", "--tls-cert-file", str(cert), "--tls-key-file", str(key)]) == 2
+    assert f"--tls-cert-file {cert}" in capsys.readouterr().err
