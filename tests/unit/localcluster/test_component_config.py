@@ -6,6 +6,7 @@ from pathlib import Path
 
 from lyra.localcluster.binaries import BinarySet
 from lyra.localcluster.componentconfig import (
+    ExtenderClientTls,
     Layout,
     Ports,
     api_server_command,
@@ -40,6 +41,17 @@ def test_the_scheduler_calls_the_extender_for_gpu_pods_only() -> None:
             "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
         }
     ]
+
+
+def test_an_https_extender_is_called_with_the_clusters_ca_and_a_client_certificate() -> None:
+    tls = ExtenderClientTls(Path("/pki/ca.crt"), Path("/pki/client.crt"), Path("/pki/client.key"))
+    (extender,) = scheduler_config(Path("/k"), "https://127.0.0.1:8888", tls)["extenders"]
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {
+        "caFile": "/pki/ca.crt",
+        "certFile": "/pki/client.crt",
+        "keyFile": "/pki/client.key",
+    }
 
 
 def test_without_an_extender_the_scheduler_config_has_none() -> None:
