@@ -136,9 +136,29 @@ def served_seconds(api: client.ApiClient, namespace: str, seen: int) -> float | 
     return float(match.group(1))
 
 
-def since(start: float, predicate: Callable[[], bool], what: str) -> float:
-    wait_for(predicate, DEADLINE_S, what)
-    return time.monotonic() - start
+POLL_S = 0.05
+
+
+def reclaim_began(api: client.ApiClient, scenario: Reclaim) -> bool:
+    """A server is being reclaimed, or the reclaim is already over (a quick one can end between two polls)."""
+    states = list(node_states(api).values())
+    return "reclaiming" in states or states.count("serving") >= scenario.replicas
+
+
+class FirstTimes:
+    """Polls several conditions together every ``POLL_S`` and keeps when each first held (seconds after ``start``),
+    so the gap between two of them is measured to the poll, not to a backed-off wait's interval."""
+
+    def __init__(self, start: float, conditions: dict[str, Callable[[], bool]]) -> None:
+        self.start = start
+        self.conditions = conditions
+        self.seen: dict[str, float] = {}
+
+    def poll(self) -> bool:
+        for name, condition in self.conditions.items():
+            if name not in self.seen and condition():
+                self.seen[name] = time.monotonic() - self.start
+        return len(self.seen) == len(self.conditions)
 
 
 def cycle(system: System, namespace: str, scenario: Reclaim) -> Measured:
@@ -150,16 +170,18 @@ def cycle(system: System, namespace: str, scenario: Reclaim) -> Measured:
         system.stop_extender()
     scale(api, namespace, scenario.replicas)
     if scenario.restart_extender:
-        wait_for(lambda: "reclaiming" in node_states(api).values(), DEADLINE_S, "the reclaim to begin")
+        wait_for(lambda: reclaim_began(api, scenario), DEADLINE_S, "the reclaim to begin", max_interval=POLL_S)
         system.start_extender()
-    servers_back = since(
+    times = FirstTimes(
         start,
-        lambda: list(node_states(api).values()).count("serving") >= scenario.replicas,
-        f"{scenario.replicas} servers serving",
+        {
+            "servers": lambda: list(node_states(api).values()).count("serving") >= scenario.replicas,
+            "replicas": lambda: running_replicas(api, namespace) == scenario.replicas,
+        },
     )
-    replicas_running = since(
-        start, lambda: running_replicas(api, namespace) == scenario.replicas, f"{scenario.replicas} replicas running"
-    )
+    what = f"{scenario.replicas} servers serving and {scenario.replicas} replicas running"
+    wait_for(times.poll, DEADLINE_S, what, interval=POLL_S, max_interval=POLL_S)
+    servers_back, replicas_running = times.seen["servers"], times.seen["replicas"]
     reported = wait_for(
         lambda: served_seconds(api, namespace, served_before), DEADLINE_S, "the operator's ReclaimServed Event"
     )

@@ -34,11 +34,13 @@ def wait_for(
     what: str,
     *,
     interval: float = DEFAULT_INTERVAL,
+    max_interval: float = MAX_INTERVAL,
     retry_on: tuple[type[BaseException], ...] = (),
 ) -> T:
     """Call ``predicate`` until it returns something truthy and return that value.
 
-    The interval grows from ``interval`` up to one second so short waits stay snappy and long ones do not spin.
+    The interval grows from ``interval`` up to ``max_interval`` (one second) so short waits stay snappy and long ones
+    do not spin; a caller that times what it waits for keeps both small.
     Exceptions listed in ``retry_on`` count as "not yet" (an API server that refuses connections while it boots);
     any other exception propagates at once, because it means the wait itself is wrong.
     """
@@ -60,4 +62,4 @@ def wait_for(
             raise WaitTimeoutError(what, timeout, last_error)
         # The one sleep allowed in tests: between polls, bounded by the deadline, backing off.
         time.sleep(min(delay, remaining))
-        delay = min(delay * 1.5, MAX_INTERVAL)
+        delay = min(delay * 1.5, max_interval)
