@@ -1,8 +1,10 @@
 """Running Lyra's operator for real in tests (integration and e2e): the operator as a child process with the
-ServiceAccount of manifests/operator/rbac.yaml, and small readers of jobs, workers and node states."""
+ServiceAccount of manifests/operator/rbac.yaml, small readers of jobs, workers and node states, and `lyra check`
+(``assert_check_clean``), which every test that ends in a converged cluster calls last."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +22,9 @@ from lyra.localcluster.kubeconfig import write_kubeconfig
 T4 = "Tesla-T4"
 A100 = "NVIDIA-A100-SXM4-80GB"
 DEADLINE_S = 90.0
+#: The operator's timeouts in these tests (also what ``lyra check`` holds it to).
+GANG_TIMEOUT_S = 60
+RECLAIM_DEADLINE_S = 60
 REPOSITORY = Path(__file__).resolve().parents[1]
 OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml
 
@@ -36,7 +41,8 @@ class Operator:
     def command(self, *extra: str) -> list[str]:
         return [
             sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
-            "--lend-delay", "2", "--resync", str(self.resync_s), "--gang-timeout", "60", "--reclaim-deadline", "60",
+            "--lend-delay", "2", "--resync", str(self.resync_s), "--gang-timeout", str(GANG_TIMEOUT_S),
+            "--reclaim-deadline", str(RECLAIM_DEADLINE_S),
             "--lease-duration", str(max(4, 2 * self.resync_s)), "--lease-namespace", OPERATOR_NAMESPACE, *extra,
         ]  # fmt: skip
 
@@ -160,3 +166,28 @@ def service_account_kubeconfig(cluster: ControlPlane, api: client.ApiClient, dir
         user=names.OPERATOR_NAME,
         token=token,
     )
+
+
+def lyra_check(
+    kubeconfig: Path, *, gang_timeout_s: float = GANG_TIMEOUT_S, reclaim_deadline_s: float = RECLAIM_DEADLINE_S
+) -> tuple[int, dict[str, Any]]:
+    """``lyra check --json`` run as a command: its exit code and its report."""
+    command = [
+        sys.executable, "-m", "lyra", "check", "--json", "--kubeconfig", str(kubeconfig),
+        "--gang-timeout", str(gang_timeout_s), "--reclaim-deadline", str(reclaim_deadline_s),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, env=os.environ.copy())
+    assert result.returncode in (0, 3), f"lyra check exited {result.returncode}: {result.stderr}"
+    report: dict[str, Any] = json.loads(result.stdout)
+    return result.returncode, report
+
+
+def assert_check_clean(kubeconfig: Path, **limits: float) -> dict[str, Any]:
+    """``lyra check`` finds no violated invariant (exit 0); the violations are the failure's message."""
+    code, report = lyra_check(kubeconfig, **limits)
+    problems = "\n".join(
+        f"  {v['invariant']}: {v['kind']} {v['namespace']}/{v['name']}: {v['message']}" for v in report["violations"]
+    )
+    assert code == 0, f"lyra check found violations:\n{problems}"
+    assert report["clean"], problems
+    return report

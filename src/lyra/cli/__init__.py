@@ -4,7 +4,8 @@ Each command group lives in its own module and registers a sub-parser; the adapt
 only when their command runs, so ``lyra --help`` stays fast and a missing optional tool never breaks another
 command.
 
-Exit codes (`lyra.cli.exit_codes`): 0 success, 1 the command ran and failed, 2 bad input (usage, flags, files).
+Exit codes (`lyra.cli.exit_codes`): 0 success, 1 the command ran and failed, 2 bad input (usage, flags, files),
+3 `lyra check` found a violated invariant.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from lyra import __version__
 from lyra.cli import (
     api_commands,
+    check_commands,
     cluster_commands,
     emulate_commands,
     extender_commands,
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     extender_commands.register(commands)
     operator_commands.register(commands)
     status_commands.register(commands)
+    check_commands.register(commands)
     emulate_commands.register(commands)
     api_commands.register(commands)
     return parser

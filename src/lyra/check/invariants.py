@@ -1,0 +1,404 @@
+"""The invariants of a cluster run by Lyra, checked over plain JSON objects (as the API server lists them).
+
+Pure: no API call, no clock (``now`` is given), no Kubernetes library. Each object is read defensively: a field of
+the wrong type counts as absent, so a malformed object is reported, never a crash. The invariants, each named by a
+stable identifier (:class:`Invariant`):
+
+``node-state``
+    Every inference node (``lyra.dev/pool=inference``) carries a loan state label ``lyra.dev/state`` and exactly one
+    taint with that key, the same value and effect NoSchedule. A node with no GPUs and neither label nor taint is not
+    yet a Lyra server and is left out.
+``inference-placement``
+    An inference replica holds only a serving or idle inference node (never a loaned or reclaiming one).
+``training-placement``
+    A training worker (role base or flexible) holds only a training node or a loaned or reclaiming inference node
+    (never a serving or idle one, never a node outside the pools).
+``partial-gang``
+    No job has some but fewer than ``minWorkers`` running base workers once its run (``status.startedAt``, else its
+    creation) is older than the gang timeout. A job whose workers are completing (one has Succeeded) is not partial.
+``workers-over-limit``
+    A job never has more live workers (not terminating, not finished) than its ``status.workers.target`` or its
+    ``spec.maxWorkers``.
+``job-accounted``
+    Every TrainingJob has a ``status.phase``; every worker names its job (``lyra.dev/job``), that job exists, and the
+    job is the worker's controller owner (kind, name and UID).
+``reclaim-deadline``
+    No node is ``reclaiming`` longer than the reclaim deadline since ``lyra.dev/reclaim-started`` (nor without it).
+
+A pod *holds* a node when it is bound there and not finished (a terminating pod holds it until it is gone). The
+operator restores these invariants within one pass after anything disturbs them (a lost worker, a status written
+before its pods change), so a violation seen once, right after a fault, may be transient; one seen twice a pass
+apart is not.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lyra.api import names
+from lyra.core.model import LoanState
+
+#: The operator's own defaults (``lyra operator --gang-timeout``, ``--reclaim-deadline``).
+DEFAULT_GANG_TIMEOUT_S = 120.0
+DEFAULT_RECLAIM_DEADLINE_S = 300.0
+
+# Kubernetes' pod phases.
+_RUNNING = "Running"
+_FINISHED = frozenset({"Succeeded", "Failed"})
+_SUCCEEDED = "Succeeded"
+
+_TRAINING_ROLES = frozenset({names.ROLE_BASE, names.ROLE_FLEXIBLE})
+_INFERENCE_STATES = frozenset({LoanState.SERVING, LoanState.IDLE})
+_TRAINING_STATES = frozenset({LoanState.LOANED, LoanState.RECLAIMING})
+
+
+class Invariant(enum.StrEnum):
+    NODE_STATE = "node-state"
+    INFERENCE_PLACEMENT = "inference-placement"
+    TRAINING_PLACEMENT = "training-placement"
+    PARTIAL_GANG = "partial-gang"
+    WORKERS_OVER_LIMIT = "workers-over-limit"
+    JOB_ACCOUNTED = "job-accounted"
+    RECLAIM_DEADLINE = "reclaim-deadline"
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken invariant on one object (``namespace`` is empty for nodes)."""
+
+    invariant: Invariant
+    kind: str
+    namespace: str
+    name: str
+    message: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How long the operator may take: pass its own ``--gang-timeout`` and ``--reclaim-deadline``."""
+
+    gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S
+    reclaim_deadline_s: float = DEFAULT_RECLAIM_DEADLINE_S
+
+    def __post_init__(self) -> None:
+        for name, value in (("gang timeout", self.gang_timeout_s), ("reclaim deadline", self.reclaim_deadline_s)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"the {name} must be a finite number of seconds >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What was checked and every violation found, in a deterministic order (invariant, kind, key, message)."""
+
+    nodes: int
+    pods: int
+    jobs: int
+    violations: tuple[Violation, ...]
+
+    @property
+    def clean(self) -> bool:
+        return not self.violations
+
+
+# -- reading raw objects ---------------------------------------------------------------------------------------------
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sequence(value: object) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(obj.get("metadata")).get("labels"))
+
+
+def _meta(obj: Mapping[str, Any], field: str) -> str:
+    return _text(_mapping(obj.get("metadata")).get(field))
+
+
+def parse_time(value: object) -> float | None:
+    """An RFC 3339 time in seconds since the epoch, ``None`` when absent or not a time."""
+    text = _text(value)
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _whole(value: object) -> int:
+    """A count of GPUs as Kubernetes writes an extended resource (``"8"`` or ``8``); anything else is none."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    name: str
+    pool: str
+    state: LoanState | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    namespace: str
+    name: str
+    role: str
+    job: str
+    node: str
+    phase: str
+    terminating: bool
+    owners: tuple[Mapping[str, Any], ...]
+
+    @property
+    def holds_node(self) -> bool:
+        return bool(self.node) and self.phase not in _FINISHED
+
+    @property
+    def live(self) -> bool:
+        return not self.terminating and self.phase not in _FINISHED
+
+    @property
+    def running(self) -> bool:
+        return self.live and bool(self.node) and self.phase == _RUNNING
+
+
+def _read_pod(raw: Mapping[str, Any]) -> _Pod:
+    metadata = _mapping(raw.get("metadata"))
+    labels = _labels(raw)
+    return _Pod(
+        namespace=_text(metadata.get("namespace")),
+        name=_text(metadata.get("name")),
+        role=_text(labels.get(names.ROLE_LABEL)),
+        job=_text(labels.get(names.JOB_LABEL)),
+        node=_text(_mapping(raw.get("spec")).get("nodeName")),
+        phase=_text(_mapping(raw.get("status")).get("phase")),
+        terminating=metadata.get("deletionTimestamp") is not None,
+        owners=tuple(_mapping(o) for o in _sequence(metadata.get("ownerReferences"))),
+    )
+
+
+# -- the invariants --------------------------------------------------------------------------------------------------
+
+
+def check(
+    *,
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+    now: float,
+    limits: Limits | None = None,
+) -> Report:
+    """Check every invariant (module docstring) over listed nodes, Lyra's pods and TrainingJobs at time ``now``."""
+    limits = limits if limits is not None else Limits()
+    raw_nodes = [_mapping(n) for n in nodes]
+    raw_pods = [_mapping(p) for p in pods]
+    raw_jobs = [_mapping(j) for j in jobs]
+    found: list[Violation] = []
+    known: dict[str, _Node] = {}
+    for raw in raw_nodes:
+        node = _check_node(raw, now, limits, found)
+        known[node.name] = node
+    workers: dict[tuple[str, str], list[_Pod]] = {}
+    read_pods = [_read_pod(raw) for raw in raw_pods]
+    for pod in read_pods:
+        _check_placement(pod, known, found)
+        if pod.role in _TRAINING_ROLES:
+            workers.setdefault((pod.namespace, pod.job), []).append(pod)
+    job_keys: set[tuple[str, str]] = set()
+    for raw in raw_jobs:
+        key = (_meta(raw, "namespace"), _meta(raw, "name"))
+        job_keys.add(key)
+        _check_job(raw, workers.get(key, []), now, limits, found)
+    for (namespace, job), pods_of_job in workers.items():
+        if (namespace, job) in job_keys:
+            continue
+        for pod in pods_of_job:
+            if pod.terminating:
+                continue  # being removed (garbage collection of a deleted job's workers)
+            why = f"names TrainingJob {job!r}, which does not exist" if job else f"has no {names.JOB_LABEL} label"
+            found.append(_on_pod(Invariant.JOB_ACCOUNTED, pod, f"worker {why}"))
+    violations = sorted(set(found), key=lambda v: (v.invariant.value, v.kind, v.namespace, v.name, v.message))
+    return Report(nodes=len(raw_nodes), pods=len(raw_pods), jobs=len(raw_jobs), violations=tuple(violations))
+
+
+def _on_pod(invariant: Invariant, pod: _Pod, message: str) -> Violation:
+    return Violation(invariant, "Pod", pod.namespace, pod.name, message)
+
+
+def _check_node(raw: Mapping[str, Any], now: float, limits: Limits, found: list[Violation]) -> _Node:
+    name = _meta(raw, "name")
+    labels = _labels(raw)
+    pool = _text(labels.get(names.POOL_LABEL))
+    label = labels.get(names.STATE_LABEL)
+    state = _loan_state(label)
+    node = _Node(name, pool, state)
+    if pool != names.POOL_INFERENCE:
+        return node
+    taints = [_mapping(t) for t in _sequence(_mapping(raw.get("spec")).get("taints"))]
+    ours = [t for t in taints if t.get("key") == names.STATE_TAINT]
+    status = _mapping(raw.get("status"))
+    resource = names.GPU_RESOURCE
+    gpus = _whole(_mapping(status.get("allocatable")).get(resource, _mapping(status.get("capacity")).get(resource)))
+    if label is None and not ours and gpus == 0:
+        return node  # not yet a Lyra server: no GPUs reported and nothing of Lyra's written
+
+    def problem(message: str) -> None:
+        found.append(Violation(Invariant.NODE_STATE, "Node", "", name, message))
+
+    if label is None and not ours:
+        problem(f"inference node with GPUs and neither a {names.STATE_LABEL} label nor its taint")
+        return node
+    if label is None:
+        problem(f"inference node without a {names.STATE_LABEL} label")
+    elif state is None:
+        problem(f"{names.STATE_LABEL}={_shown(label)} is not a loan state ({', '.join(s.value for s in LoanState)})")
+    if not ours:
+        problem(f"no {names.STATE_TAINT} taint (the label says {_shown(label)})")
+    elif len(ours) > 1:
+        problem(f"{len(ours)} {names.STATE_TAINT} taints, not one")
+    else:
+        taint = ours[0]
+        if taint.get("value") != label:
+            problem(f"{names.STATE_TAINT} taint value {_shown(taint.get('value'))} differs from the label's "
+                    f"{_shown(label)}")  # fmt: skip
+        if taint.get("effect") != names.TAINT_EFFECT:
+            problem(f"{names.STATE_TAINT} taint effect {_shown(taint.get('effect'))}, not {names.TAINT_EFFECT}")
+    if state is LoanState.RECLAIMING:
+        annotation = _mapping(_mapping(raw.get("metadata")).get("annotations")).get(names.RECLAIM_STARTED_ANNOTATION)
+        started = parse_time(annotation)
+        if started is None:
+            found.append(
+                Violation(
+                    Invariant.RECLAIM_DEADLINE,
+                    "Node",
+                    "",
+                    name,
+                    f"reclaiming without a readable {names.RECLAIM_STARTED_ANNOTATION} annotation "
+                    f"({_shown(annotation)}): its deadline cannot run",
+                )
+            )
+        elif now - started > limits.reclaim_deadline_s:
+            found.append(
+                Violation(
+                    Invariant.RECLAIM_DEADLINE,
+                    "Node",
+                    "",
+                    name,
+                    f"reclaiming for {now - started:.0f} s, past the {limits.reclaim_deadline_s:g} s deadline",
+                )
+            )
+    return node
+
+
+def _loan_state(label: object) -> LoanState | None:
+    try:
+        return LoanState(label) if isinstance(label, str) else None
+    except ValueError:
+        return None
+
+
+def _shown(value: object) -> str:
+    return "none" if value is None else repr(value)[:80]
+
+
+def _where(node: _Node | None, name: str) -> str:
+    if node is None:
+        return f"node {name}, which does not exist"
+    if node.pool == names.POOL_INFERENCE:
+        return f"inference node {name}, which is {node.state.value if node.state else 'in no loan state'}"
+    if node.pool == names.POOL_TRAINING:
+        return f"training node {name}"
+    return f"node {name}, which is in no Lyra pool"
+
+
+def _check_placement(pod: _Pod, known: Mapping[str, _Node], found: list[Violation]) -> None:
+    if not pod.holds_node:
+        return
+    node = known.get(pod.node)
+    if pod.role == names.ROLE_INFERENCE:
+        allowed = node is not None and node.pool == names.POOL_INFERENCE and node.state in _INFERENCE_STATES
+        if not allowed:
+            found.append(_on_pod(Invariant.INFERENCE_PLACEMENT, pod, f"inference replica on {_where(node, pod.node)}"))
+    elif pod.role in _TRAINING_ROLES:
+        allowed = node is not None and (
+            node.pool == names.POOL_TRAINING or (node.pool == names.POOL_INFERENCE and node.state in _TRAINING_STATES)
+        )
+        if not allowed:
+            found.append(_on_pod(Invariant.TRAINING_PLACEMENT, pod, f"{pod.role} worker on {_where(node, pod.node)}"))
+
+
+def _check_job(
+    raw: Mapping[str, Any], pods: Sequence[_Pod], now: float, limits: Limits, found: list[Violation]
+) -> None:
+    metadata = _mapping(raw.get("metadata"))
+    namespace, name, uid = _meta(raw, "namespace"), _meta(raw, "name"), _meta(raw, "uid")
+    spec = _mapping(raw.get("spec"))
+    status = _mapping(raw.get("status"))
+
+    def problem(invariant: Invariant, message: str) -> None:
+        found.append(Violation(invariant, names.TRAINING_JOB_KIND, namespace, name, message))
+
+    if not _text(status.get("phase")):
+        problem(Invariant.JOB_ACCOUNTED, "has no status.phase: the operator has not accounted for it")
+    for pod in pods:
+        controllers = [o for o in pod.owners if o.get("controller") is True]
+        owned = any(
+            o.get("kind") == names.TRAINING_JOB_KIND
+            and _text(o.get("apiVersion")).split("/")[0] == names.GROUP
+            and o.get("name") == name
+            and o.get("uid") == uid
+            for o in controllers
+        )
+        if not owned and not pod.terminating:
+            owner = ", ".join(f"{o.get('kind')}/{o.get('name')} uid {o.get('uid')}" for o in controllers) or "none"
+            found.append(
+                _on_pod(
+                    Invariant.JOB_ACCOUNTED,
+                    pod,
+                    f"worker of TrainingJob {name!r} (uid {uid}) is not owned by it (controller: {owner})",
+                )
+            )
+    live = [p for p in pods if p.live]
+    target = _whole(_mapping(status.get("workers")).get("target"))
+    maximum = _whole(spec.get("maxWorkers"))
+    if len(live) > target:
+        problem(Invariant.WORKERS_OVER_LIMIT, f"{len(live)} live workers, more than its target of {target}")
+    if maximum and len(live) > maximum:
+        problem(Invariant.WORKERS_OVER_LIMIT, f"{len(live)} live workers, more than maxWorkers {maximum}")
+    minimum = _whole(spec.get("minWorkers"))
+    running_base = sum(1 for p in pods if p.role == names.ROLE_BASE and p.running)
+    if 0 < running_base < minimum and not any(p.phase == _SUCCEEDED for p in pods):
+        started = parse_time(status.get("startedAt"))
+        if started is None:
+            started = parse_time(metadata.get("creationTimestamp"))
+        age = now - started if started is not None else math.inf
+        if age > limits.gang_timeout_s:
+            problem(
+                Invariant.PARTIAL_GANG,
+                f"{running_base} of {minimum} base workers running, {age:.0f} s into its run "
+                f"(gang timeout {limits.gang_timeout_s:g} s)",
+            )

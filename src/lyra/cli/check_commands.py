@@ -1,0 +1,140 @@
+"""`lyra check`: the invariants Lyra's operator keeps (:mod:`lyra.check.invariants`), checked against a cluster.
+
+Lists every node, every pod with a ``lyra.dev/role`` label and every TrainingJob (read-only, paged), checks them and
+prints the violations: a line each by default, a JSON document (:class:`lyra.cli.check_report.CheckReport`) with
+``--json``. Exit codes: 0 no violation, 3 at least one violation, 1 the cluster could not be read, 2 bad input.
+
+It shares no code with the operator it checks (an import-linter contract in ``pyproject.toml``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from lyra.api import names
+from lyra.check.invariants import DEFAULT_GANG_TIMEOUT_S, DEFAULT_RECLAIM_DEADLINE_S, Limits, Report, check
+from lyra.cli.arguments import add_kubeconfig_argument, seconds
+from lyra.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_VIOLATIONS
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+PAGE = 500
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    """Register `lyra check`."""
+    parser = commands.add_parser(
+        "check",
+        help="check the invariants Lyra keeps on a cluster (exit 3 on a violation)",
+        description="Check that node labels, taints and loan states agree, every pod is where Lyra's rules allow, "
+        "gangs are whole, workers within their target and maxWorkers, every TrainingJob accounted for and no "
+        "reclaim past its deadline. Read-only. Exit codes: 0 clean, 3 a violation, 1 the cluster could not be "
+        "read, 2 bad input.",
+    )
+    add_kubeconfig_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--gang-timeout",
+        type=seconds,
+        default=DEFAULT_GANG_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"the operator's --gang-timeout (default {DEFAULT_GANG_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--reclaim-deadline",
+        type=seconds,
+        default=DEFAULT_RECLAIM_DEADLINE_S,
+        metavar="SECONDS",
+        help=f"the operator's --reclaim-deadline (default {DEFAULT_RECLAIM_DEADLINE_S:g})",
+    )
+    parser.set_defaults(run=run_check)
+
+
+def _pages(list_page: Callable[[str | None], Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    """Every item of a paged list (``limit`` and ``continue``)."""
+    token: str | None = None
+    while True:
+        page = list_page(token)
+        yield from page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue") or None
+        if token is None:
+            return
+
+
+def _raw(response: Any) -> Mapping[str, Any]:
+    decoded: Mapping[str, Any] = json.loads(response.data)
+    return decoded
+
+
+def check_cluster(api: client.ApiClient, now: float, limits: Limits) -> Report:
+    """List the cluster's nodes, Lyra's pods and TrainingJobs as raw JSON, and check them."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+
+    def more(token: str | None) -> dict[str, Any]:
+        return {"limit": PAGE, **({"_continue": token} if token else {})}
+
+    def node_page(token: str | None) -> Mapping[str, Any]:
+        return _raw(core.list_node(_preload_content=False, **more(token)))
+
+    def pod_page(token: str | None) -> Mapping[str, Any]:
+        return _raw(
+            core.list_pod_for_all_namespaces(label_selector=names.ROLE_LABEL, _preload_content=False, **more(token))
+        )
+
+    def job_page(token: str | None) -> Mapping[str, Any]:
+        return _raw(
+            custom.list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.TRAINING_JOB_PLURAL, _preload_content=False, **more(token)
+            )
+        )
+
+    return check(
+        nodes=list(_pages(node_page)), pods=list(_pages(pod_page)), jobs=list(_pages(job_page)), now=now, limits=limits
+    )
+
+
+def render(report: Report) -> str:
+    """The report for people: one summary line, then one line per violation."""
+    checked = f"{report.nodes} nodes, {report.pods} Lyra pods, {report.jobs} TrainingJobs"
+    if report.clean:
+        return f"clean: {checked} checked"
+    lines = [f"{len(report.violations)} violations ({checked} checked):"]
+    width = max(len(v.invariant.value) for v in report.violations)
+    for v in report.violations:
+        lines.append(f"  {v.invariant.value.ljust(width)}  {v.kind} {v.key}: {v.message}")
+    return "\n".join(lines)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from lyra.cli.kube_client import KubeconfigError, api_client
+
+    limits = Limits(gang_timeout_s=args.gang_timeout, reclaim_deadline_s=args.reclaim_deadline)
+    now = time.time()
+    try:
+        api = api_client(args.kubeconfig)
+        try:
+            report = check_cluster(api, now, limits)
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+    except KubeconfigError as error:
+        print(f"lyra check: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as error:  # an unreachable or refusing API server: reported, not a traceback
+        print(f"lyra check: cannot read the cluster: {type(error).__name__}: {str(error)[:300]}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        from lyra.cli.check_report import report_of
+
+        print(report_of(report, now, limits).model_dump_json(by_alias=True, indent=2))
+    else:
+        print(render(report))
+    return EXIT_OK if report.clean else EXIT_VIOLATIONS

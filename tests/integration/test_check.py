@@ -1,0 +1,116 @@
+"""`lyra check` against a real cluster (its own local control plane: kube-apiserver, kube-scheduler without the
+extender, kube-controller-manager, KWOK GPU nodes) run by the real operator as its ServiceAccount.
+
+The operator lends the idle T4 servers and runs an elastic job on them beside an inference service: the check is
+clean, while the operator runs and once it is stopped. Then, with the operator stopped, a loaned node's state taint
+is removed by hand: the check exits 3 and names that node and that invariant only. Restarted, the operator puts the
+taint back and the check is clean again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from lyra.api import names
+from lyra.cli.exit_codes import EXIT_VIOLATIONS
+from lyra.localcluster import populate
+from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.waiting import wait_for
+from tests.operator_support import (
+    DEADLINE_S,
+    REPOSITORY,
+    T4,
+    Operator,
+    assert_check_clean,
+    create_job,
+    custom,
+    lyra_check,
+    node_states,
+    running,
+    service_account_kubeconfig,
+    workers,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    crds = REPOSITORY / "manifests" / "crds"
+    with session_control_plane(tmp_path_factory.mktemp("check-cluster"), crd_dir=crds) as control_plane:
+        yield control_plane
+
+
+@pytest.fixture(scope="module")
+def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
+    with populate.admin_api(cluster.kubeconfig) as api_client:
+        yield api_client
+
+
+def test_check_is_clean_on_a_lending_cluster_and_finds_a_removed_taint(
+    cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
+) -> None:
+    operator = Operator(service_account_kubeconfig(cluster, api, tmp_path), tmp_path / "operator.log")
+    with temporary_namespace(api, "check") as namespace:
+        try:
+            _story(api, cluster.kubeconfig, namespace, operator)
+        except BaseException:
+            print(f"--- {operator.log.name} ---\n" + operator.tail())
+            raise
+        finally:
+            operator.stop()
+
+
+def _story(api: client.ApiClient, kubeconfig: Path, namespace: str, operator: Operator) -> None:
+    service = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.INFERENCE_SERVICE_KIND,
+        "metadata": {"name": "chat"},
+        "spec": {
+            "replicas": 2, "gpusPerReplica": 2, "minReplicas": 1, "maxReplicas": 8, "gpuType": T4,
+            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/server:1"}]}},
+        },
+    }  # fmt: skip
+    custom(api).create_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, service
+    )
+    create_job(api, namespace, "elastic", minWorkers=2, maxWorkers=4, gpusPerWorker=8, gpuTypes=[T4])
+    operator.start()
+
+    def replicas_ready() -> bool:
+        deployment = client.AppsV1Api(api).read_namespaced_deployment("chat", namespace)
+        return (deployment.status.ready_replicas or 0) == 2
+
+    wait_for(lambda: running(api, namespace, "elastic", 4), DEADLINE_S, "the elastic job at 4 workers")
+    wait_for(replicas_ready, DEADLINE_S, "2 inference replicas ready", retry_on=(client.ApiException,))
+    states = node_states(api)
+    assert list(states.values()).count("loaned") >= 4, states
+    report = assert_check_clean(kubeconfig)
+    assert report["checked"]["trainingJobs"] == 1
+    assert report["checked"]["pods"] == 6  # 4 workers and 2 replicas
+
+    operator.stop()
+    assert_check_clean(kubeconfig)
+    lent = workers(api, namespace, "elastic")[0].spec.node_name
+    node = client.CoreV1Api(api).read_node(lent)
+    kept = [t for t in node.spec.taints or [] if t.key != names.STATE_TAINT]
+    client.CoreV1Api(api).patch_node(lent, {"spec": {"taints": [_taint(t) for t in kept]}})
+    code, report = lyra_check(kubeconfig)
+    assert code == EXIT_VIOLATIONS
+    assert not report["clean"]
+    assert [(v["invariant"], v["kind"], v["name"]) for v in report["violations"]] == [("node-state", "Node", lent)]
+    assert "no lyra.dev/state taint" in report["violations"][0]["message"]
+
+    operator.start()  # the operator puts the taint back: the label says loaned
+    wait_for(lambda: lyra_check(kubeconfig)[0] == 0, DEADLINE_S, "the operator to restore the state taint")
+    assert_check_clean(kubeconfig)
+
+
+def _taint(taint: client.V1Taint) -> dict[str, Any]:
+    return {k: v for k, v in {"key": taint.key, "value": taint.value, "effect": taint.effect}.items() if v is not None}
