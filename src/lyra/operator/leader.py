@@ -135,7 +135,8 @@ class LeaderLease:
 
     def try_lead(self) -> bool:
         """One attempt to create, renew or take over the Lease (client-go's tryAcquireOrRenew); returns
-        :meth:`may_write` afterwards. API errors other than a lost race are logged and count as a failed renewal."""
+        :meth:`may_write` afterwards. An API error other than a lost race is logged and counts as a failed renewal;
+        an unreachable API server raises (after leadership is given up if the renew deadline has passed)."""
         started = self.monotonic()
         try:
             self._try(started)
@@ -144,10 +145,9 @@ class LeaderLease:
                 self._lost("another operator won the lease")
             else:
                 log.warning("could not renew the lease: %s %s", error.status, error.reason)
-        except Exception as error:  # an unreachable API server: the renew deadline decides
-            log.warning("could not renew the lease: %s: %s", type(error).__name__, error)
-        if self.leading and not self.may_write():
-            self._lost(f"not renewed for {self.timing.renew_deadline_s:g} s")
+        finally:
+            if self.leading and not self.may_write():
+                self._lost(f"not renewed for {self.timing.renew_deadline_s:g} s")
         return self.may_write()
 
     def _try(self, started: float) -> None:
