@@ -88,6 +88,15 @@ class Layout:
     def nodes_manifest(self) -> Path:
         return self.state_dir / "nodes.yaml"
 
+    @property
+    def audit_policy(self) -> Path:
+        return self.state_dir / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """One JSON line per write request the API server answered (see :func:`audit_policy`)."""
+        return self.logs / "audit.log"
+
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"
 
@@ -136,6 +145,25 @@ def scheduler_config(
                 "keyFile": str(tls.key_file),
             }
     return config
+
+
+#: KWOK plays every kubelet: its heartbeats and pod status writes would fill the audit log and say nothing.
+_UNAUDITED_USERS = ("lyra-kwok",)
+
+
+def audit_policy() -> dict[str, Any]:
+    """The API server's audit policy: every write (who, which object, when, with which status code), at the Metadata
+    level, except KWOK's. Tests use it to prove what a component did not do (a fenced leader's writes)."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {"level": "None", "users": list(_UNAUDITED_USERS)},
+            {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+            {"level": "None"},
+        ],
+    }
 
 
 def kwok_config() -> dict[str, Any]:
@@ -187,6 +215,12 @@ def api_server_command(binaries: BinarySet, layout: Layout, ports: Ports, creden
         "--feature-gates=WatchList=false",
         "--allow-privileged=true",
         "--profiling=false",
+        f"--audit-policy-file={layout.audit_policy}",
+        f"--audit-log-path={layout.audit_log}",
+        "--audit-log-format=json",
+        "--audit-log-maxsize=100",
+        "--audit-log-maxbackup=1",
+        "--audit-log-mode=blocking",
     ]
 
 

@@ -187,6 +187,8 @@ class ControlPlane:
         )
         layout.scheduler_config.write_text(yaml.safe_dump(scheduler_config, sort_keys=False), encoding="utf-8")
         layout.kwok_config.write_text(yaml.safe_dump(componentconfig.kwok_config()), encoding="utf-8")
+        audit = yaml.safe_dump(componentconfig.audit_policy(), sort_keys=False)
+        layout.audit_policy.write_text(audit, encoding="utf-8")
 
         etcd_url = f"http://{LOOPBACK}:{ports.etcd_client}"
         self._launch("etcd", componentconfig.etcd_command(self.binaries, layout, ports), etcd_url)

@@ -10,6 +10,7 @@ from lyra.localcluster.componentconfig import (
     Layout,
     Ports,
     api_server_command,
+    audit_policy,
     controller_manager_command,
     etcd_command,
     kwok_command,
@@ -52,6 +53,14 @@ def test_an_https_extender_is_called_with_the_clusters_ca_and_a_client_certifica
         "certFile": "/pki/client.crt",
         "keyFile": "/pki/client.key",
     }
+
+
+def test_every_write_but_kwoks_is_audited() -> None:
+    policy = audit_policy()
+    assert policy["rules"][0] == {"level": "None", "users": ["lyra-kwok"]}
+    assert set(policy["rules"][1]["verbs"]) == {"create", "update", "patch", "delete", "deletecollection"}
+    assert policy["rules"][1]["level"] == "Metadata"
+    assert policy["rules"][-1] == {"level": "None"}
 
 
 def test_without_an_extender_the_scheduler_config_has_none() -> None:
