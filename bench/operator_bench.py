@@ -78,7 +78,7 @@ def cluster_objects(seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
         services.append({
             "metadata": {"name": name, "namespace": "serve", "uid": name, "generation": 1},
             "spec": {"replicas": replicas, "gpusPerReplica": gpus, "minReplicas": 1, "maxReplicas": 64,
-                     "gpuType": T4, "template": {}},
+                     "gpuType": T4, "template": {"spec": {"containers": [{"name": "server", "image": "server:1"}]}}},
         })  # fmt: skip
         deployments.append({
             "metadata": {"name": name, "namespace": "serve", "labels": {"lyra.dev/service": name}},

@@ -39,7 +39,8 @@ def training_job(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def inference_service(name: str, **spec: Any) -> dict[str, Any]:
-    body = {"replicas": 2, "gpusPerReplica": 1, "minReplicas": 1, "maxReplicas": 4, "template": {}}
+    template = {"spec": {"containers": [{"name": "server", "image": "server:1"}]}}
+    body = {"replicas": 2, "gpusPerReplica": 1, "minReplicas": 1, "maxReplicas": 4, "template": template}
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.INFERENCE_SERVICE_KIND,

@@ -31,7 +31,7 @@ VALID_SPECS: dict[str, dict[str, Any]] = {
         "gpusPerReplica": 1,
         "minReplicas": 1,
         "maxReplicas": 4,
-        "template": {},
+        "template": {"spec": {"containers": [{"name": "server", "image": "server:1"}]}},
     },
 }
 PLURALS = {

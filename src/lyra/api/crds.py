@@ -3,7 +3,9 @@
 ``lyra api crds --out-dir manifests/crds`` writes them; ``--check`` fails when the checked-in files differ, and a
 unit test does the same, so the YAML never drifts from the models. The JSON schema pydantic gives is made
 *structural*, as the API server requires: references inlined, every node typed, ``X | None`` written as an optional
-``X`` (a field that is absent), pod templates kept whole with ``x-kubernetes-preserve-unknown-fields``. Cross-field
+``X`` (a field that is absent), a quantity (``int | str``) as ``x-kubernetes-int-or-string``. Pod templates are a
+typed subset of PodTemplateSpec (the parts the operator reads) whose other fields are kept with
+``x-kubernetes-preserve-unknown-fields``, so ``containers: "x"`` is refused at ``kubectl apply``. Cross-field
 and transition rules are CEL (``x-kubernetes-validations``) with messages that say what to fix.
 """
 
@@ -55,6 +57,8 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
         node = {k: v for k, v in node.items() if k not in _DROPPED and k != "$defs"}
         if "anyOf" in node:
             options = [option for option in node.pop("anyOf") if option.get("type") != "null"]
+            if sorted(option.get("type", "") for option in options) == ["integer", "string"]:
+                options = [{"x-kubernetes-int-or-string": True}]  # a quantity: 2 or "500m"
             if len(options) != 1:
                 raise ValueError(f"a union the API server cannot express: {options}")
             rest = {k: v for k, v in node.items() if not (k == "default" and v is None)}
@@ -90,17 +94,8 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return structural(model.model_json_schema(by_alias=True, mode="serialization"))
 
 
-def _template() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": "Pod template (metadata and spec), as for a Deployment.",
-        "x-kubernetes-preserve-unknown-fields": True,
-    }
-
-
 def _resource_schema(spec: type[BaseModel], status: type[BaseModel], rules: list[dict[str, str]]) -> dict[str, Any]:
     spec_schema = _schema(spec)
-    spec_schema["properties"]["template"] = _template()
     spec_schema["x-kubernetes-validations"] = rules
     return {
         "type": "object",

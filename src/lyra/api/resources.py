@@ -36,10 +36,89 @@ class _Wire(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
-class PodTemplate(_Wire):
-    """A pod template (``metadata`` and ``spec``), kept as the user wrote it; the operator fills in the GPUs."""
+#: A resource quantity, as Kubernetes writes it: a whole number or a string (``"2"``, ``"500m"``, ``"16Gi"``).
+Quantity = int | Annotated[str, StringConstraints(max_length=64)]
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+
+class _Open(BaseModel):
+    """A part of a pod template: the fields the operator reads are typed; the rest is kept as written (the API
+    server validates it when the pod or Deployment is created)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True)
+
+
+class TemplateMetadata(_Open):
+    labels: dict[str, Annotated[str, StringConstraints(max_length=63)]] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class EnvVar(_Open):
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    value: str | None = None
+    value_from: dict[str, Any] | None = Field(default=None, description="A source for the value (kept as written).")
+
+
+class ResourceRequirements(_Open):
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class ContainerPort(_Open):
+    container_port: int = Field(ge=1, le=65535)
+    name: str | None = Field(default=None, max_length=15)
+    protocol: str | None = Field(default=None, max_length=16)
+
+
+class VolumeMount(_Open):
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    mount_path: str = Field(min_length=1, max_length=4096)
+    read_only: bool | None = None
+    sub_path: str | None = Field(default=None, max_length=4096)
+
+
+class Container(_Open):
+    name: str = Field(min_length=1, max_length=63)
+    image: str | None = Field(default=None, max_length=4096)
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: list[EnvVar] | None = None
+    resources: ResourceRequirements | None = None
+    ports: list[ContainerPort] | None = None
+    volume_mounts: list[VolumeMount] | None = None
+
+
+class Volume(_Open):
+    """A volume: its name typed, its source (configMap, emptyDir, persistentVolumeClaim...) kept as written."""
+
+    name: str = Field(min_length=1, max_length=63)
+
+
+class Toleration(_Open):
+    key: str | None = Field(default=None, max_length=316)
+    operator: str | None = Field(default=None, max_length=16)
+    value: str | None = Field(default=None, max_length=63)
+    effect: str | None = Field(default=None, max_length=32)
+    toleration_seconds: int | None = None
+
+
+class PodSpec(_Open):
+    containers: list[Container] = Field(min_length=1, description="At least one; the first one gets the GPUs.")
+    init_containers: list[Container] | None = None
+    volumes: list[Volume] | None = None
+    tolerations: list[Toleration] | None = None
+    node_selector: dict[str, str] | None = None
+
+
+class PodTemplate(_Open):
+    """A pod template (``metadata`` and ``spec``) as for a Deployment: a faithful subset of PodTemplateSpec. The
+    operator fills in the GPUs, labels, affinity and tolerations it owns (:mod:`lyra.operator.manifests`)."""
+
+    metadata: TemplateMetadata | None = None
+    spec: PodSpec
+
+    def body(self) -> dict[str, Any]:
+        """The template as the user wrote it (no field the user left out), as JSON."""
+        return self.model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
 class Preemption(_Wire):

@@ -74,9 +74,29 @@ def render(world: World) -> str:
         if running_rows
         else "running: none",
     ]
-    if world.unreadable:
-        parts += ["", f"{len(world.unreadable)} objects could not be read (see `lyra operator` logs)"]
+    problems = problem_rows(world)
+    if problems:
+        parts += ["", table(("PROBLEM", "OBJECT", "REASON", "MESSAGE"), problems)]
     return "\n".join(parts)
+
+
+def problem_rows(world: World) -> list[tuple[str, str, str, str]]:
+    """Objects the operator cannot read, cannot build, or whose writes the API refuses (isolation per object):
+    each is stopped alone and says why, in its status; this lists them in one place."""
+    from lyra.api.resources import ConditionStatus
+    from lyra.operator.conditions import APPLIED
+
+    rows = [(item.ref.kind, item.ref.key, "Unreadable", item.reason[:90]) for item in world.unreadable]
+    records = [
+        *((j.ref, j.status.conditions) for j in world.jobs),
+        *((s.ref, s.status.conditions) for s in world.services),
+    ]
+    for ref, conditions in records:
+        for condition in conditions:
+            refused = condition.type == APPLIED and condition.status is not ConditionStatus.TRUE
+            if refused or condition.reason == "InvalidSpec":
+                rows.append((ref.kind, ref.key, condition.reason, condition.message[:90]))
+    return rows
 
 
 def _shortened(text: str, limit: int = 90) -> str:

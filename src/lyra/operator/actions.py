@@ -41,9 +41,14 @@ class PatchStatus:
 
 @dataclass(frozen=True, slots=True)
 class DeletePod:
+    """``owner``: the job or service the pod belongs to (``None``: nobody's); ``node``: where it runs ("" unbound).
+    Both say which failures the deletion waits for (:mod:`lyra.operator.isolation`)."""
+
     ref: ObjectRef
     grace_seconds: int
     reason: str
+    owner: ObjectRef | None = None
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +57,18 @@ class SetPodRole:
 
     ref: ObjectRef
     role: str
+    owner: ObjectRef | None = None
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class CreatePod:
+    """``node``: the node the allocation planned for the pod ("" none)."""
+
     ref: ObjectRef
     manifest: Mapping[str, Any]
+    owner: ObjectRef | None = None
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)

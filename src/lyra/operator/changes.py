@@ -2,21 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
+from lyra.api import names
 from lyra.api.resources import wire
+from lyra.core.placement import PodRole
 from lyra.operator.actions import Action, DeletePod, Emit
+from lyra.operator.isolation import Failure, key_of
 from lyra.operator.observe import ObjectRef, PodRecord
 
 
 class Changes:
-    def __init__(self, now: float) -> None:
+    """``failures``: the objects whose last writes the API refused (by :func:`lyra.operator.isolation.key_of`), which
+    the statuses this pass writes report in their ``Applied`` condition."""
+
+    def __init__(
+        self, now: float, failures: Mapping[str, Failure] | None = None, owners: Iterable[ObjectRef] = ()
+    ) -> None:
         self.now = now
         self.actions: list[Action] = []
         self.deleted: set[str] = set()
         self.summary: dict[str, Any] = {}
+        self.failures: Mapping[str, Failure] = failures or {}
+        #: The jobs and services read (with their UIDs, which Events need), by key.
+        self.owners = {key_of(ref): ref for ref in owners}
+
+    def mark(self) -> tuple[int, frozenset[str]]:
+        """Where the decision stands, to :meth:`undo` back to when deciding about one object fails."""
+        return len(self.actions), frozenset(self.deleted)
+
+    def undo(self, mark: tuple[int, frozenset[str]]) -> None:
+        del self.actions[mark[0] :]
+        self.deleted = set(mark[1])
 
     def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
         self.actions.append(Emit(ref, "Warning" if warning else "Normal", reason, message))
@@ -26,7 +46,10 @@ class Changes:
         if pod.ref.key in self.deleted or (pod.terminating and grace > 0):
             return
         self.deleted.add(pod.ref.key)
-        self.actions.append(DeletePod(pod.ref, grace, reason))
+        owner = owner_of(pod)
+        if owner is not None:
+            owner = self.owners.get(key_of(owner), owner)
+        self.actions.append(DeletePod(pod.ref, grace, reason, owner, pod.node))
 
     def deletes(self) -> bool:
         return any(isinstance(a, DeletePod) for a in self.actions)
@@ -36,3 +59,12 @@ def changed_fields(before: BaseModel, after: BaseModel) -> tuple[str, ...]:
     """The wire names of the fields that differ between two statuses (for reports)."""
     old, new = wire(before), wire(after)
     return tuple(sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)))
+
+
+def owner_of(pod: PodRecord) -> ObjectRef | None:
+    """The job or service a pod belongs to, or ``None`` for a pod that is nobody's."""
+    if pod.owner is None:
+        return None
+    namespace, _, name = pod.owner.partition("/")
+    kind = names.INFERENCE_SERVICE_KIND if pod.role is PodRole.INFERENCE else names.TRAINING_JOB_KIND
+    return ObjectRef(kind, namespace, name)

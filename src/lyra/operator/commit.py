@@ -1,8 +1,15 @@
-"""Commit: list what a pass reads, and apply a decision's actions to the API, in order, idempotently.
+"""Commit: list what a pass reads, and apply a decision's actions to the API, in order, idempotently, object by
+object.
 
-Creating what exists (409 AlreadyExists) and deleting what is gone (404) count as done. A conflict on a node (its
-resourceVersion moved since the pass read it) or any other API error stops the rest of the decision: the next pass
-reads afresh and decides again, which the action order makes safe (:mod:`lyra.operator.actions`).
+Creating what exists (409 AlreadyExists) and deleting what is gone (404) count as done. An API error on one action
+is confined to its object (:mod:`lyra.operator.isolation`): it is logged, posted as a Warning Event on the object,
+the object's later actions in the pass are skipped (and pod actions that wait for it), it is held back with
+exponential backoff, and every other object's actions still go through. A conflict on a node (its resourceVersion
+moved since the pass read it) or an object gone (404) skips that object's dependants for this pass only; the next
+pass reads afresh, which the action order makes safe (:mod:`lyra.operator.actions`). Errors that are not one
+object's (401, 429, the API server unreachable) end the pass.
+
+An identical Event (same object, reason and message) is posted at most once every :data:`EVENT_REPEAT_S`.
 """
 
 from __future__ import annotations
@@ -27,26 +34,39 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
+from lyra.operator.isolation import Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.observe import World, format_time, read_world
 
 log = logging.getLogger("lyra.operator")
 
 
+#: Statuses that are not one object's fault: the pass ends (the runner retries it with backoff).
+PASS_ERRORS = frozenset({401, 429})
+EVENT_REPEAT_S = 600.0
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """What a pass's commit did: actions applied, refused by the API, held back by an object's backoff, and skipped
+    (their object, node or owner failed earlier in the pass); ``failures`` the refusals, one per object."""
+
     applied: int
-    failed: Action | None = None
-    error: str = ""
+    failed: int = 0
+    held: int = 0
+    skipped: int = 0
+    failures: tuple[Failure, ...] = ()
 
 
 class Cluster:
     """The operator's access to the API server."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, backoff: Backoff | None = None) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.backoff = backoff or Backoff()
+        self._posted: dict[tuple[str, str, str, str], float] = {}
 
     def observe(self, now: float) -> World:
         """List nodes, GPU pods, jobs, services and Lyra's Deployments, and read them into a World."""
@@ -74,24 +94,77 @@ class Cluster:
         return items
 
     def apply(self, decision: Decision, now: float) -> Outcome:
-        done = 0
+        """Apply ``decision`` object by object (see the module docstring)."""
+        applied = held = skipped = 0
+        blocked: set[str] = set()  # subjects with an action refused, held or skipped in this pass
+        failed: set[str] = set()  # subjects refused in this pass
+        failures: list[Failure] = []
         for action in decision.actions:
+            subject = subject_of(action)
+            key = key_of(subject)
+            waits_for = [k for k in needs_of(action) if k in blocked]
+            if key in failed or (not isinstance(action, Emit) and (key in blocked or waits_for)):
+                skipped += 1  # an Event about an object whose writes failed would say what did not happen
+                blocked.add(key)
+                continue
+            if self.backoff.holds(action, now) is not None:
+                held += 1
+                blocked.add(key)
+                continue
             try:
                 self._apply(action, now)
             except ApiException as error:
                 if error.status == 409 and isinstance(action, CreatePod | ApplyDeployment) and _already_exists(error):
-                    done += 1
+                    applied += 1
                     continue
                 if error.status == 404 and isinstance(action, DeletePod | SetPodRole):
-                    done += 1
+                    applied += 1
                     continue
+                if error.status in PASS_ERRORS:
+                    raise
                 reason = _reason(error)
-                log.warning(
-                    "stopped after %d of %d actions: %s: %s", done, len(decision.actions), _what(action), reason
+                if isinstance(action, Emit):  # a report that could not be posted: said in the log only
+                    log.warning("%s failed: %s", describe(action), reason)
+                    continue
+                blocked.add(key)
+                gone = error.status == 404 and (
+                    isinstance(action, PatchStatus | SetNodeState)
+                    or (isinstance(action, ApplyDeployment) and not action.create)
                 )
-                return Outcome(done, action, reason)
-            done += 1
-        return Outcome(done)
+                if gone or (error.status == 409 and isinstance(action, SetNodeState)):
+                    # gone, or changed since the pass read it: the next pass reads it afresh
+                    log.info("%s: %s; its dependants wait for the next pass", describe(action), reason)
+                    continue
+                failed.add(key)
+                failure = self.backoff.record(action, _status_reason(error), reason, now)
+                failures.append(failure)
+                log.warning("%s %s: %s", subject.kind, subject.key, failure.message)
+                self._report(failure, now)
+                continue
+            applied += 1
+        for over in self.backoff.settle(failed, now):
+            log.info("%s %s: writes go through again", over.subject.kind, over.subject.key)
+        return Outcome(applied, len(failures), held, skipped, tuple(failures))
+
+    def _report(self, failure: Failure, now: float) -> None:
+        """A Warning Event on the object whose write failed (its status says it too, from the next pass)."""
+        event = Emit(failure.subject, "Warning", "ApplyFailed", failure.message)
+        try:
+            self._event(event, now)
+        except ApiException as error:
+            log.warning("%s failed: %s", describe(event), _reason(error))
+
+    def report_left_out(self, world: World, now: float) -> None:
+        """Log every object the pass could not read, and post an Event on each node it leaves out (nodes have no
+        status of Lyra's to say it in)."""
+        for item in world.unreadable:
+            log.warning("skipped %s %s: %s", item.ref.kind, item.ref.key, item.reason)
+            if item.ref.kind != "Node":
+                continue
+            try:
+                self._event(Emit(item.ref, "Warning", "LeftOut", f"node {item.ref.name} {item.reason}"), now)
+            except ApiException as error:
+                log.warning("posting Event LeftOut on node %s failed: %s", item.ref.name, _reason(error))
 
     def _apply(self, action: Action, now: float) -> None:
         if isinstance(action, SetNodeState):
@@ -149,6 +222,15 @@ class Cluster:
 
     def _event(self, action: Emit, now: float) -> None:
         ref = action.ref
+        said = (ref.kind, ref.key, action.reason, action.message)
+        if now - self._posted.get(said, -EVENT_REPEAT_S) < EVENT_REPEAT_S:
+            return
+        self._posted = {k: t for k, t in self._posted.items() if now - t < EVENT_REPEAT_S}
+        self._posted[said] = now
+        self._post(action, now)
+
+    def _post(self, action: Emit, now: float) -> None:
+        ref = action.ref
         namespace = ref.namespace or "default"
         api_version = "v1" if ref.kind in ("Node", "Pod") else names.API_VERSION
         stamp = format_time(now)
@@ -186,7 +268,10 @@ def _reason(error: ApiException) -> str:
     return f"{error.status} {error.reason}: {message}".strip(": ")
 
 
-def _what(action: Action) -> str:
-    if isinstance(action, SetNodeState):
-        return f"node {action.node}"
-    return f"{type(action).__name__} {action.ref.key}"
+def _status_reason(error: ApiException) -> str:
+    """The API's machine-readable reason (Forbidden, Invalid, InternalError ...), for a condition's reason."""
+    try:
+        reason = json.loads(error.body or "{}").get("reason", "")
+    except ValueError:
+        reason = ""
+    return str(reason or error.reason or "ApiError").replace(" ", "") or "ApiError"

@@ -24,6 +24,7 @@ where a killed one stopped. Applying a decision and deciding again yields no act
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from lyra.api import names
@@ -32,6 +33,7 @@ from lyra.core.model import ClusterSnapshot
 from lyra.operator.actions import ACTION_ORDER, Decision, PatchStatus
 from lyra.operator.changes import Changes
 from lyra.operator.config import OperatorConfig
+from lyra.operator.isolation import Failure
 from lyra.operator.jobs import JobBook
 from lyra.operator.loans import LoanBook
 from lyra.operator.observe import World, format_time
@@ -40,10 +42,13 @@ from lyra.operator.services import ServiceBook
 __all__ = ["OperatorConfig", "decide", "live_snapshot", "report_unreadable"]
 
 
-def decide(world: World, config: OperatorConfig | None = None) -> Decision:
-    """One pass of the operator over ``world`` (see the module docstring)."""
+def decide(
+    world: World, config: OperatorConfig | None = None, failures: Mapping[str, Failure] | None = None
+) -> Decision:
+    """One pass of the operator over ``world`` (see the module docstring). ``failures``: the objects whose last writes
+    the API refused (:class:`lyra.operator.isolation.Backoff`), reported in their statuses."""
     config = config or OperatorConfig()
-    changes = Changes(world.now)
+    changes = Changes(world.now, failures, [*(j.ref for j in world.jobs), *(s.ref for s in world.services)])
     jobs = JobBook(world, config, changes)
     jobs.lives()
     services = ServiceBook(world, changes)
@@ -66,7 +71,8 @@ def decide(world: World, config: OperatorConfig | None = None) -> Decision:
 
 
 def report_unreadable(world: World, changes: Changes) -> None:
-    """A TrainingJob or InferenceService Lyra cannot read says so in its status (a job fails), once."""
+    """A TrainingJob or InferenceService Lyra cannot read says so in its status (a job fails), once. (A node or pod
+    left out is logged and, for a node, given an Event by the runner: neither has a status of Lyra's.)"""
     for item in world.unreadable:
         if item.ref.kind not in (names.TRAINING_JOB_KIND, names.INFERENCE_SERVICE_KIND) or item.status is None:
             continue

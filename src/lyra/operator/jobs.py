@@ -9,6 +9,7 @@ the queue (shortest first) and feeds the allocator's completion-time estimates.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -24,11 +25,14 @@ from lyra.core.placement import PodRole
 from lyra.operator import manifests
 from lyra.operator.actions import CreatePod, PatchStatus, SetPodRole
 from lyra.operator.changes import Changes, changed_fields
-from lyra.operator.conditions import set_condition
+from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.config import OperatorConfig
+from lyra.operator.isolation import key_of
 from lyra.operator.observe import JobRecord, ObjectRef, PodRecord, World, format_time, parse_time
+from lyra.operator.templates import template_problem
 
 _DONE = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+log = logging.getLogger("lyra.operator")
 
 
 @dataclass(slots=True)
@@ -78,6 +82,11 @@ class JobBook:
             except InvalidClusterError as error:  # the API server accepted it (an older CRD?); the core does not
                 del self.jobs[key]
                 self.refuse(job, f"the spec cannot be run: {error}")
+                continue
+            problem = template_problem(job.record.spec.template, "gpusPerWorker")
+            if problem is not None:
+                del self.jobs[key]
+                self.refuse(job, f"the worker pods cannot be built: {problem}")
 
     def work_done(self, job: JobState) -> float:
         """Work done by now: ``workDone`` plus the pace the status records since ``workAsOf``."""
@@ -356,40 +365,52 @@ class JobBook:
         )
 
     def converge(self) -> None:
-        """Make every running job's pods match its intent (target and planned placement)."""
-        for job in self.jobs.values():
+        """Make every running job's pods match its intent (target and planned placement). A job whose pods cannot be
+        built fails alone: what was decided for it is undone and the others go on."""
+        for job in list(self.jobs.values()):
             if job.status.phase is not JobPhase.RUNNING or job.finishing:
                 continue
-            spec = job.record.spec
-            live = [p for p in job.live if p.ref.key not in self.changes.deleted]
-            target = job.status.workers.target
-            if len(live) > target:
-                planned = dict(job.status.placements)
-                on_node: dict[str, int] = defaultdict(int)
-                for pod in live:
-                    on_node[pod.node] += 1
-                # Leave first from nodes above their plan, unbound before bound, highest index first.
-                ranked = sorted(
-                    live, key=lambda p: (on_node[p.node] <= planned.get(p.node, 0), bool(p.node), -(p.index or 0))
-                )
-                for pod in ranked[: len(live) - target]:
-                    self.changes.delete(pod, spec.preemption.grace_period_seconds, "ScaledIn")
-                    on_node[pod.node] -= 1
-                live = [p for p in live if p.ref.key not in self.changes.deleted]
-            elif len(live) < target and job.status.gpu_type:
-                live += self.create_workers(job, live, target - len(live))
-            self.relabel(job, live)
-            current = len([p for p in live if p.node])
-            if current != job.status.workers.current:
-                fields = self.fold_work(job)
-                fields["workers"] = job.status.workers.model_copy(update={"current": current})
-                job.update(**fields)
-            if current == len(live) == job.status.workers.target:
-                actual: dict[str, int] = defaultdict(int)
-                for pod in live:
-                    actual[pod.node] += 1
-                if dict(actual) != job.status.placements:  # once placed, the status shows where workers really are
-                    job.update(placements=dict(sorted(actual.items())))
+            mark = self.changes.mark()
+            try:
+                self.converge_job(job)
+            except Exception as error:  # one job's bad template or a bug in building it: that job only
+                log.exception("TrainingJob %s: its worker pods cannot be built", job.key)
+                self.changes.undo(mark)
+                del self.jobs[job.key]
+                self.refuse(job, f"the worker pods cannot be built: {type(error).__name__}: {error}")
+
+    def converge_job(self, job: JobState) -> None:
+        """One running job's pods made to match its intent."""
+        spec = job.record.spec
+        live = [p for p in job.live if p.ref.key not in self.changes.deleted]
+        target = job.status.workers.target
+        if len(live) > target:
+            planned = dict(job.status.placements)
+            on_node: dict[str, int] = defaultdict(int)
+            for pod in live:
+                on_node[pod.node] += 1
+            # Leave first from nodes above their plan, unbound before bound, highest index first.
+            ranked = sorted(
+                live, key=lambda p: (on_node[p.node] <= planned.get(p.node, 0), bool(p.node), -(p.index or 0))
+            )
+            for pod in ranked[: len(live) - target]:
+                self.changes.delete(pod, spec.preemption.grace_period_seconds, "ScaledIn")
+                on_node[pod.node] -= 1
+            live = [p for p in live if p.ref.key not in self.changes.deleted]
+        elif len(live) < target and job.status.gpu_type:
+            live += self.create_workers(job, live, target - len(live))
+        self.relabel(job, live)
+        current = len([p for p in live if p.node])
+        if current != job.status.workers.current:
+            fields = self.fold_work(job)
+            fields["workers"] = job.status.workers.model_copy(update={"current": current})
+            job.update(**fields)
+        if current == len(live) == job.status.workers.target:
+            actual: dict[str, int] = defaultdict(int)
+            for pod in live:
+                actual[pod.node] += 1
+            if dict(actual) != job.status.placements:  # once placed, the status shows where workers really are
+                job.update(placements=dict(sorted(actual.items())))
 
     def create_workers(self, job: JobState, live: list[PodRecord], count: int) -> list[PodRecord]:
         spec = job.record.spec
@@ -402,7 +423,7 @@ class JobBook:
         taken = {p.index for p in job.pods if p.index is not None}
         indices = [i for i in range(len(taken) + count + 1) if i not in taken][:count]
         bases = sum(1 for p in live if p.role is PodRole.TRAINING_BASE)
-        template = spec.template.model_dump(by_alias=True)
+        template = spec.template.body()
         created = []
         for position, index in enumerate(indices):
             role = names.ROLE_BASE if bases + position < spec.min_workers else names.ROLE_FLEXIBLE
@@ -422,7 +443,7 @@ class JobBook:
                 max_workers=spec.max_workers,
             )
             ref = ObjectRef("Pod", job.record.ref.namespace, manifests.worker_name(job.record.ref.name, index))
-            self.changes.actions.append(CreatePod(ref, manifest))
+            self.changes.actions.append(CreatePod(ref, manifest, job.record.ref, node or ""))
             pod_role = PodRole.TRAINING_BASE if role == names.ROLE_BASE else PodRole.TRAINING_FLEXIBLE
             created.append(PodRecord(ref, pod_role, job.key, index, "", "Pending", spec.gpus_per_worker, False, None))
         return created
@@ -434,7 +455,7 @@ class JobBook:
             want = PodRole.TRAINING_BASE if position < job.record.spec.min_workers else PodRole.TRAINING_FLEXIBLE
             if pod.role is not want and pod.created is not None:
                 label = names.ROLE_BASE if want is PodRole.TRAINING_BASE else names.ROLE_FLEXIBLE
-                self.changes.actions.append(SetPodRole(pod.ref, label))
+                self.changes.actions.append(SetPodRole(pod.ref, label, job.record.ref, pod.node))
 
     def refuse(self, job: JobState, message: str) -> None:
         """Fail a job whose spec the core cannot run (its pace cannot be computed either), and stop its workers."""
@@ -455,6 +476,8 @@ class JobBook:
 
     def write_status(self, job: JobState) -> None:
         status = job.status.model_copy(update={"observed_generation": job.record.generation})
+        failure = self.changes.failures.get(key_of(job.record.ref))
+        status = set_applied(status, failure, now=self.changes.now, generation=job.record.generation)
         if status != job.record.status:
             self.changes.actions.append(
                 PatchStatus(job.record.ref, wire(status), changed_fields(job.record.status, status))

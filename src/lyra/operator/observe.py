@@ -25,7 +25,7 @@ from lyra.api.resources import (
     TrainingJobSpec,
     TrainingJobStatus,
 )
-from lyra.core.model import LoanState, Pool
+from lyra.core.model import MAX_GPUS_PER_SERVER, LoanState, Pool
 from lyra.core.placement import PodRole
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -253,6 +253,15 @@ def _read_node(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> NodeReco
         return None
     product = labels.get(names.GPU_PRODUCT_LABEL, "")
     ref = ObjectRef("Node", "", node.metadata.name, node.metadata.uid)
+    if gpus > MAX_GPUS_PER_SERVER:
+        unreadable.append(
+            Unreadable(
+                ref,
+                f"reports {gpus} allocatable {names.GPU_RESOURCE}, more than the {MAX_GPUS_PER_SERVER} one server may "
+                "have (time-slicing replicas?); left out of every plan",
+            )
+        )
+        return None
     if not product:
         unreadable.append(Unreadable(ref, f"has no {names.GPU_PRODUCT_LABEL} label (GPU feature discovery sets it)"))
         return None

@@ -5,8 +5,9 @@ with backoff); any event wakes the loop. The loop makes one pass at a time (coal
 meanwhile), and at least one every ``resync_s`` so that timed transitions (lend delay, reclaim deadline, gang
 timeout) happen without an event. A pass starts by holding the leader Lease (:mod:`lyra.operator.leader`); an
 operator that does not hold it stands by. Each pass lists afresh, so the operator holds no state of its own:
-killed at any point, a new one converges from what the API says. API errors end a pass; the next one is retried with
-exponential backoff.
+killed at any point, a new one converges from what the API says. An API error on one object is confined to it (its
+own backoff, :mod:`lyra.operator.isolation`); errors that are not one object's (the API server unreachable, 401,
+429) end a pass, and the next one is retried with exponential backoff.
 
 With ``dry_run`` the loop decides and reports (log lines, one per new plan) and writes nothing.
 """
@@ -82,9 +83,13 @@ class Reconciler:
         if self.lease is not None and not self.options.dry_run and not self.lease.hold(now):
             return Decision(())  # another operator leads; shadow mode needs no lease (it writes nothing)
         world = self.cluster.observe(now)
-        for unreadable in world.unreadable:
-            log.warning("skipped %s %s: %s", unreadable.ref.kind, unreadable.ref.key, unreadable.reason)
-        decision = decide(world, self.options.config)
+        failures = self.cluster.backoff.failures()
+        if self.options.dry_run:
+            for item in world.unreadable:
+                log.warning("skipped %s %s: %s", item.ref.kind, item.ref.key, item.reason)
+        else:
+            self.cluster.report_left_out(world, now)  # logs them too, and posts an Event on each node left out
+        decision = decide(world, self.options.config, failures)
         self.passes += 1
         lines = describe(decision)
         if self.options.dry_run:
@@ -96,9 +101,15 @@ class Reconciler:
             return decision
         if decision.actions:
             outcome = self.cluster.apply(decision, now)
-            log.info("pass %d: applied %d of %d actions", self.passes, outcome.applied, len(decision.actions))
-            if outcome.failed is not None:
-                raise RuntimeError(outcome.error)
+            log.info(
+                "pass %d: applied %d of %d actions (%d refused, %d held back, %d skipped)",
+                self.passes,
+                outcome.applied,
+                len(decision.actions),
+                outcome.failed,
+                outcome.held,
+                outcome.skipped,
+            )
         return decision
 
     async def run(self, stop: asyncio.Event) -> None:

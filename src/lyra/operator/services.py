@@ -9,6 +9,7 @@ the nodes' ``reclaim-started`` annotations or set by the pass that begins the re
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -18,9 +19,13 @@ from lyra.core.placement import PodRole
 from lyra.operator import manifests
 from lyra.operator.actions import ApplyDeployment, PatchStatus
 from lyra.operator.changes import Changes, changed_fields
-from lyra.operator.conditions import set_condition
+from lyra.operator.conditions import set_applied, set_condition
+from lyra.operator.isolation import key_of
 from lyra.operator.observe import ServiceRecord, World, format_time_ms, parse_time
 from lyra.operator.sizing import desired_replicas, main_inference_type, server_size, servers_needed
+from lyra.operator.templates import template_problem
+
+log = logging.getLogger("lyra.operator")
 
 
 class ServiceBook:
@@ -50,6 +55,10 @@ class ServiceBook:
                 )
                 self.service_status(service, replicas, gpu_type, 0, ("NoServers", reason))
                 continue
+            refused = self.refusal(service, gpu_type)
+            if refused is not None:  # this service alone: no Deployment, no demand
+                self.service_status(service, 0, gpu_type, 0, ("InvalidSpec", refused))
+                continue
             demands[gpu_type] += [service.spec.gpus_per_replica] * replicas
             if replicas:
                 self.users[gpu_type].append(f"{service.ref.key} ({replicas} replicas)")
@@ -62,6 +71,26 @@ class ServiceBook:
         self.changes.summary["inference_servers_needed"] = dict(sorted(demand.items()))
         return demand
 
+    def refusal(self, service: ServiceRecord, gpu_type: str) -> str | None:
+        """Why no Deployment can be made from the service's template (naming the field), or ``None``."""
+        problem = template_problem(service.spec.template, "gpusPerReplica")
+        if problem is not None:
+            return f"the replicas cannot be built: {problem}"
+        try:
+            manifests.deployment(
+                namespace=service.ref.namespace,
+                service=service.ref.name,
+                service_uid=service.ref.uid,
+                replicas=0,
+                template=service.spec.template.body(),
+                gpus_per_replica=service.spec.gpus_per_replica,
+                gpu_type=gpu_type,
+            )
+        except Exception as error:  # a bug in building it stops this service only, and says so
+            log.exception("InferenceService %s: its Deployment cannot be built", service.ref.key)
+            return f"the replicas cannot be built: {type(error).__name__}: {error}"
+        return None
+
     def deployment(self, service: ServiceRecord, replicas: int, gpu_type: str) -> None:
         if service.deployment_replicas == replicas:
             return
@@ -70,7 +99,7 @@ class ServiceBook:
             service=service.ref.name,
             service_uid=service.ref.uid,
             replicas=replicas,
-            template=service.spec.template.model_dump(by_alias=True),
+            template=service.spec.template.body(),
             gpus_per_replica=service.spec.gpus_per_replica,
             gpu_type=gpu_type,
         )
@@ -147,7 +176,11 @@ class ServiceBook:
     def write_statuses(self) -> None:
         for service in self.world.services:
             status = self.statuses.get(service.ref.key)
-            if status is None or status == service.status:
+            if status is None:
+                continue
+            failure = self.changes.failures.get(key_of(service.ref))
+            status = set_applied(status, failure, now=self.changes.now, generation=service.generation)
+            if status == service.status:
                 continue
             self.changes.actions.append(PatchStatus(service.ref, wire(status), changed_fields(service.status, status)))
             problem = self.problems.get(service.ref.key)

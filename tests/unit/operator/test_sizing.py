@@ -25,7 +25,7 @@ def test_replicas_follow_the_load_within_bounds(load: float, per: float, low: in
             "gpusPerReplica": 1,
             "minReplicas": low,
             "maxReplicas": high,
-            "template": {},
+            "template": {"spec": {"containers": [{"name": "server", "image": "server:1"}]}},
             "sizing": {"requestsPerSecond": load, "requestsPerSecondPerReplica": per},
         }
     )
@@ -33,7 +33,14 @@ def test_replicas_follow_the_load_within_bounds(load: float, per: float, low: in
 
 
 def test_without_sizing_the_spec_says_how_many() -> None:
-    spec = InferenceServiceSpec.model_validate({"replicas": 3, "gpusPerReplica": 2, "maxReplicas": 5, "template": {}})
+    spec = InferenceServiceSpec.model_validate(
+        {
+            "replicas": 3,
+            "gpusPerReplica": 2,
+            "maxReplicas": 5,
+            "template": {"spec": {"containers": [{"name": "server", "image": "server:1"}]}},
+        }
+    )
     assert desired_replicas(spec) == 3
 
 

@@ -1,0 +1,159 @@
+"""Isolation per object, for real: the operator (``lyra operator`` as its ServiceAccount) on a local control plane
+with a poison tenant beside a good one.
+
+* A TrainingJob whose template is not a pod template (``containers: "x"``) is refused by the API server, with the
+  field named: the CRD's template is a typed subset of PodTemplateSpec.
+* One the schema accepts but the operator cannot build (GPUs asked for on a sidecar container) fails alone, with an
+  ``InvalidSpec`` condition naming the field.
+* A valid job in a namespace whose ResourceQuota allows 0 ``requests.nvidia.com/gpu``: the API refuses its pods
+  (403); the job carries ``Applied=False`` with the quota's message and an ``ApplyFailed`` Event, and is retried
+  with backoff.
+* A good job started beside them runs, and ``lyra status`` lists both bad jobs with their reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lyra.api import names
+from lyra.localcluster import populate
+from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.waiting import wait_for
+from tests.operator_support import (
+    A100,
+    DEADLINE_S,
+    REPOSITORY,
+    Operator,
+    create_job,
+    job,
+    running,
+    service_account_kubeconfig,
+)
+
+pytestmark = pytest.mark.integration
+
+GPU_QUOTA = f"requests.{names.GPU_RESOURCE}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    crds = REPOSITORY / "manifests" / "crds"
+    with session_control_plane(tmp_path_factory.mktemp("isolation-cluster"), crd_dir=crds) as control_plane:
+        yield control_plane
+
+
+@pytest.fixture(scope="module")
+def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
+    with populate.admin_api(cluster.kubeconfig) as api_client:
+        yield api_client
+
+
+def condition(api: client.ApiClient, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+    conditions = job(api, namespace, name).get("status", {}).get("conditions", [])
+    found: dict[str, Any] | None = next((c for c in conditions if c["type"] == kind), None)
+    return found
+
+
+def quota_ready(api: client.ApiClient, namespace: str) -> bool:
+    """The quota controller has computed the quota (before that, admission refuses with 'status unknown')."""
+    quota = client.CoreV1Api(api).read_namespaced_resource_quota("gpus", namespace)
+    return GPU_QUOTA in (quota.status.hard or {}) if quota.status else False
+
+
+def test_a_poison_tenant_stops_only_itself(cluster: ControlPlane, api: client.ApiClient, tmp_path: Path) -> None:
+    operator = Operator(service_account_kubeconfig(cluster, api, tmp_path), tmp_path / "operator.log")
+    with (
+        temporary_namespace(api, "isolation-good") as tenant,
+        temporary_namespace(api, "isolation-quota") as quota_namespace,
+    ):
+        try:
+            _poison_tenant(api, cluster, operator, tenant, quota_namespace)
+        except BaseException:
+            print("--- operator ---\n" + operator.tail(120))
+            raise
+        finally:
+            operator.stop()
+
+
+def _poison_tenant(
+    api: client.ApiClient, cluster: ControlPlane, operator: Operator, tenant: str, quota_namespace: str
+) -> None:
+    small = {"minWorkers": 1, "maxWorkers": 1, "gpusPerWorker": 1, "gpuTypes": [A100]}
+    # 1. Refused by the API server, the field named.
+    with pytest.raises(ApiException) as refused:
+        create_job(api, tenant, "not-a-template", template={"spec": {"containers": "x"}}, **small)
+    assert refused.value.status == 422
+    assert "spec.template.spec.containers" in json.loads(refused.value.body)["message"]
+
+    # 2. Accepted by the schema, refused by the operator.
+    sidecar = {"name": "proxy", "image": "registry.invalid/proxy:1", "resources": {"limits": {names.GPU_RESOURCE: 1}}}
+    main = {"name": "trainer", "image": "registry.invalid/trainer:1"}
+    create_job(api, tenant, "gpus-on-a-sidecar", template={"spec": {"containers": [main, sidecar]}}, **small)
+
+    # 3. A valid job in a namespace whose quota allows no GPU.
+    quota = {"metadata": {"name": "gpus"}, "spec": {"hard": {GPU_QUOTA: "0"}}}
+    client.CoreV1Api(api).create_namespaced_resource_quota(quota_namespace, cast(Any, quota))
+    wait_for(lambda: quota_ready(api, quota_namespace), DEADLINE_S, "the quota to be computed")
+    create_job(api, quota_namespace, "over-quota", **small)
+
+    # 4. A good job.
+    create_job(api, tenant, "good", minWorkers=2, maxWorkers=2, gpusPerWorker=8, gpuTypes=[A100])
+    operator.start()
+
+    wait_for(lambda: running(api, tenant, "good", 2), DEADLINE_S, "the good job running")
+
+    def invalid() -> dict[str, Any] | None:
+        found = condition(api, tenant, "gpus-on-a-sidecar", "Running")
+        return found if found is not None and found["reason"] == "InvalidSpec" else None
+
+    refusal = wait_for(invalid, DEADLINE_S, "the sidecar job refused")
+    assert "spec.template.spec.containers[1].resources.limits: nvidia.com/gpu is set by Lyra" in refusal["message"]
+    assert job(api, tenant, "gpus-on-a-sidecar")["status"]["phase"] == "Failed"
+    assert (
+        not client.CoreV1Api(api)
+        .list_namespaced_pod(tenant, label_selector=f"{names.JOB_LABEL}=gpus-on-a-sidecar")
+        .items
+    )
+
+    def over_quota() -> dict[str, Any] | None:
+        found = condition(api, quota_namespace, "over-quota", "Applied")
+        return found if found is not None and found["status"] == "False" else None
+
+    applied = wait_for(over_quota, DEADLINE_S, "the over-quota job to say its pods are refused")
+    assert applied["reason"] == "Forbidden"
+    assert "creating pod" in applied["message"]
+    assert "exceeded quota: gpus" in applied["message"]
+    assert "retrying in" in applied["message"]
+    events = client.CoreV1Api(api).list_namespaced_event(quota_namespace).items
+    failed = [e for e in events if e.reason == "ApplyFailed" and e.involved_object.name == "over-quota"]
+    assert failed, "an Event on the job"
+    assert failed[0].involved_object.uid == job(api, quota_namespace, "over-quota")["metadata"]["uid"]
+    assert not client.CoreV1Api(api).list_namespaced_pod(quota_namespace).items
+    assert running(api, tenant, "good", 2), "the good job still runs"
+
+    status = subprocess.run(
+        [sys.executable, "-m", "lyra", "status", "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    problems = status.stdout.split("PROBLEM")[1]
+    assert f"{tenant}/gpus-on-a-sidecar" in problems
+    assert "InvalidSpec" in problems
+    assert f"{quota_namespace}/over-quota" in problems
+    assert "Forbidden" in problems
+    log = operator.log.read_text()
+    assert f"TrainingJob {quota_namespace}/over-quota: creating pod" in log, "the refusal is logged"
+    assert "failed: 403 Forbidden" in log
