@@ -11,11 +11,12 @@ checked here for objects read from elsewhere.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
+from lyra.api import tenancy
 from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS
 
 MAX_NAME = 253
@@ -25,6 +26,8 @@ MAX_PLACEMENTS = 4096
 #: The longest expected duration accepted: a year.
 MAX_DURATION_S = 366 * 24 * 3600
 MAX_PRIORITY = 1_000_000
+MAX_TOLERATIONS = 64
+MAX_NODE_SELECTOR = 64
 
 
 GpuTypeName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME)]
@@ -101,12 +104,30 @@ class Toleration(_Open):
     toleration_seconds: int | None = None
 
 
+class Affinity(_Open):
+    """Node affinity is Lyra's and refused (:mod:`lyra.api.tenancy`); pod affinity and anti-affinity are kept."""
+
+    node_affinity: dict[str, Any] | None = None
+    pod_affinity: dict[str, Any] | None = None
+    pod_anti_affinity: dict[str, Any] | None = None
+
+
 class PodSpec(_Open):
+    """The scheduling fields Lyra owns are typed so that the CRD's CEL rules (:func:`lyra.api.tenancy.cel_rules`)
+    can refuse them, each naming its field; the operator checks the same rules on objects stored before them."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": cast(Any, tenancy.cel_rules())})
+
     containers: list[Container] = Field(min_length=1, description="At least one; the first one gets the GPUs.")
     init_containers: list[Container] | None = None
     volumes: list[Volume] | None = None
-    tolerations: list[Toleration] | None = None
-    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = Field(default=None, max_length=MAX_TOLERATIONS)
+    node_selector: dict[str, str] | None = Field(default=None, max_length=MAX_NODE_SELECTOR)
+    affinity: Affinity | None = None
+    node_name: str | None = Field(default=None, max_length=MAX_NAME, description="Refused: kube-scheduler binds.")
+    scheduler_name: str | None = Field(default=None, max_length=MAX_NAME, description="Refused: Lyra's.")
+    priority_class_name: str | None = Field(default=None, max_length=MAX_NAME, description="Refused: Lyra's.")
+    priority: int | None = Field(default=None, description="Refused: Lyra's.")
 
 
 class PodTemplate(_Open):

@@ -249,6 +249,8 @@ class JobBook:
         for job in self.jobs.values():
             if job.status.phase not in (JobPhase.RUNNING, JobPhase.QUEUED) or job.finishing:
                 continue  # a finishing job's last workers hold their GPUs until they exit; nothing to decide
+            if job.status.phase is JobPhase.QUEUED and self.held_back(job):
+                continue  # its pods would be refused again: it is not given GPUs until its retry is due
             placed = [
                 p
                 for p in job.bound_live()
@@ -269,6 +271,11 @@ class JobBook:
                 held[pod.node] += pod.gpus
         snapshot = ClusterSnapshot(servers, tuple(core for core, _, _ in kept), self.config.gpus)
         return snapshot, dict(held), {core.name: job for core, job, _ in kept}
+
+    def held_back(self, job: JobState) -> bool:
+        """Whether the API refused ``job``'s writes and its retry is not due yet (:mod:`lyra.operator.isolation`)."""
+        failure = self.changes.failures.get(key_of(job.record.ref))
+        return failure is not None and self.changes.now < failure.retry_at
 
     def _consistent(
         self, servers: tuple[Server, ...], entries: list[tuple[TrainingJob, JobState, list[PodRecord]]]

@@ -7,6 +7,13 @@ Placement is correct from these alone, under any scheduler (the extender only ma
 * an inference replica requires a serving or idle inference node of its GPU type, prefers a serving one (so idle
   servers stay free to lend), and tolerates those two taints;
 * nothing tolerates ``reclaiming``.
+
+The scheduling fields of a pod are the operator's (:mod:`lyra.api.tenancy`): the API server and the operator refuse
+templates that set them, and whatever a template still carries is overridden here: ``nodeName``, ``schedulerName``,
+``priority`` and ``priorityClassName`` are dropped, tolerations without a key or of Lyra's taint are dropped,
+``nodeSelector`` keys of Lyra's are dropped, ``affinity.nodeAffinity`` is Lyra's (``podAffinity`` and
+``podAntiAffinity`` are kept), and of the template's metadata only labels and annotations are kept, without Lyra's
+keys.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from lyra.api import names
+from lyra.api import names, tenancy
 from lyra.api.objects import Taint
 from lyra.core.model import LoanState
 
@@ -52,12 +59,8 @@ def worker_pod(
     max_workers: int,
 ) -> dict[str, Any]:
     """One worker pod of a TrainingJob, from the job's template."""
-    body = copy.deepcopy(dict(template))
-    metadata = dict(body.get("metadata") or {})
-    spec = dict(body.get("spec") or {})
-    labels = {str(k): str(v) for k, v in dict(metadata.get("labels") or {}).items()}
+    labels, annotations, spec = _tenant_part(template)
     labels.update({names.ROLE_LABEL: role, names.JOB_LABEL: job})
-    annotations = {str(k): str(v) for k, v in dict(metadata.get("annotations") or {}).items()}
     if planned_node:
         annotations[PLANNED_NODE_ANNOTATION] = planned_node
     containers = [dict(c) for c in spec.get("containers") or []]
@@ -87,7 +90,8 @@ def worker_pod(
         },
     ]
     affinity: dict[str, Any] = {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": training_terms}}
+        **dict(spec.get("affinity") or {}),
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": training_terms}},
     }
     if planned_node:
         affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
@@ -100,14 +104,13 @@ def worker_pod(
         restartPolicy="Never",
         terminationGracePeriodSeconds=grace_seconds,
     )
-    metadata.update(
-        name=worker_name(job, index),
-        namespace=namespace,
-        labels=labels,
-        annotations=annotations,
-        ownerReferences=[_owner(names.TRAINING_JOB_KIND, job, job_uid)],
-    )
-    metadata.pop("generateName", None)
+    metadata = {
+        "name": worker_name(job, index),
+        "namespace": namespace,
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": [_owner(names.TRAINING_JOB_KIND, job, job_uid)],
+    }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
@@ -122,11 +125,9 @@ def deployment(
     gpu_type: str,
 ) -> dict[str, Any]:
     """The Deployment that runs an InferenceService's replicas."""
-    body = copy.deepcopy(dict(template))
-    metadata = dict(body.get("metadata") or {})
-    spec = dict(body.get("spec") or {})
+    labels, annotations, spec = _tenant_part(template)
     selector = {names.SERVICE_LABEL: service, names.ROLE_LABEL: names.ROLE_INFERENCE}
-    labels = {str(k): str(v) for k, v in dict(metadata.get("labels") or {}).items()} | selector
+    labels |= selector
     containers = [dict(c) for c in spec.get("containers") or []]
     if containers:
         containers[0]["resources"] = _with_gpus(containers[0], gpus_per_replica)
@@ -146,6 +147,7 @@ def deployment(
     spec.update(
         containers=containers,
         affinity={
+            **dict(spec.get("affinity") or {}),
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
                 # Pack onto servers already serving, so idle ones stay idle and can be lent.
@@ -155,7 +157,7 @@ def deployment(
                         "preference": {"matchExpressions": [_is(names.STATE_LABEL, LoanState.SERVING.value)]},
                     }
                 ],
-            }
+            },
         },
         tolerations=[
             *list(spec.get("tolerations") or []),
@@ -175,9 +177,34 @@ def deployment(
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
-            "template": {"metadata": {**metadata, "labels": labels}, "spec": spec},
+            "template": {
+                "metadata": {"labels": labels, **({"annotations": annotations} if annotations else {})},
+                "spec": spec,
+            },
         },
     }
+
+
+def _tenant_part(template: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """A template's labels, annotations and pod spec without anything Lyra owns (module docstring)."""
+    body = copy.deepcopy(dict(template))
+    metadata = dict(body.get("metadata") or {})
+
+    def tenants(part: str) -> dict[str, str]:
+        given = dict(metadata.get(part) or {})
+        return {str(k): str(v) for k, v in given.items() if not str(k).startswith(tenancy.OWNED_PREFIX)}
+
+    spec = {k: v for k, v in dict(body.get("spec") or {}).items() if k not in tenancy.OWNED_FIELDS}
+    tolerations = [dict(t) for t in spec.get("tolerations") or []]
+    spec["tolerations"] = [t for t in tolerations if t.get("key") and t.get("key") != names.STATE_TAINT]
+    selector = {
+        k: v
+        for k, v in dict(spec.pop("nodeSelector", None) or {}).items()
+        if not (str(k).startswith(tenancy.OWNED_PREFIX) or k in tenancy.OWNED_NODE_LABELS)
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    return tenants("labels"), tenants("annotations"), spec
 
 
 def selector_of(service: str) -> str:

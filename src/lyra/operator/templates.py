@@ -9,7 +9,7 @@ unique within a pod (the API server would refuse every pod made from the templat
 
 from __future__ import annotations
 
-from lyra.api import names
+from lyra.api import names, tenancy
 from lyra.api.resources import Container, PodTemplate
 
 WHERE = "spec.template.spec"
@@ -18,6 +18,9 @@ WHERE = "spec.template.spec"
 def template_problem(template: PodTemplate, gpus_field: str) -> str | None:
     """Why no pod can be made from ``template``, naming the field; ``None`` if one can. ``gpus_field``: the spec field
     that sets the GPUs (``gpusPerWorker``, ``gpusPerReplica``)."""
+    scheduling = tenancy.scheduling_problem(template.body().get("spec") or {}, WHERE)
+    if scheduling is not None:
+        return scheduling  # a field Lyra owns (docs/security.md)
     spec = template.spec
     named: set[str] = set()
     groups: list[tuple[str, list[Container]]] = [("containers", spec.containers)]
