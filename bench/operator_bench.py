@@ -28,6 +28,8 @@ SERVING = 60
 LOANED = 200
 SERVICES = 40
 JOBS = 600
+WORKER_TEMPLATE = {"spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}}
+REPLICA_TEMPLATE = {"spec": {"containers": [{"name": "server", "image": "server:1"}]}}
 A100 = "NVIDIA-A100-SXM4-80GB"
 T4 = "Tesla-T4"
 
@@ -78,7 +80,7 @@ def cluster_objects(seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
         services.append({
             "metadata": {"name": name, "namespace": "serve", "uid": name, "generation": 1},
             "spec": {"replicas": replicas, "gpusPerReplica": gpus, "minReplicas": 1, "maxReplicas": 64,
-                     "gpuType": T4, "template": {"spec": {"containers": [{"name": "server", "image": "server:1"}]}}},
+                     "gpuType": T4, "template": REPLICA_TEMPLATE},
         })  # fmt: skip
         deployments.append({
             "metadata": {"name": name, "namespace": "serve", "labels": {"lyra.dev/service": name}},
@@ -99,7 +101,7 @@ def cluster_objects(seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
         high = low * rng.choice((1, 2, 4))
         on_t4 = rng.random() < 0.4
         spec = {"minWorkers": low, "maxWorkers": high, "gpusPerWorker": gpus,
-                "expectedDuration": rng.expovariate(1 / 3600) + 60, "template": {"spec": {"containers": [{}]}},
+                "expectedDuration": rng.expovariate(1 / 3600) + 60, "template": WORKER_TEMPLATE,
                 "gpuTypes": [T4 if on_t4 else A100]}  # fmt: skip
         status: dict[str, Any] = {"phase": "Queued", "queuedAt": STAMP}
         if j % 2 == 0:

@@ -9,7 +9,7 @@ moved since the pass read it) or an object gone (404) skips that object's depend
 pass reads afresh, which the action order makes safe (:mod:`lyra.operator.actions`). Errors that are not one
 object's (401, 429, the API server unreachable) end the pass.
 
-An identical Event (same object, reason and message) is posted at most once every :data:`EVENT_REPEAT_S`.
+A node left out of a pass (:meth:`Cluster.report_left_out`) gets its Event at most once every :data:`EVENT_REPEAT_S`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Cluster:
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.backoff = backoff or Backoff()
-        self._posted: dict[tuple[str, str, str, str], float] = {}
+        self._posted: dict[tuple[str, str], float] = {}  # node left out, why -> when its Event was posted
 
     def observe(self, now: float) -> World:
         """List nodes, GPU pods, jobs, services and Lyra's Deployments, and read them into a World."""
@@ -159,8 +159,11 @@ class Cluster:
         status of Lyra's to say it in)."""
         for item in world.unreadable:
             log.warning("skipped %s %s: %s", item.ref.kind, item.ref.key, item.reason)
-            if item.ref.kind != "Node":
+            said = (item.ref.key, item.reason)
+            if item.ref.kind != "Node" or now - self._posted.get(said, -EVENT_REPEAT_S) < EVENT_REPEAT_S:
                 continue
+            self._posted = {k: t for k, t in self._posted.items() if now - t < EVENT_REPEAT_S}
+            self._posted[said] = now
             try:
                 self._event(Emit(item.ref, "Warning", "LeftOut", f"node {item.ref.name} {item.reason}"), now)
             except ApiException as error:
@@ -221,15 +224,6 @@ class Cluster:
             self._event(action, now)
 
     def _event(self, action: Emit, now: float) -> None:
-        ref = action.ref
-        said = (ref.kind, ref.key, action.reason, action.message)
-        if now - self._posted.get(said, -EVENT_REPEAT_S) < EVENT_REPEAT_S:
-            return
-        self._posted = {k: t for k, t in self._posted.items() if now - t < EVENT_REPEAT_S}
-        self._posted[said] = now
-        self._post(action, now)
-
-    def _post(self, action: Emit, now: float) -> None:
         ref = action.ref
         namespace = ref.namespace or "default"
         api_version = "v1" if ref.kind in ("Node", "Pod") else names.API_VERSION

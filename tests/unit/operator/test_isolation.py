@@ -194,12 +194,9 @@ class FaultyCluster(Cluster):
                 error = ApiException(status=fault.status, reason=fault.reason)
                 error.body = body
                 raise error
-        if isinstance(action, Emit):
-            self._event(action, now)
-        else:
-            self.fake._apply(action)
+        self.fake._apply(action)  # an Event lands in fake.events
 
-    def _post(self, action: Emit, now: float) -> None:
+    def _event(self, action: Emit, now: float) -> None:
         self.fake.events.append(action)
 
     def run(self, config: OperatorConfig = CONFIG) -> Outcome:
@@ -382,3 +379,39 @@ def test_a_node_whose_state_cannot_be_written_keeps_its_pods_and_the_other_nodes
     assert any(isinstance(a, ApplyDeployment) for a in decision.actions)
     assert "serve/chat" in fake.deployments, "the service's Deployment still went through"
     assert any(e.reason == "ApplyFailed" and e.ref.kind == "Node" and e.ref.name == stuck for e in fake.events)
+
+
+def test_a_queued_job_whose_pods_are_refused_is_not_given_gpus_until_its_retry() -> None:
+    """The quota job is shorter, so it would be admitted first every time; held back, it leaves the GPUs to the job
+    behind it instead of taking them for pods the API refuses."""
+    fake = FakeCluster([node("a0", "training", A100)])
+    fake.jobs["quota/q"] = job_in("quota", "q", 1, 1, duration=60, gpusPerWorker=8)
+    fake.add_job(training_job("next", 1, 1, duration=6000, gpusPerWorker=8))
+    cluster = FaultyCluster(fake=fake, faults=[QUOTA])
+    config = OperatorConfig(gang_timeout_s=30)
+    started = fake.now
+    cluster.run(config)
+    assert status_of(fake, "quota/q")["phase"] == "Running", "shortest first"
+    while fake.now - started < 45:
+        fake.tick(1)
+        cluster.run(config)
+    assert status_of(fake, "quota/q")["phase"] == "Queued", "its gang timed out"
+    assert cluster.backoff.failures()["TrainingJob/quota/q"].retry_at > fake.now
+    assert fake.job_status("next")["phase"] == "Running"
+    assert pods_of(fake, "next") == ["ml/next-w0"]
+
+
+def test_a_node_left_out_gets_an_event_at_most_every_ten_minutes(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeCluster([node("a0", "training", A100), node("sliced", "training", A100, gpus=2048)])
+    cluster = FaultyCluster(fake=fake)
+    for _ in range(3):  # three passes within a minute
+        cluster.report_left_out(fake.world(), fake.now)
+        fake.tick(20)
+    left_out = [e for e in fake.events if e.reason == "LeftOut"]
+    assert len(left_out) == 1
+    assert left_out[0].ref.name == "sliced"
+    assert left_out[0].type == "Warning"
+    assert caplog.text.count("skipped Node sliced: reports 2048 allocatable nvidia.com/gpu") == 3, "logged every pass"
+    fake.tick(600)
+    cluster.report_left_out(fake.world(), fake.now)
+    assert [e.reason for e in fake.events].count("LeftOut") == 2
