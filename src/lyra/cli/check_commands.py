@@ -104,14 +104,21 @@ def check_cluster(api: client.ApiClient, now: float, limits: Limits) -> Report:
 
 def render(report: Report) -> str:
     """The report for people: one summary line, then one line per violation."""
-    checked = f"{report.nodes} nodes, {report.pods} Lyra pods, {report.jobs} TrainingJobs"
+    checked = ", ".join(
+        _counted(n, what)
+        for n, what in ((report.nodes, "node"), (report.pods, "Lyra pod"), (report.jobs, "TrainingJob"))
+    )
     if report.clean:
         return f"clean: {checked} checked"
-    lines = [f"{len(report.violations)} violations ({checked} checked):"]
+    lines = [f"{_counted(len(report.violations), 'violation')} ({checked} checked):"]
     width = max(len(v.invariant.value) for v in report.violations)
     for v in report.violations:
         lines.append(f"  {v.invariant.value.ljust(width)}  {v.kind} {v.key}: {v.message}")
     return "\n".join(lines)
+
+
+def _counted(count: int, what: str) -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -15,7 +15,9 @@ class _Out(BaseModel):
 
 
 class ViolationOut(_Out):
-    invariant: Invariant = Field(description="The broken invariant's identifier (docs/reliability.md).")
+    invariant: Invariant = Field(
+        description="The broken invariant's identifier (docs/user-guide.md, lyra.check.invariants)."
+    )
     kind: str
     namespace: str = Field(description="Empty for nodes.")
     name: str

@@ -73,7 +73,7 @@ def test_a_violation_exits_3_and_is_printed(
     assert seen == [Limits(gang_timeout_s=60, reclaim_deadline_s=90)]
     out = capsys.readouterr().out
     assert out.splitlines() == [
-        "1 violations (12 nodes, 30 Lyra pods, 2 TrainingJobs checked):",
+        "1 violation (12 nodes, 30 Lyra pods, 2 TrainingJobs checked):",
         "  node-state  Node t4-3: no lyra.dev/state taint (the label says 'loaned')",
     ]
 
@@ -97,8 +97,8 @@ def test_json_has_stable_field_names(
 def test_a_clean_cluster_exits_0(
     kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(check_commands, "check_cluster", _listed(Report(12, 30, 2, ()), []))
+    monkeypatch.setattr(check_commands, "check_cluster", _listed(Report(12, 30, 1, ()), []))
     assert main(["check", "--kubeconfig", str(kubeconfig)]) == 0
-    assert capsys.readouterr().out == "clean: 12 nodes, 30 Lyra pods, 2 TrainingJobs checked\n"
+    assert capsys.readouterr().out == "clean: 12 nodes, 30 Lyra pods, 1 TrainingJob checked\n"
     assert main(["check", "--kubeconfig", str(kubeconfig), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["clean"] is True
