@@ -122,12 +122,12 @@ def _error(message: str) -> None:
 
 
 def run_binaries(args: argparse.Namespace) -> int:
-    from lyra.localcluster.binaries import BinariesError, BinaryCache
+    from lyra.localcluster.binaries import COMPONENTS, TOOLS, BinariesError, BinaryCache
 
     cache = BinaryCache()
     started = time.monotonic()
     try:
-        cache.ensure(_say)
+        cache.ensure(_say, (*COMPONENTS, *TOOLS))
     except BinariesError as error:
         _error(str(error))
         return EXIT_FAILED

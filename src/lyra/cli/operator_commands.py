@@ -3,7 +3,8 @@ InferenceServices (docs/user-guide.md).
 
 The kubeconfig comes from ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside a pod, the service
 account. ``--dry-run`` decides and reports without writing anything (shadow mode); ``--once`` makes one pass and
-prints what it did (or, with ``--dry-run``, would do) as JSON. Exit codes: 0 stopped cleanly, 1 it could not run,
+prints what it did (or, with ``--dry-run``, would do) as JSON. ``--http-port`` serves ``/metrics``, ``/healthz`` and
+``/readyz`` (docs/operations.md). Exit codes: 0 stopped cleanly, 1 it could not run,
 2 bad input.
 """
 
@@ -76,6 +77,15 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help="a leader that has not renewed the Lease for this long is replaced (default 15)",
     )
+    parser.add_argument(
+        "--http-port",
+        type=non_negative_int,
+        default=8080,
+        help="serve /metrics, /healthz and /readyz on this port (default 8080; 0: not at all)",
+    )
+    parser.add_argument(
+        "--http-address", default="", help="address the HTTP endpoints listen on (default: every interface)"
+    )
     parser.set_defaults(run=run_operator_command)
 
 
@@ -86,6 +96,9 @@ def run_operator_command(args: argparse.Namespace) -> int:
             f"--resync ({args.resync:g} s), or the leader could lose its lease between two passes",
             file=sys.stderr,
         )
+        return EXIT_BAD_INPUT
+    if args.http_port > 65535:
+        print(f"lyra operator: --http-port {args.http_port} is not a port (0 to 65535)", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.resync <= 0:
         print("lyra operator: --resync must be > 0 seconds", file=sys.stderr)
@@ -117,6 +130,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
         resync_s=args.resync,
         lease_namespace=args.lease_namespace,
         lease_duration_s=args.lease_duration,
+        http_address=args.http_address,
+        http_port=args.http_port,
     )
     cluster = Cluster(api)
     if args.once:

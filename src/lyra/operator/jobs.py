@@ -32,6 +32,14 @@ from lyra.operator.observe import JobRecord, ObjectRef, PodRecord, World, format
 from lyra.operator.templates import template_problem
 
 _DONE = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+#: The summary entry naming each job a pass preempts (re-queues from Running) and why: its servers were reclaimed
+#: for inference, the allocation gave its GPUs to others, or it lost base workers and was re-queued.
+PREEMPTED_SUMMARY = "preempted"
+PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE = "reclaim", "allocation", "lost_base"
+#: The reason of a flexible worker's deletion (and of the job's Event) when its job is scaled in.
+SCALED_IN = "ScaledIn"
+
 log = logging.getLogger("lyra.operator")
 
 
@@ -148,7 +156,7 @@ class JobBook:
     def scale_in(self, job_key: str, pods: list[PodRecord], why: str) -> None:
         job = self.jobs[job_key]
         for pod in pods:
-            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, "ScaledIn")
+            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, SCALED_IN)
         placements = dict(job.status.placements)
         for pod in pods:
             placements[pod.node] = placements.get(pod.node, 0) - 1
@@ -161,12 +169,17 @@ class JobBook:
             scale_ins=job.status.scale_ins + len(pods),
         )
         job.update(**fields)
-        self.changes.emit(job.record.ref, "ScaledIn", f"scaled in {len(pods)} workers: {why}")
+        self.changes.emit(job.record.ref, SCALED_IN, f"scaled in {len(pods)} workers: {why}")
 
     def preempt(self, job_key: str, why: str) -> None:
         job = self.jobs[job_key]
         self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted: {why}; re-queued")
+        self.count_preemption(job, PREEMPTED_BY_RECLAIM)
+
+    def count_preemption(self, job: JobState, cause: str) -> None:
+        """One more preemption in the job's status, and its cause in the pass's summary (for metrics)."""
         job.update(preemptions=job.status.preemptions + 1)
+        self.changes.summary.setdefault(PREEMPTED_SUMMARY, {})[job.key] = cause
 
     def lives(self) -> None:
         for job in self.jobs.values():
@@ -214,7 +227,7 @@ class JobBook:
                 "Preempted",
                 f"lost its base: {len(bound)} of {spec.min_workers} base workers remain; re-queued",
             )
-            job.update(preemptions=job.status.preemptions + 1)
+            self.count_preemption(job, PREEMPTED_LOST_BASE)
         elif overdue:
             self.stop_job(
                 job,
@@ -316,7 +329,7 @@ class JobBook:
                 )
                 if job.status.phase is JobPhase.RUNNING:
                     self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted by the allocation: {reason}")
-                    job.update(preemptions=job.status.preemptions + 1)
+                    self.count_preemption(job, PREEMPTED_BY_ALLOCATION)
                 continue
             target = WorkerCounts(
                 current=job.status.workers.current,
@@ -401,7 +414,7 @@ class JobBook:
                 live, key=lambda p: (on_node[p.node] <= planned.get(p.node, 0), bool(p.node), -(p.index or 0))
             )
             for pod in ranked[: len(live) - target]:
-                self.changes.delete(pod, spec.preemption.grace_period_seconds, "ScaledIn")
+                self.changes.delete(pod, spec.preemption.grace_period_seconds, SCALED_IN)
                 on_node[pod.node] -= 1
             live = [p for p in live if p.ref.key not in self.changes.deleted]
         elif len(live) < target and job.status.gpu_type:

@@ -10,6 +10,10 @@ own backoff, :mod:`lyra.operator.isolation`); errors that are not one object's (
 429) end a pass, and the next one is retried with exponential backoff.
 
 With ``dry_run`` the loop decides and reports (log lines, one per new plan) and writes nothing.
+
+Each pass feeds the metrics (:mod:`lyra.operator.metrics`: gauges from the World it observed, counters from the
+actions it applied, the duration of each phase) and the health endpoints (:mod:`lyra.operator.endpoints`), served
+on ``http_port``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from lyra.api import names
 from lyra.operator.actions import Decision, PatchStatus, SetNodeState
 from lyra.operator.commit import Cluster
 from lyra.operator.decide import OperatorConfig, decide
+from lyra.operator.endpoints import Health, serve
 from lyra.operator.leader import LeaderLease
+from lyra.operator.metrics import COMMIT, DECIDE, FAILED, OBSERVE, SUCCEEDED, OperatorMetrics, applied_counts
 
 log = logging.getLogger("lyra.operator")
 
@@ -44,6 +50,14 @@ class RunOptions:
     resync_s: float = 10.0
     lease_namespace: str = "default"
     lease_duration_s: float = 15.0
+    http_address: str = ""  # all interfaces
+    http_port: int = 0  # 0: no metrics or health endpoints
+
+    @property
+    def liveness_window_s(self) -> float:
+        """A loop that has not finished a pass (or a standby check) for this long is not alive: a few resyncs, and
+        more than the longest backoff between failed passes."""
+        return max(3 * self.resync_s, 2 * MAX_BACKOFF_S)
 
 
 def describe(decision: Decision) -> list[str]:
@@ -68,11 +82,14 @@ class Reconciler:
         options: RunOptions,
         clock: Callable[[], float] = time.time,
         lease: LeaderLease | None = None,
+        metrics: OperatorMetrics | None = None,
     ) -> None:
         self.cluster = cluster
         self.options = options
         self.clock = clock
         self.lease = lease
+        self.metrics = metrics or OperatorMetrics()
+        self.health = Health(options.liveness_window_s)
         self.wake = asyncio.Event()
         self.passes = 0
         self._last_report: list[str] | None = None
@@ -81,8 +98,12 @@ class Reconciler:
         """Observe, decide and (unless dry-run) commit, once. Blocking: runs in a worker thread."""
         now = self.clock()
         if self.lease is not None and not self.options.dry_run and not self.lease.hold(now):
+            self.metrics.standing_by()
             return Decision(())  # another operator leads; shadow mode needs no lease (it writes nothing)
+        started = time.perf_counter()
         world = self.cluster.observe(now)
+        observed = time.perf_counter()
+        self.metrics.phase_took(OBSERVE, observed - started)
         failures = self.cluster.backoff.failures()
         if self.options.dry_run:
             for item in world.unreadable:
@@ -90,17 +111,24 @@ class Reconciler:
         else:
             self.cluster.report_left_out(world, now)  # logs them too, and posts an Event on each node left out
         decision = decide(world, self.options.config, failures)
+        decided = time.perf_counter()
+        self.metrics.phase_took(DECIDE, decided - observed)
         self.passes += 1
         lines = describe(decision)
         if self.options.dry_run:
+            self.metrics.standing_by()  # a shadow exports no state: it would count the leader's servers twice
+            self.metrics.pass_ended(SUCCEEDED)
             if lines != self._last_report:
                 log.info("dry run: would apply %d actions: %s", len(lines), json.dumps(decision.summary, default=str))
                 for line in lines:
                     log.info("dry run: %s", line)
                 self._last_report = lines
             return decision
+        self.metrics.leading(world)
         if decision.actions:
             outcome = self.cluster.apply(decision, now)
+            deadline = self.options.config.reclaim_deadline_s
+            self.metrics.count(applied_counts(world, decision, outcome.results, reclaim_deadline_s=deadline))
             log.info(
                 "pass %d: applied %d of %d actions (%d refused, %d held back, %d skipped)",
                 self.passes,
@@ -110,6 +138,8 @@ class Reconciler:
                 outcome.held,
                 outcome.skipped,
             )
+        self.metrics.phase_took(COMMIT, time.perf_counter() - decided)
+        self.metrics.pass_ended(SUCCEEDED)
         return decision
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -118,9 +148,12 @@ class Reconciler:
             started = time.monotonic()
             try:
                 await asyncio.to_thread(self.pass_once)
+                self.health.beat(synced=True)
                 backoff = 1.0
                 timeout = self.options.resync_s
             except Exception as error:  # any failure ends the pass; the next reads afresh
+                self.metrics.pass_ended(FAILED)
+                self.health.beat(synced=False, problem=f"the last pass failed: {type(error).__name__}: {error}")
                 log.warning("pass failed (%s: %s); retrying in %.0f s", type(error).__name__, error, backoff)
                 timeout = backoff
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
@@ -167,6 +200,11 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     registry = kopf.OperatorRegistry()
     lease = LeaderLease(cluster.api, options.lease_namespace, duration_s=options.lease_duration_s)
     reconciler = Reconciler(cluster, options, lease=lease)
+    server = (
+        serve(options.http_address, options.http_port, reconciler.metrics, reconciler.health)
+        if options.http_port
+        else None
+    )
 
     def wake(**_: Any) -> None:
         reconciler.wake.set()
@@ -199,3 +237,6 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
         log.info("stopped")  # SIGINT/SIGTERM: a clean stop
     finally:
         lease.release()  # a successor leads at once, not after the lease expires
+        if server is not None:
+            server.shutdown()
+            server.server_close()

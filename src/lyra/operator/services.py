@@ -27,6 +27,9 @@ from lyra.operator.templates import template_problem
 
 log = logging.getLogger("lyra.operator")
 
+#: The summary entry listing, per service whose replicas all run again, how long they waited for a reclaim.
+RECLAIM_WAITS_SUMMARY = "reclaim_waits"
+
 
 class ServiceBook:
     def __init__(self, world: World, changes: Changes) -> None:
@@ -169,7 +172,7 @@ class ServiceBook:
                 f"{running} of {status.replicas} replicas running {waited:.1f} s after the reclaim of "
                 f"{record.gpu_type} servers began",
             )
-            waits = self.changes.summary.setdefault("reclaim_waits", [])
+            waits = self.changes.summary.setdefault(RECLAIM_WAITS_SUMMARY, [])
             waits.append({"service": service.ref.key, "gpu_type": record.gpu_type, "seconds": round(waited, 3)})
             self.statuses[service.ref.key] = status.model_copy(update={"reclaim": None})
 

@@ -1,0 +1,94 @@
+"""The operator's HTTP endpoints, on one port (``--http-port``): ``/metrics`` (Prometheus), ``/healthz`` (liveness)
+and ``/readyz`` (readiness).
+
+* **liveness**: the reconcile loop is alive: it finished a pass or a standby's Lease check (successful or not)
+  within :attr:`Health.stale_after_s`, a few resync periods. A loop stuck in an API call without end fails it, and
+  the kubelet restarts the operator.
+* **readiness**: connected and synced: the last pass (or standby check) reached the API server and read what it
+  needed. A standby replica is ready: it can take over.
+
+Served by the standard library's threading HTTP server in a daemon thread, beside kopf's event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from lyra.operator.metrics import OperatorMetrics
+
+log = logging.getLogger("lyra.operator")
+
+METRICS_PATH, LIVENESS_PATH, READINESS_PATH = "/metrics", "/healthz", "/readyz"
+
+
+class Health:
+    """The loop's heartbeat. ``clock``: monotonic seconds."""
+
+    def __init__(self, stale_after_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stale_after_s = stale_after_s
+        self.clock = clock
+        self._started = clock()
+        self._beat: float | None = None
+        self._synced = False
+        self._problem = "no pass yet"
+
+    def beat(self, *, synced: bool, problem: str = "") -> None:
+        """A pass or a standby check ended; ``synced``: it reached the API and read what it needed."""
+        self._beat = self.clock()
+        self._synced = synced
+        self._problem = problem
+
+    def liveness(self) -> tuple[bool, str]:
+        since = self._beat if self._beat is not None else self._started
+        idle = self.clock() - since
+        if idle > self.stale_after_s:
+            return False, f"the reconcile loop has not finished a pass for {idle:.0f} s"
+        return True, "ok"
+
+    def readiness(self) -> tuple[bool, str]:
+        alive, why = self.liveness()
+        if not alive:
+            return False, why
+        if not self._synced:
+            return False, f"not synced: {self._problem}"
+        return True, "ok"
+
+
+def serve(address: str, port: int, metrics: OperatorMetrics, health: Health) -> ThreadingHTTPServer:
+    """Serve the endpoints in a daemon thread; ``server.shutdown()`` stops it. ``port`` 0 picks a free one
+    (``server.server_address``)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == METRICS_PATH:
+                self._send(HTTPStatus.OK, metrics.exposition(), CONTENT_TYPE_LATEST)
+            elif path in (LIVENESS_PATH, READINESS_PATH):
+                ok, message = health.liveness() if path == LIVENESS_PATH else health.readiness()
+                status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
+                self._send(status, f"{message}\n".encode(), "text/plain; charset=utf-8")
+            else:
+                self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
+
+        def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("http: " + format, *args)
+
+    server = ThreadingHTTPServer((address, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="lyra-http", daemon=True).start()
+    log.info("serving %s, %s and %s on %s:%d", METRICS_PATH, LIVENESS_PATH, READINESS_PATH, *server.server_address[:2])
+    return server

@@ -1,0 +1,112 @@
+"""A real Prometheus for tests: Debian's ``prometheus`` (cached by ``make binaries``) run on loopback on a free port,
+with a temporary configuration that scrapes the given targets every second, queried through its HTTP API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lyra.localcluster.binaries import PROMETHEUS, BinaryCache
+from lyra.localcluster.ports import LOOPBACK, allocate_ports
+from lyra.localcluster.waiting import wait_for
+
+SCRAPE_INTERVAL = "1s"
+
+
+def promtool() -> Path:
+    return BinaryCache().tool(PROMETHEUS, "promtool")
+
+
+def check_metrics(exposition: bytes) -> str:
+    """``promtool check metrics`` on an exposition; returns its complaints ("" when there are none)."""
+    result = subprocess.run(
+        [str(promtool()), "check", "metrics"], input=exposition, capture_output=True, timeout=60, check=False
+    )
+    return (result.stdout + result.stderr).decode().strip() if result.returncode else ""
+
+
+def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+class Prometheus:
+    """``targets``: job name -> ``host:port`` scraped at ``/metrics``."""
+
+    def __init__(self, directory: Path, targets: Mapping[str, str]) -> None:
+        self.directory = directory
+        self.port = allocate_ports(1)[0]
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.log = directory / "prometheus.log"
+        config = {
+            "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+            "scrape_configs": [
+                {"job_name": job, "scrape_interval": SCRAPE_INTERVAL, "static_configs": [{"targets": [target]}]}
+                for job, target in targets.items()
+            ],
+        }
+        self.config = directory / "prometheus.yml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Prometheus:
+        binary = BinaryCache().tool(PROMETHEUS, "prometheus")
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    str(binary),
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.directory / 'data'}",
+                    f"--web.listen-address={LOOPBACK}:{self.port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(self._ready, 60, "Prometheus ready")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+            self.process = None
+
+    def _ready(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"Prometheus exited with {self.process.returncode}:\n{self.tail()}")
+        try:
+            return get(f"{self.url}/-/ready")[0] == 200
+        except OSError:
+            return False
+
+    def query(self, expression: str) -> list[dict[str, Any]]:
+        """The instant vector ``expression`` evaluates to now (``/api/v1/query``)."""
+        status, body = get(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expression})}")
+        answer = json.loads(body)
+        assert status == 200, f"{expression}: {answer}"
+        assert answer["status"] == "success", f"{expression}: {answer}"
+        result: list[dict[str, Any]] = answer["data"]["result"]
+        return result
+
+    def value(self, expression: str) -> float | None:
+        """The value of a query that yields at most one series (``None``: no series)."""
+        result = self.query(expression)
+        assert len(result) <= 1, f"{expression} yields {len(result)} series"
+        return float(result[0]["value"][1]) if result else None
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""

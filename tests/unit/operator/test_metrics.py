@@ -1,0 +1,232 @@
+"""The operator's metrics, derived from passes on the in-memory cluster: gauges from the observed World, counters
+from applied actions only (a refused write counts nothing but a refused action), cross-checked against the counts
+the jobs' statuses keep; the exposition of a leader and of a standby; the documented list."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lyra.operator.actions import SetNodeState
+from lyra.operator.commit import APPLIED, REFUSED
+from lyra.operator.decide import OperatorConfig, decide
+from lyra.operator.metrics import (
+    DRAINED,
+    FORCED,
+    METRICS,
+    AppliedCounts,
+    OperatorMetrics,
+    applied_counts,
+    reference,
+    state_gauges,
+)
+
+from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
+
+CONFIG = OperatorConfig(lend_delay_s=30, reclaim_deadline_s=100, gang_timeout_s=60)
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
+
+
+def small_cluster() -> FakeCluster:
+    return FakeCluster([node("a0", "training", A100)] + [node(f"t{i}", "inference", T4) for i in range(4)])
+
+
+def one_pass(cluster: FakeCluster, *, finish: bool = True, seconds: float = 40) -> AppliedCounts:
+    """Decide, apply every action (the fake cluster refuses nothing), and count."""
+    world = cluster.world()
+    decision = decide(world, CONFIG)
+    cluster.apply(decision)
+    if finish:
+        cluster.finish_terminations()
+    cluster.tick(seconds)
+    return applied_counts(
+        world, decision, [APPLIED] * len(decision.actions), reclaim_deadline_s=CONFIG.reclaim_deadline_s
+    )
+
+
+def settle(cluster: FakeCluster, passes: int = 10) -> list[AppliedCounts]:
+    return [one_pass(cluster) for _ in range(passes)]
+
+
+@dataclass
+class Totals:
+    loans: Counter[tuple[str, ...]]
+    reclaims: Counter[tuple[str, ...]]
+    preemptions: Counter[tuple[str, ...]]
+    scaled_in: Counter[tuple[str, ...]]
+    reclaim_durations: list[tuple[str, float]]
+    inference_waits: list[tuple[str, float]]
+    queue_waits: list[float]
+
+
+def total(counts: list[AppliedCounts]) -> Totals:
+    result = Totals(Counter(), Counter(), Counter(), Counter(), [], [], [])
+    for count in counts:
+        result.loans.update(count.loans)
+        result.reclaims.update(count.reclaims)
+        result.preemptions.update(count.preemptions)
+        result.scaled_in.update(count.scaled_in)
+        result.reclaim_durations += count.reclaim_durations
+        result.inference_waits += count.inference_waits
+        result.queue_waits += count.queue_waits
+    return result
+
+
+def lend(cluster: FakeCluster) -> list[AppliedCounts]:
+    cluster.add_service(inference_service("chat", 2))
+    return settle(cluster)
+
+
+def reclaim_by_scale_in(cluster: FakeCluster) -> list[AppliedCounts]:
+    cluster.add_service(inference_service("chat", 2))
+    cluster.add_job(training_job("elastic", 2, 16, gpuTypes=[T4]))
+    counts = settle(cluster)
+    cluster.services["serve/chat"]["spec"]["replicas"] = 20
+    return counts + settle(cluster)
+
+
+def reclaim_by_preemption(cluster: FakeCluster) -> list[AppliedCounts]:
+    cluster.add_service(inference_service("chat", 2))
+    cluster.add_job(training_job("rigid", 24, 24, gpuTypes=[T4]))
+    counts = settle(cluster)
+    cluster.services["serve/chat"]["spec"]["replicas"] = 20
+    return counts + settle(cluster)
+
+
+def reclaim_forced(cluster: FakeCluster) -> list[AppliedCounts]:
+    """The workers on the reclaimed servers do not leave (terminations never finish) past the deadline."""
+    cluster.add_service(inference_service("chat", 2))
+    cluster.add_job(training_job("elastic", 2, 16, gpuTypes=[T4]))
+    counts = settle(cluster)
+    cluster.services["serve/chat"]["spec"]["replicas"] = 20
+    counts += [one_pass(cluster, finish=False, seconds=60) for _ in range(3)]
+    return counts + settle(cluster)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    run: Callable[[FakeCluster], list[AppliedCounts]]
+    loans: Mapping[tuple[str, ...], int]
+    reclaims: Mapping[tuple[str, ...], int]
+    preemptions: Mapping[tuple[str, ...], int]
+    inference_waits: int
+
+
+SCENARIOS = [
+    Scenario("lend", lend, {(T4,): 3}, {}, {}, 0),
+    Scenario("reclaim by scale-in", reclaim_by_scale_in, {(T4,): 3}, {(T4, DRAINED): 2}, {}, 1),
+    Scenario("reclaim by preemption", reclaim_by_preemption, {(T4,): 3}, {(T4, DRAINED): 2}, {("reclaim",): 1}, 1),
+    # Of the two servers reclaimed, one ran no worker (it returns at once); the other's workers outlive the deadline.
+    Scenario(
+        "reclaim forced past its deadline", reclaim_forced, {(T4,): 3}, {(T4, DRAINED): 1, (T4, FORCED): 1}, {}, 1
+    ),
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_counters_count_what_the_passes_applied(scenario: Scenario) -> None:
+    cluster = small_cluster()
+    totals = total(scenario.run(cluster))
+
+    assert dict(totals.loans) == scenario.loans
+    assert dict(totals.reclaims) == scenario.reclaims
+    assert dict(totals.preemptions) == scenario.preemptions
+    assert len(totals.reclaim_durations) == sum(scenario.reclaims.values())
+    forced = sum(n for (_, outcome), n in scenario.reclaims.items() if outcome == FORCED)
+    assert sum(seconds > CONFIG.reclaim_deadline_s for _, seconds in totals.reclaim_durations) == forced
+    assert [gpu_type for gpu_type, _ in totals.inference_waits] == [T4] * scenario.inference_waits
+    # The jobs' statuses keep their own counts: the metrics agree with them.
+    statuses = [job.get("status", {}) for job in cluster.jobs.values()]
+    assert sum(totals.scaled_in.values()) == sum(s.get("scaleIns", 0) for s in statuses)
+    assert sum(totals.preemptions.values()) == sum(s.get("preemptions", 0) for s in statuses)
+    starts = sum(1 for event in cluster.events if event.reason == "Started")
+    assert len(totals.queue_waits) == starts
+    assert all(seconds >= 0 for seconds in totals.queue_waits)
+
+
+def test_refused_or_held_actions_count_nothing_but_themselves() -> None:
+    cluster = small_cluster()
+    cluster.add_service(inference_service("chat", 2))
+    cluster.apply(decide(cluster.world(), CONFIG))
+    cluster.tick(40)
+    world = cluster.world()
+    decision = decide(world, CONFIG)
+    lends = [a for a in decision.actions if isinstance(a, SetNodeState)]
+    assert len(lends) == 3
+    results = [REFUSED if isinstance(a, SetNodeState) else APPLIED for a in decision.actions]
+
+    counts = applied_counts(world, decision, results, reclaim_deadline_s=CONFIG.reclaim_deadline_s)
+
+    assert counts.loans == {}
+    assert counts.actions[("SetNodeState", REFUSED)] == 3
+    assert ("SetNodeState", APPLIED) not in counts.actions
+
+
+def test_state_gauges_count_servers_gpus_jobs_and_workers_by_state() -> None:
+    cluster = small_cluster()
+    cluster.add_service(inference_service("chat", 2))
+    cluster.add_job(training_job("elastic", 2, 16, gpuTypes=[T4]))
+    cluster.add_job(training_job("waiting", 64, 64, gpuTypes=[A100]))
+    settle(cluster)
+
+    gauges = state_gauges(cluster.world())
+
+    assert gauges.servers == {
+        ("loaned", T4): 3,
+        ("serving", T4): 1,
+        ("idle", T4): 0,
+        ("reclaiming", T4): 0,
+        ("training", A100): 1,
+    }
+    assert gauges.gpus[("loaned", T4)] == 24
+    assert gauges.gpus[("training", A100)] == 8
+    assert gauges.jobs == {("Queued",): 1, ("Running",): 1, ("Succeeded",): 0, ("Failed",): 0}
+    assert gauges.workers == {("base", T4): 2, ("flexible", T4): 14}
+
+
+def samples(exposition: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(exposition.decode()):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return found
+
+
+def test_a_standby_exports_no_state_only_that_it_does_not_lead() -> None:
+    cluster = small_cluster()
+    cluster.add_service(inference_service("chat", 2))
+    settle(cluster, 3)
+    metrics = OperatorMetrics(version="1.2.3")
+
+    metrics.leading(cluster.world())
+    leader = samples(metrics.exposition())
+    metrics.standing_by()
+    standby = samples(metrics.exposition())
+
+    assert leader["lyra_leader"] == [({}, 1.0)]
+    assert ({"state": "loaned", "gpu_type": T4}, 3.0) in leader["lyra_servers"]
+    assert standby["lyra_leader"] == [({}, 0.0)]
+    assert standby["lyra_build_info"] == [({"version": "1.2.3"}, 1.0)]
+    assert not {"lyra_servers", "lyra_gpus", "lyra_training_jobs", "lyra_training_workers"} & standby.keys()
+
+
+def test_every_metric_is_exported_under_its_documented_name() -> None:
+    cluster = small_cluster()
+    metrics = OperatorMetrics()
+    metrics.leading(cluster.world())
+    names = {family.name for family in text_string_to_metric_families(metrics.exposition().decode())}
+    # The parser names a counter's family without its _total suffix.
+    assert {spec.name.removesuffix("_total") for spec in METRICS} <= names
+    assert all(spec.name.startswith("lyra_") for spec in METRICS)
+    assert all((spec.kind == "counter") == spec.name.endswith("_total") for spec in METRICS)
+    assert not any(label in ("node", "job", "pod", "name") for spec in METRICS for label in spec.labels)
+
+
+def test_the_metrics_reference_in_the_docs_is_the_generated_one() -> None:
+    assert reference() in DOCS.read_text(), "regenerate it: uv run python -m lyra.operator.metrics"
