@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lyra.operator.actions import SetNodeState
+from lyra.operator.actions import PatchStatus, SetNodeState
 from lyra.operator.commit import APPLIED, REFUSED
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.metrics import (
@@ -27,6 +27,7 @@ from lyra.operator.metrics import (
 )
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
+from .test_isolation import Fault, FaultyCluster
 
 CONFIG = OperatorConfig(lend_delay_s=30, reclaim_deadline_s=100, gang_timeout_s=60)
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
@@ -230,3 +231,26 @@ def test_every_metric_is_exported_under_its_documented_name() -> None:
 
 def test_the_metrics_reference_in_the_docs_is_the_generated_one() -> None:
     assert reference() in DOCS.read_text(), "regenerate it: uv run python -m lyra.operator.metrics"
+
+
+def test_the_commit_reports_each_actions_fate_and_only_applied_starts_are_counted() -> None:
+    """Through the real commit step: a job whose status write the API refuses neither starts nor counts as started;
+    the other job does, in the same pass."""
+    fake = FakeCluster([node("a0", "training", A100)])
+    fake.add_job(training_job("broken-status", 2, 2))
+    fake.add_job(training_job("good", 2, 2))
+    refused = Fault(lambda a: isinstance(a, PatchStatus) and a.ref.name == "broken-status", 500, "InternalError", "x")
+    cluster = FaultyCluster(fake=fake, faults=[refused])
+    world = fake.world()
+    decision = decide(world, CONFIG, cluster.backoff.failures())
+
+    outcome = cluster.apply(decision, fake.now)
+    counts = applied_counts(world, decision, outcome.results, reclaim_deadline_s=CONFIG.reclaim_deadline_s)
+
+    assert len(outcome.results) == len(decision.actions)
+    assert outcome.results.count(APPLIED) == outcome.applied
+    assert outcome.results.count(REFUSED) == outcome.failed == 1
+    assert outcome.results.count("skipped") == outcome.skipped > 0
+    assert counts.actions[("PatchStatus", REFUSED)] == 1
+    assert counts.actions[("CreatePod", APPLIED)] == 2
+    assert len(counts.queue_waits) == 1, "only the good job started"
