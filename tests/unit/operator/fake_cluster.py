@@ -95,7 +95,7 @@ def _tolerated(taints: list[dict[str, Any]], tolerations: list[dict[str, Any]]) 
 
 class FakeCluster:
     def __init__(self, nodes: Iterable[dict[str, Any]], now: float = 1_000_000.0) -> None:
-        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}  # the caller's data stays as it was
         self.pods: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}

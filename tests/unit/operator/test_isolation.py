@@ -33,6 +33,8 @@ from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.isolation import FIRST_DELAY_S, Backoff
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
+from .test_decide import CONFIG as DECIDE_CONFIG
+from .test_decide import SCENARIOS, Scenario, _shape, changed, settle
 
 CONFIG = OperatorConfig(lend_delay_s=30, reclaim_deadline_s=100, gang_timeout_s=600)
 
@@ -415,3 +417,76 @@ def test_a_node_left_out_gets_an_event_at_most_every_ten_minutes(caplog: pytest.
     fake.tick(600)
     cluster.report_left_out(fake.world(), fake.now)
     assert [e.reason for e in fake.events].count("LeftOut") == 2
+
+
+def test_a_refused_deployment_is_reported_on_its_service_and_the_other_service_is_deployed() -> None:
+    fake = FakeCluster([node(f"t{i}", "inference", T4) for i in range(4)])
+    fake.add_service(inference_service("denied", 2))
+    fake.add_service(inference_service("chat", 2))
+    webhook = Fault(
+        lambda a: isinstance(a, ApplyDeployment) and a.ref.name == "denied",
+        422,
+        "Invalid",
+        'admission webhook "images.example.com" denied the request: unsigned image server:1',
+    )
+    cluster = FaultyCluster(fake=fake, faults=[webhook])
+    outcome = cluster.run()
+    assert set(fake.deployments) == {"serve/chat"}
+    assert outcome.failed == 1
+    fake.tick(1)
+    cluster.run()
+    applied = condition(fake, "serve/denied", "Applied")
+    assert (applied["status"], applied["reason"]) == ("False", "Invalid")
+    assert "creating Deployment serve/denied failed: 422 Invalid: admission webhook" in applied["message"]
+    assert condition(fake, "serve/chat", "Ready")["status"] == "True"
+
+
+def fresh(scenario: Scenario) -> FakeCluster:
+    """The scenario's objects, not yet decided on: the first pass labels, taints, starts and deploys everything."""
+    cluster = FakeCluster(scenario.nodes)
+    for job in scenario.jobs:
+        cluster.add_job(job)
+    for service in scenario.services:
+        cluster.add_service(service)
+    return cluster
+
+
+REFUSAL_CASES = [("first-pass", SCENARIOS[0], fresh), ("reclaim", SCENARIOS[1], changed)]
+
+
+@pytest.mark.parametrize(("scenario", "build"), [c[1:] for c in REFUSAL_CASES], ids=[c[0] for c in REFUSAL_CASES])
+def test_a_refusal_of_any_one_action_converges_to_an_equivalent_cluster(
+    scenario: Scenario, build: Callable[[Scenario], FakeCluster]
+) -> None:
+    """Like a crash after any prefix (test_decide), but object by object: whichever one action the API refuses,
+    the rest of the pass goes on, and once the API accepts again the cluster ends as the undisturbed one does."""
+    reference = build(scenario)
+    settle(reference)
+    expected = _shape(reference)
+    count = len(decide(build(scenario).world(), DECIDE_CONFIG).actions)
+    assert count >= 10  # 12 on the first pass, 25 in the reclaim
+    for index in range(count):
+        fake = build(scenario)
+        decision = decide(fake.world(), DECIDE_CONFIG)
+        refused = decision.actions[index]
+        cluster = FaultyCluster(fake=fake, faults=[Fault(lambda a, r=refused: a is r, 500, "InternalError", "no")])
+        cluster.apply(decision, fake.now)
+        fake.schedule()
+        cluster.faults.clear()
+        for _ in range(12):
+            fake.finish_terminations()
+            fake.tick(40)  # longer than the first backoff: the refused object is retried on the next pass
+            if cluster.run(DECIDE_CONFIG).applied == 0 and decide(fake.world(), DECIDE_CONFIG).is_noop:
+                break
+        where = f"refused action {index} of {count}: {refused}"
+        assert _shape(fake) == expected, where
+        for job in scenario.jobs:
+            name, spec = job["metadata"]["name"], job["spec"]
+            status = fake.job_status(name)
+            workers = len(fake.workers(name, live=False))
+            assert workers <= spec["maxWorkers"], where
+            if status["phase"] == "Running":
+                assert spec["minWorkers"] <= workers == status["workers"]["current"], where
+            else:
+                assert (status["phase"], workers) == ("Queued", 0), where
+        assert not any(fake.state(n) == "reclaiming" for n in fake.nodes), where
