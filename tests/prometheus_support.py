@@ -7,7 +7,7 @@ import json
 import subprocess
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +41,9 @@ def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
 
 
 class Prometheus:
-    """``targets``: job name -> ``host:port`` scraped at ``/metrics``."""
+    """``targets``: job name -> the ``host:port`` of each instance, scraped at ``/metrics``."""
 
-    def __init__(self, directory: Path, targets: Mapping[str, str]) -> None:
+    def __init__(self, directory: Path, targets: Mapping[str, Sequence[str]]) -> None:
         self.directory = directory
         self.port = allocate_ports(1)[0]
         self.url = f"http://{LOOPBACK}:{self.port}"
@@ -51,8 +51,8 @@ class Prometheus:
         config = {
             "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
             "scrape_configs": [
-                {"job_name": job, "scrape_interval": SCRAPE_INTERVAL, "static_configs": [{"targets": [target]}]}
-                for job, target in targets.items()
+                {"job_name": job, "scrape_interval": SCRAPE_INTERVAL, "static_configs": [{"targets": list(instances)}]}
+                for job, instances in targets.items()
             ],
         }
         self.config = directory / "prometheus.yml"
