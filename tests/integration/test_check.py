@@ -9,6 +9,8 @@ taint back and the check is clean again.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,8 @@ from tests.operator_support import (
     workers,
 )
 
-pytestmark = pytest.mark.integration
+# Starts the operator twice and runs `lyra check` five times, each a new process: minutes on a busy 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +109,23 @@ def _story(api: client.ApiClient, kubeconfig: Path, namespace: str, operator: Op
     assert not report["clean"]
     assert [(v["invariant"], v["kind"], v["name"]) for v in report["violations"]] == [("node-state", "Node", lent)]
     assert "no lyra.dev/state taint" in report["violations"][0]["message"]
+    human = subprocess.run(
+        [sys.executable, "-m", "lyra", "check", "--kubeconfig", str(kubeconfig)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert human.returncode == EXIT_VIOLATIONS
+    assert human.stdout.splitlines() == [
+        f"1 violation ({report['checked']['nodes']} nodes, 6 Lyra pods, 1 TrainingJob checked):",
+        f"  node-state  Node {lent}: no lyra.dev/state taint (the label says 'loaned')",
+    ]
 
     operator.start()  # the operator puts the taint back: the label says loaned
-    wait_for(lambda: lyra_check(kubeconfig)[0] == 0, DEADLINE_S, "the operator to restore the state taint")
+
+    def tainted() -> bool:
+        taints = client.CoreV1Api(api).read_node(lent).spec.taints or []
+        return any(t.key == names.STATE_TAINT and t.value == "loaned" for t in taints)
+
+    wait_for(tainted, DEADLINE_S, "the operator to restore the state taint")
     assert_check_clean(kubeconfig)
 
 

@@ -37,6 +37,7 @@ from tests.operator_support import (
     REPOSITORY,
     T4,
     Operator,
+    assert_check_clean,
     create_job,
     custom,
     dry_run_once,
@@ -71,6 +72,7 @@ def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
         yield api_client
 
 
+@pytest.mark.timeout(300)  # two operators, a kill, a standby's takeover and `lyra check`: over 120 s on a busy machine
 def test_the_operator_lends_reclaims_survives_a_kill_and_converges(
     operator_kubeconfig: Path, api: client.ApiClient, tmp_path: Path
 ) -> None:
@@ -167,6 +169,7 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: O
     replicas = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=chat")
     for pod in replicas.items:
         assert labels_of(api, pod.spec.node_name).get(names.STATE_LABEL) in ("serving", "idle")
+    assert_check_clean(operator.kubeconfig)  # as the operator's ServiceAccount: its read rights are enough
     events = client.CoreV1Api(api).list_namespaced_event(namespace).items
     # Events come last in a pass: the killed operator's ScaledIn may be lost, the status keeps the count.
     assert "Started" in {e.reason for e in events if e.involved_object.kind == names.TRAINING_JOB_KIND}
