@@ -25,6 +25,7 @@ from tests.operator_support import (
     DEADLINE_S,
     REPOSITORY,
     Operator,
+    assert_check_clean,
     custom,
     job,
     labels_of,
@@ -104,3 +105,4 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
     # Finished: lora's work is done at its workers' pace; its workers exited 0 and hold no GPU.
     wait_for(lambda: job(api, namespace, "lora").get("status", {}).get("phase") == "Succeeded", 150, "lora to finish")
     assert {p.status.phase for p in workers(api, namespace, "lora")} == {"Succeeded"}
+    assert_check_clean(operator.kubeconfig)
