@@ -113,6 +113,8 @@ class Report:
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
+    if type(value) is dict:  # what JSON gives: checked first, as the ABC check costs ~10x more
+        return value
     return value if isinstance(value, Mapping) else {}
 
 
