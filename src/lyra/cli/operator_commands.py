@@ -20,9 +20,6 @@ from typing import Any
 from lyra.cli.arguments import add_kubeconfig_argument, non_negative_int, positive_int, seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
-#: The leader renews its Lease at every pass, and passes come at least every --resync seconds.
-LEASE_TO_RESYNC = 1.5
-
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register `lyra operator`."""
@@ -75,7 +72,19 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         type=seconds,
         default=15.0,
         metavar="SECONDS",
-        help="a leader that has not renewed the Lease for this long is replaced (default 15)",
+        help="a candidate takes the Lease over once it has seen it unrenewed for this long (default 15)",
+    )
+    parser.add_argument(
+        "--renew-deadline",
+        type=seconds,
+        metavar="SECONDS",
+        help="a leader that could not renew for this long stops writing (default 2/3 of --lease-duration)",
+    )
+    parser.add_argument(
+        "--retry-period",
+        type=seconds,
+        metavar="SECONDS",
+        help="how often the leader renews and a standby tries (default 2/15 of --lease-duration)",
     )
     parser.add_argument(
         "--http-port",
@@ -90,12 +99,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def run_operator_command(args: argparse.Namespace) -> int:
-    if args.lease_duration < LEASE_TO_RESYNC * args.resync and not args.dry_run:
-        print(
-            f"lyra operator: --lease-duration ({args.lease_duration:g} s) must be at least {LEASE_TO_RESYNC:g} x "
-            f"--resync ({args.resync:g} s), or the leader could lose its lease between two passes",
-            file=sys.stderr,
-        )
+    from lyra.operator.leader import LeaseTiming
+
+    timing = LeaseTiming.from_duration(args.lease_duration, args.renew_deadline, args.retry_period)
+    problem = timing.problem()
+    if problem is not None and not args.dry_run:
+        print(f"lyra operator: --lease-duration, --renew-deadline, --retry-period: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.http_port > 65535:
         print(f"lyra operator: --http-port {args.http_port} is not a port (0 to 65535)", file=sys.stderr)
@@ -107,8 +116,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
     from lyra.operator.decide import OperatorConfig
-    from lyra.operator.leader import LeaderLease
-    from lyra.operator.runner import Reconciler, RunOptions, describe, run_operator
+    from lyra.operator.runner import Reconciler, RunOptions, describe, leader_lease, run_operator
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kopf").setLevel(logging.WARNING)
@@ -130,13 +138,15 @@ def run_operator_command(args: argparse.Namespace) -> int:
         resync_s=args.resync,
         lease_namespace=args.lease_namespace,
         lease_duration_s=args.lease_duration,
+        renew_deadline_s=args.renew_deadline,
+        retry_period_s=args.retry_period,
         http_address=args.http_address,
         http_port=args.http_port,
     )
     cluster = Cluster(api)
     if args.once:
         try:
-            lease = LeaderLease(api, args.lease_namespace, duration_s=args.lease_duration)
+            lease = leader_lease(cluster, options)
             reconciler = Reconciler(cluster, options, lease=lease)
             decision = reconciler.pass_once()
             lease.release()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -35,6 +36,7 @@ from lyra.operator.actions import (
     SetPodRole,
 )
 from lyra.operator.isolation import Backoff, Failure, describe, key_of, needs_of, subject_of
+from lyra.operator.leader import LeadershipLostError
 from lyra.operator.observe import World, format_time, read_world
 
 log = logging.getLogger("lyra.operator")
@@ -69,6 +71,7 @@ class Cluster:
 
     def __init__(self, api: client.ApiClient, backoff: Backoff | None = None) -> None:
         self.api = api
+        self._fence: Callable[[], bool] | None = None
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -185,7 +188,31 @@ class Cluster:
             except ApiException as error:
                 log.warning("posting Event LeftOut on node %s failed: %s", item.ref.name, _reason(error))
 
+    @property
+    def fence(self) -> Callable[[], bool] | None:
+        """Asked before every write (the leader Lease's fence, :meth:`lyra.operator.leader.LeaderLease.may_write`):
+        when it says no, :class:`~lyra.operator.leader.LeadershipLostError` ends the pass before the write. It is
+        asked twice: before an action is built into a request, and by the client's connection pool as the request
+        is about to be sent (:class:`FencedPool`), so a pause between the question and the write is as short as
+        Python allows; the writes that carry preconditions (node states) are refused by the API server as well."""
+        return self._fence
+
+    @fence.setter
+    def fence(self, fence: Callable[[], bool] | None) -> None:
+        self._fence = fence
+        rest = getattr(self.api, "rest_client", None)
+        if rest is not None:
+            pool = rest.pool_manager
+            rest.pool_manager = (
+                FencedPool(pool.pool, fence) if isinstance(pool, FencedPool) else FencedPool(pool, fence)
+            )
+
+    def _fenced(self, action: Action) -> None:
+        if self._fence is not None and not self._fence():
+            raise LeadershipLostError(f"lost the lease: stopped before {describe(action)}")
+
     def _apply(self, action: Action, now: float) -> None:
+        self._fenced(action)
         if isinstance(action, SetNodeState):
             annotations = dict(action.annotations)
             body = {
@@ -240,6 +267,7 @@ class Cluster:
             self._event(action, now)
 
     def _event(self, action: Emit, now: float) -> None:
+        self._fenced(action)
         ref = action.ref
         namespace = ref.namespace or "default"
         api_version = "v1" if ref.kind in ("Node", "Pod") else names.API_VERSION
@@ -264,6 +292,25 @@ class Cluster:
             "count": 1,
         }
         self.core.create_namespaced_event(namespace, cast(Any, body))
+
+
+class FencedPool:
+    """The API client's connection pool, sending a write (anything but GET, HEAD, OPTIONS) only while the fence says
+    yes (no fence: always)."""
+
+    READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+    def __init__(self, pool: Any, fence: Callable[[], bool] | None) -> None:
+        self.pool = pool
+        self.fence = fence
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method.upper() not in self.READS and self.fence is not None and not self.fence():
+            raise LeadershipLostError(f"lost the lease: {method} {url} not sent")
+        return self.pool.request(method, url, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
 
 
 def _already_exists(error: ApiException) -> bool:

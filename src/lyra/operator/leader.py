@@ -45,6 +45,10 @@ RETRY_PERIOD_FRACTION = 2 / 15
 JITTER = 1.2
 
 
+class LeadershipLostError(RuntimeError):
+    """Raised instead of a write once :meth:`LeaderLease.may_write` is false: the pass stops where it is."""
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseTiming:
     duration_s: float = 15.0

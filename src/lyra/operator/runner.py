@@ -28,13 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from kubernetes import client
 
+from lyra import __version__
 from lyra.api import names
 from lyra.operator.actions import Decision, PatchStatus, SetNodeState
 from lyra.operator.commit import Cluster
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.endpoints import Health, serve
-from lyra.operator.leader import LeaderLease
+from lyra.operator.leader import LeaderLease, LeadershipLostError, LeaseTiming
 from lyra.operator.metrics import COMMIT, DECIDE, FAILED, OBSERVE, SUCCEEDED, OperatorMetrics, applied_counts
 
 log = logging.getLogger("lyra.operator")
@@ -50,6 +52,13 @@ class RunOptions:
     resync_s: float = 10.0
     lease_namespace: str = "default"
     lease_duration_s: float = 15.0
+    renew_deadline_s: float | None = None  # None: client-go's proportion of the lease duration
+    retry_period_s: float | None = None
+
+    @property
+    def lease_timing(self) -> LeaseTiming:
+        return LeaseTiming.from_duration(self.lease_duration_s, self.renew_deadline_s, self.retry_period_s)
+
     http_address: str = ""  # all interfaces
     http_port: int = 0  # 0: no metrics or health endpoints
 
@@ -97,7 +106,8 @@ class Reconciler:
     def pass_once(self) -> Decision:
         """Observe, decide and (unless dry-run) commit, once. Blocking: runs in a worker thread."""
         now = self.clock()
-        if self.lease is not None and not self.options.dry_run and not self.lease.hold(now):
+        lease = self.lease
+        if lease is not None and not self.options.dry_run and not (lease.may_write() or lease.try_lead()):
             self.metrics.standing_by()
             return Decision(())  # another operator leads; shadow mode needs no lease (it writes nothing)
         started = time.perf_counter()
@@ -151,6 +161,11 @@ class Reconciler:
                 self.health.beat(synced=True)
                 backoff = 1.0
                 timeout = self.options.resync_s
+            except LeadershipLostError as error:  # the fence closed mid-pass: nothing more is written
+                self.metrics.pass_ended(FAILED)
+                self.health.beat(synced=True)
+                log.warning("%s; standing by", error)
+                timeout = self.options.resync_s
             except Exception as error:  # any failure ends the pass; the next reads afresh
                 self.metrics.pass_ended(FAILED)
                 self.health.beat(synced=False, problem=f"the last pass failed: {type(error).__name__}: {error}")
@@ -163,6 +178,24 @@ class Reconciler:
             rest = MIN_PASS_INTERVAL_S - (time.monotonic() - started)
             if rest > 0 and not stop.is_set():
                 await asyncio.sleep(rest)  # coalesce a burst of events into one pass
+
+    async def keep_lease(self, stop: asyncio.Event) -> None:
+        """Renew (or try for) the Lease every retry period, apart from the passes, so a long pass does not let it
+        lapse; a pass that begins to lead is started at once."""
+        lease = self.lease
+        if lease is None or self.options.dry_run:
+            return
+        while not stop.is_set():
+            was_leading = lease.may_write()
+            try:
+                leading = await asyncio.to_thread(lease.try_lead)
+            except Exception as error:  # the API server unreachable: the renew deadline decides
+                log.warning("could not reach the API server for the lease: %s: %s", type(error).__name__, error)
+                leading = lease.may_write()
+            if leading and not was_leading:
+                self.wake.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=lease.timing.retry_period_s)
 
 
 async def _first(*events: asyncio.Event) -> None:
@@ -194,11 +227,25 @@ def _login_as(cluster: Cluster) -> Callable[..., kopf.ConnectionInfo]:
     return login
 
 
+def leader_lease(cluster: Cluster, options: RunOptions) -> LeaderLease:
+    """The operator's Lease, on a client of its own (the Lease's writes are the renewals, never fenced), with the
+    fence installed on the cluster's client. Every write of both names the lease identity in its user agent, so
+    the API server's audit log tells which operator wrote what (and that a fenced one wrote nothing)."""
+    lease = LeaderLease(
+        client.ApiClient(cluster.api.configuration), options.lease_namespace, timing=options.lease_timing
+    )
+    agent = f"{names.OPERATOR_NAME}/{__version__} ({lease.identity})"
+    cluster.api.user_agent = agent
+    lease.api.user_agent = agent
+    cluster.fence = lease.may_write
+    return lease
+
+
 def run_operator(cluster: Cluster, options: RunOptions) -> None:
     """Run until SIGINT/SIGTERM: kopf's watches and the reconcile loop in one event loop."""
 
     registry = kopf.OperatorRegistry()
-    lease = LeaderLease(cluster.api, options.lease_namespace, duration_s=options.lease_duration_s)
+    lease = leader_lease(cluster, options)
     reconciler = Reconciler(cluster, options, lease=lease)
     server = (
         serve(options.http_address, options.http_port, reconciler.metrics, reconciler.health)
@@ -224,12 +271,15 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     async def main() -> None:
         stop = asyncio.Event()
         loop_task = asyncio.create_task(reconciler.run(stop))
+        lease_task = asyncio.create_task(reconciler.keep_lease(stop))
         try:
             await kopf.operator(registry=registry, settings=settings, standalone=True, clusterwide=True)
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await loop_task  # a pass under way finishes first: it is never cut between two writes
+            with contextlib.suppress(asyncio.CancelledError):
+                await lease_task
 
     try:
         asyncio.run(main())

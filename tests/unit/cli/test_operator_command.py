@@ -53,6 +53,15 @@ def test_the_defaults_are_valid_and_an_unreachable_cluster_fails_with_a_message(
     assert "Traceback" not in error
 
 
-def test_a_lease_shorter_than_the_resync_allows_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["operator", "--resync", "20", "--lease-duration", "15"]) == 2
-    assert "must be at least 1.5 x --resync" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--lease-duration", "10", "--renew-deadline", "10"], "must be longer than the renew deadline"),
+        (["--lease-duration", "15", "--renew-deadline", "2", "--retry-period", "2"], "1.2 x the retry period"),
+    ],
+)
+def test_lease_timings_that_cannot_fence_a_leader_are_refused(
+    flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["operator", *flags]) == 2
+    assert says in capsys.readouterr().err
