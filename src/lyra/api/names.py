@@ -50,6 +50,20 @@ ENV_MAX_WORKERS: Final = "LYRA_MAX_WORKERS"
 ENV_TORCHRUN_NNODES: Final = "PET_NNODES"
 ENV_TORCHRUN_NPROC: Final = "PET_NPROC_PER_NODE"
 ENV_TORCHRUN_RDZV_ID: Final = "PET_RDZV_ID"
+ENV_TORCHRUN_RDZV_BACKEND: Final = "PET_RDZV_BACKEND"
+ENV_TORCHRUN_RDZV_ENDPOINT: Final = "PET_RDZV_ENDPOINT"
+ENV_TORCHRUN_RDZV_CONF: Final = "PET_RDZV_CONF"
+ENV_TORCHRUN_MAX_RESTARTS: Final = "PET_MAX_RESTARTS"
+ENV_TORCHRUN_MONITOR_INTERVAL: Final = "PET_MONITOR_INTERVAL"
+#: Set to 1: each rendezvous round gets a fresh store for the workers' process group. torch's default shares one
+#: store, kept by the agent of rank 0 across rounds, where the previous round's keys (the peer addresses gloo exchanged)
+#: survive: when rank 0 stays on the same agent after a scale-in, the new round connects to dead peers and hangs.
+ENV_TORCH_DISABLE_SHARED_STORE: Final = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+#: torchrun's rendezvous backend Lyra wires: a c10d TCP store hosted by one base worker's agent.
+TORCHRUN_RDZV_BACKEND: Final = "c10d"
+#: The port of that store on the hosting worker (torchrun's default for c10d), named on the job's headless Service.
+TORCHRUN_RDZV_PORT: Final = 29400
+TORCHRUN_RDZV_PORT_NAME: Final = "c10d-rdzv"
 
 # Namespaces the test harness creates (so that leftovers are easy to find and delete).
 TEST_NAMESPACE_LABEL: Final = f"{GROUP}/test-namespace"

@@ -3,8 +3,8 @@
 The order is what makes a crash at any point harmless (docs/architecture.md, "Restarts"): nodes change state
 (label and taint together) before pods are placed on or taken off them; a job's status (its intent: phase, target
 workers, planned placement) is written before its pods are created or deleted, so the next pass completes whatever
-a crash interrupted; Events come last. Every action is idempotent: creating what exists or deleting what is gone
-is success.
+a crash interrupted; a job's headless Service exists before the workers whose DNS names it gives; Events come
+last. Every action is idempotent: creating what exists or deleting what is gone is success.
 """
 
 from __future__ import annotations
@@ -62,6 +62,16 @@ class SetPodRole:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateService:
+    """A TrainingJob's headless Service (:func:`lyra.operator.manifests.rendezvous_service`), made with every batch of
+    its workers: one that exists is left as it is, one deleted by hand comes back with the next worker."""
+
+    ref: ObjectRef
+    manifest: Mapping[str, Any]
+    owner: ObjectRef
+
+
+@dataclass(frozen=True, slots=True)
 class CreatePod:
     """``node``: the node the allocation planned for the pod ("" none)."""
 
@@ -90,10 +100,19 @@ class Emit:
     message: str
 
 
-Action = SetNodeState | PatchStatus | DeletePod | SetPodRole | CreatePod | ApplyDeployment | Emit
+Action = SetNodeState | PatchStatus | DeletePod | SetPodRole | CreateService | CreatePod | ApplyDeployment | Emit
 
 #: The order of application (see the module docstring).
-ACTION_ORDER: tuple[type, ...] = (SetNodeState, PatchStatus, DeletePod, SetPodRole, CreatePod, ApplyDeployment, Emit)
+ACTION_ORDER: tuple[type, ...] = (
+    SetNodeState,
+    PatchStatus,
+    DeletePod,
+    SetPodRole,
+    CreateService,
+    CreatePod,
+    ApplyDeployment,
+    Emit,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from lyra.operator.actions import (
     Action,
     ApplyDeployment,
     CreatePod,
+    CreateService,
     Decision,
     DeletePod,
     Emit,
@@ -127,7 +128,11 @@ class Cluster:
             try:
                 self._apply(action, now)
             except ApiException as error:
-                if error.status == 409 and isinstance(action, CreatePod | ApplyDeployment) and _already_exists(error):
+                if (
+                    error.status == 409
+                    and isinstance(action, CreatePod | CreateService | ApplyDeployment)
+                    and _already_exists(error)
+                ):
                     applied += 1
                     results.append(APPLIED)
                     continue
@@ -252,6 +257,8 @@ class Cluster:
             self.core.patch_namespaced_pod(
                 action.ref.name, action.ref.namespace, {"metadata": {"labels": {names.ROLE_LABEL: action.role}}}
             )
+        elif isinstance(action, CreateService):
+            self.core.create_namespaced_service(action.ref.namespace, cast(Any, dict(action.manifest)))
         elif isinstance(action, CreatePod):
             self.core.create_namespaced_pod(action.ref.namespace, cast(Any, dict(action.manifest)))
             log.info("pod %s created", action.ref.key)

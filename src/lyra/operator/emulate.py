@@ -10,6 +10,13 @@ and in the demo: a job with twice the workers finishes in half the time.
 Progress lives in this process (a real program's lives in its checkpoints): it starts from the job's
 ``status.workDone`` the first time a job is seen, and work is kept across a preemption (the grace period is the
 checkpoint). It is a separate process, never a branch in the operator.
+
+It keeps torchrun's rendezvous contract too (docs/user-guide.md, "Elastic training with torchrun"): when a running
+job's workers change, training stops while the agents meet again. A worker that left (a scale-in) is found dead
+only when its keep-alives have been missing for ``keep_alive_interval`` x ``keep_alive_max_attempt`` seconds; then,
+unless ``maxWorkers`` agents are back, the round waits ``last_call_timeout`` for latecomers. The settings are those
+the operator gives the workers, or those the job's template sets in ``PET_RDZV_CONF`` (keys it leaves out take
+torch's defaults, as under torchrun).
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lyra.api import names
 from lyra.api.convert import training_job
 from lyra.api.resources import JobPhase
 from lyra.core.gpus import GpuCatalog
 from lyra.core.model import TrainingJob
 from lyra.core.placement import PodRole
+from lyra.operator import manifests
 from lyra.operator.observe import JobRecord, PodRecord, World
 
 log = logging.getLogger("lyra.emulate")
@@ -33,12 +42,51 @@ log = logging.getLogger("lyra.emulate")
 _WORKER_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
 
 
+#: torch's own values of the rendezvous settings the emulator models, for a ``PET_RDZV_CONF`` that omits them.
+TORCH_RDZV_DEFAULTS = {"keep_alive_interval": 5.0, "keep_alive_max_attempt": 3.0, "last_call_timeout": 30.0}
+
+
 @dataclass
 class Progress:
-    """Reference worker-seconds each job has done, as of ``as_of`` (seconds since the epoch)."""
+    """Reference worker-seconds each job has done, as of ``as_of`` (seconds since the epoch); the workers each job
+    trained with since then and their pace, and until when it re-rendezvouses after they changed."""
 
     done: dict[str, float] = field(default_factory=dict)
     as_of: float | None = None
+    members: dict[str, frozenset[str]] = field(default_factory=dict)
+    paces: dict[str, float] = field(default_factory=dict)
+    paused_until: dict[str, float] = field(default_factory=dict)
+
+
+def rendezvous_settings(job: JobRecord) -> dict[str, float]:
+    """The rendezvous timings of ``job``'s workers: the template's ``PET_RDZV_CONF`` if it sets one, else Lyra's."""
+    containers = job.spec.template.spec.containers
+    given = next((e.value for e in containers[0].env or [] if e.name == names.ENV_TORCHRUN_RDZV_CONF), None)
+    if given is None:
+        given = manifests.rendezvous_conf(is_host=False)
+        settings: dict[str, float] = {}
+    else:
+        settings = dict(TORCH_RDZV_DEFAULTS)
+    for pair in given.split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() in TORCH_RDZV_DEFAULTS:
+            try:
+                settings[key.strip()] = float(value)
+            except ValueError:
+                continue  # torchrun would refuse it; the emulator keeps the default
+    return settings
+
+
+def rendezvous_pause(job: JobRecord, members: int, *, someone_left: bool) -> float:
+    """Seconds ``job`` stops training after its workers changed to ``members``: finding a leaver dead, then the
+    last call unless the round is full."""
+    settings = rendezvous_settings(job)
+    pause = 0.0
+    if someone_left:
+        pause += settings["keep_alive_interval"] * settings["keep_alive_max_attempt"]
+    if members < job.spec.max_workers:
+        pause += settings["last_call_timeout"]
+    return pause
 
 
 def _model(job: JobRecord) -> TrainingJob:
@@ -73,9 +121,20 @@ def advance(progress: Progress, world: World, gpus: GpuCatalog) -> list[PodRecor
             for p in world.pods_of(job.ref.key)
             if p.role in _WORKER_ROLES and p.is_live and p.node and p.phase == "Running"
         ]
-        done = progress.done.setdefault(job.ref.key, job.status.work_done)
-        done += pace(job, workers, node_types, gpus) * elapsed
-        progress.done[job.ref.key] = done
+        key = job.ref.key
+        done = progress.done.setdefault(key, job.status.work_done)
+        resumed = progress.paused_until.get(key)
+        training = elapsed if resumed is None else max(min(elapsed, world.now - resumed), 0.0)
+        now_pace = pace(job, workers, node_types, gpus)
+        done += progress.paces.get(key, now_pace) * training  # the time since the last step ran at its pace
+        progress.done[key] = done
+        progress.paces[key] = now_pace
+        members = frozenset(p.ref.name for p in workers)
+        before = progress.members.get(key)
+        if before and members and members != before:
+            pause = rendezvous_pause(job, len(members), someone_left=bool(before - members))
+            progress.paused_until[key] = world.now + pause
+        progress.members[key] = members
         if workers and done >= total_work(job) - 1e-9:
             finished.extend(workers)
     return finished

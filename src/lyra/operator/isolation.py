@@ -2,8 +2,9 @@
 writes the API refuses.
 
 Every action has a *subject*, the object a failure is reported on: a node for its state; a TrainingJob or
-InferenceService for its status, its Deployment and its pods' deletions, role labels and creations; a pod that no
-job or service owns for itself. :mod:`lyra.operator.commit` applies a decision object by object: when the API refuses
+InferenceService for its status, its Deployment, a job's Service and its pods' deletions, role labels and
+creations; a pod that no job or service owns for itself. :mod:`lyra.operator.commit` applies a decision object by
+object: when the API refuses
 one action (a ResourceQuota's 403, an admission webhook's denial, a 422, a 500, a namespace being deleted), that
 subject's later actions in the pass are skipped and every other subject's actions still go through. Only two orders
 are kept across subjects, the ones a crash needs (:mod:`lyra.operator.actions`): a pod's change waits for its node's
@@ -33,6 +34,7 @@ from lyra.operator.actions import (
     Action,
     ApplyDeployment,
     CreatePod,
+    CreateService,
     DeletePod,
     Emit,
     PatchStatus,
@@ -80,6 +82,8 @@ def subject_of(action: Action) -> ObjectRef:
         return node_ref(action.node)
     if isinstance(action, DeletePod | SetPodRole | CreatePod):
         return action.owner or action.ref
+    if isinstance(action, CreateService):
+        return action.owner
     return action.ref
 
 
@@ -106,6 +110,8 @@ def describe(action: Action) -> str:
         return f"relabelling pod {action.ref.key} {action.role}"
     if isinstance(action, CreatePod):
         return f"creating pod {action.ref.key}"
+    if isinstance(action, CreateService):
+        return f"creating Service {action.ref.key}"
     if isinstance(action, ApplyDeployment):
         return f"{'creating' if action.create else 'scaling'} Deployment {action.ref.key}"
     assert isinstance(action, Emit)

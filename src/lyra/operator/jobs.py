@@ -23,7 +23,7 @@ from lyra.core.errors import InvalidClusterError
 from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.actions import CreatePod, PatchStatus, SetPodRole
+from lyra.operator.actions import CreatePod, CreateService, PatchStatus, SetPodRole
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.config import OperatorConfig
@@ -444,6 +444,13 @@ class JobBook:
         indices = [i for i in range(len(taken) + count + 1) if i not in taken][:count]
         bases = sum(1 for p in live if p.role is PodRole.TRAINING_BASE)
         template = spec.template.body()
+        # The c10d store lives on the lowest-indexed base worker, never scaled in: a live one, or this new gang's.
+        hosts = [p.index for p in live if p.role is PodRole.TRAINING_BASE and p.index is not None]
+        rendezvous_host = min(hosts) if hosts else min(indices)
+        namespace, name = job.record.ref.namespace, job.record.ref.name
+        service = manifests.rendezvous_service(namespace=namespace, job=name, job_uid=job.record.ref.uid)
+        service_ref = ObjectRef("Service", namespace, manifests.rendezvous_service_name(name))
+        self.changes.actions.append(CreateService(service_ref, service, job.record.ref))
         created = []
         for position, index in enumerate(indices):
             role = names.ROLE_BASE if bases + position < spec.min_workers else names.ROLE_FLEXIBLE
@@ -461,6 +468,7 @@ class JobBook:
                 grace_seconds=spec.preemption.grace_period_seconds,
                 min_workers=spec.min_workers,
                 max_workers=spec.max_workers,
+                rendezvous_host=rendezvous_host,
             )
             ref = ObjectRef("Pod", job.record.ref.namespace, manifests.worker_name(job.record.ref.name, index))
             self.changes.actions.append(CreatePod(ref, manifest, job.record.ref, node or ""))

@@ -19,6 +19,8 @@ keys.
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +45,99 @@ def worker_name(job: str, index: int) -> str:
     return f"{job}-w{index}"
 
 
+# The rendezvous (docs/user-guide.md, "Elastic training with torchrun"). torchrun's agents meet in a c10d TCP store
+# that one base worker's agent hosts: a base worker is never scaled in, only preempted with its whole job, so the
+# store lives as long as the gang. Every worker reaches it by a stable DNS name through the job's headless Service.
+#
+# A scale-in stops a flexible worker (SIGTERM, grace period). The survivors' collective fails, so each of their agents
+# spends one restart (``PET_MAX_RESTARTS``) and joins a new round, which waits until the leaver is found dead (no
+# keep-alive for ``keep_alive_interval`` x ``keep_alive_max_attempt`` seconds, as a stopped agent does not leave the
+# rendezvous) and then for latecomers (``last_call_timeout``) unless ``maxWorkers`` agents are back. A scale-out
+# costs no restart: the agents see a node waiting and restart their workers into a larger round.
+#: Store hosting is set on each pod (``is_host``), never guessed from host names: an agent that guesses it hosts the
+#: store (every agent on one machine does) and is then scaled in takes the store with it.
+RDZV_JOIN_TIMEOUT_S = 900  # a gang's pods may start minutes apart (image pulls)
+RDZV_LAST_CALL_TIMEOUT_S = 5  # once minWorkers are in, latecomers join the next round (a free restart)
+RDZV_KEEP_ALIVE_INTERVAL_S = 2
+RDZV_KEEP_ALIVE_MAX_ATTEMPT = 3  # a stopped agent is found dead after 6 s (torch: 15 s)
+RDZV_READ_TIMEOUT_S = 600  # how long a worker waits for the store's host to come up
+MONITOR_INTERVAL_S = 1
+#: Restarts for failures of the program itself, and one more per scale-in a gang may live through (each costs every
+#: surviving agent one restart); an inelastic job is never scaled in.
+RESTARTS_FOR_FAILURES = 3
+RESTARTS_FOR_SCALE_INS = 100
+
+_DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_SERVICE_NAME_MAX = 50  # leaves room for "-w<index>" in a 63-character host name
+
+
+def rendezvous_service_name(job: str) -> str:
+    """The headless Service of a job's workers: the job's name when it is a DNS label a Service may have, else a
+    stable name derived from it."""
+    if len(job) <= _SERVICE_NAME_MAX and _DNS_1035_LABEL.fullmatch(job):
+        return job
+    return f"lyra-rdzv-{hashlib.sha256(job.encode()).hexdigest()[:12]}"
+
+
+def worker_hostname(job: str, index: int) -> str:
+    """A worker's host name, its DNS label under the job's Service (the pod's name for names that fit)."""
+    return f"{rendezvous_service_name(job)}-w{index}"
+
+
+def rendezvous_endpoint(namespace: str, job: str, host_index: int) -> str:
+    """``host:port`` of the job's c10d store: the hosting worker's stable DNS name through the headless Service."""
+    service = rendezvous_service_name(job)
+    return f"{worker_hostname(job, host_index)}.{service}.{namespace}.svc:{names.TORCHRUN_RDZV_PORT}"
+
+
+def rendezvous_conf(*, is_host: bool) -> str:
+    """torchrun's ``--rdzv-conf`` for one worker (``key=value`` pairs, comma-separated)."""
+    settings = {
+        "is_host": "true" if is_host else "false",
+        "join_timeout": RDZV_JOIN_TIMEOUT_S,
+        "last_call_timeout": RDZV_LAST_CALL_TIMEOUT_S,
+        "keep_alive_interval": RDZV_KEEP_ALIVE_INTERVAL_S,
+        "keep_alive_max_attempt": RDZV_KEEP_ALIVE_MAX_ATTEMPT,
+        "read_timeout": RDZV_READ_TIMEOUT_S,
+    }
+    return ",".join(f"{key}={value}" for key, value in settings.items())
+
+
+def max_restarts(min_workers: int, max_workers: int) -> int:
+    """torchrun's ``--max-restarts`` for a job: failures, plus scale-ins if the job is elastic."""
+    return RESTARTS_FOR_FAILURES + (RESTARTS_FOR_SCALE_INS if max_workers > min_workers else 0)
+
+
+def rendezvous_service(*, namespace: str, job: str, job_uid: str) -> dict[str, Any]:
+    """The headless Service that gives a job's workers stable DNS names (``<hostname>.<service>``), owned by the job.
+
+    Not-ready addresses are published, so a worker's name resolves as soon as it has an IP: agents meet before any
+    readiness probe could pass."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": rendezvous_service_name(job),
+            "namespace": namespace,
+            "labels": {names.JOB_LABEL: job},
+            "ownerReferences": [_owner(names.TRAINING_JOB_KIND, job, job_uid)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {names.JOB_LABEL: job},
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {
+                    "name": names.TORCHRUN_RDZV_PORT_NAME,
+                    "port": names.TORCHRUN_RDZV_PORT,
+                    "targetPort": names.TORCHRUN_RDZV_PORT,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
 def worker_pod(
     *,
     namespace: str,
@@ -57,8 +152,13 @@ def worker_pod(
     grace_seconds: int,
     min_workers: int,
     max_workers: int,
+    rendezvous_host: int = 0,
 ) -> dict[str, Any]:
-    """One worker pod of a TrainingJob, from the job's template."""
+    """One worker pod of a TrainingJob, from the job's template.
+
+    ``rendezvous_host`` is the index of the base worker whose agent hosts the job's c10d store (the lowest-indexed
+    base worker of the gang); every worker of a gang must be given the same one. Environment the template sets wins.
+    """
     labels, annotations, spec = _tenant_part(template)
     labels.update({names.ROLE_LABEL: role, names.JOB_LABEL: job})
     if planned_node:
@@ -72,6 +172,12 @@ def worker_pod(
         names.ENV_TORCHRUN_NNODES: f"{min_workers}:{max_workers}",
         names.ENV_TORCHRUN_NPROC: str(gpus_per_worker),
         names.ENV_TORCHRUN_RDZV_ID: job_uid or job,
+        names.ENV_TORCHRUN_RDZV_BACKEND: names.TORCHRUN_RDZV_BACKEND,
+        names.ENV_TORCHRUN_RDZV_ENDPOINT: rendezvous_endpoint(namespace, job, rendezvous_host),
+        names.ENV_TORCHRUN_RDZV_CONF: rendezvous_conf(is_host=index == rendezvous_host),
+        names.ENV_TORCHRUN_MAX_RESTARTS: str(max_restarts(min_workers, max_workers)),
+        names.ENV_TORCHRUN_MONITOR_INTERVAL: str(MONITOR_INTERVAL_S),
+        names.ENV_TORCH_DISABLE_SHARED_STORE: "1",
     }
     for position, container in enumerate(containers):
         given = [dict(e) for e in container.get("env") or []]
@@ -103,6 +209,8 @@ def worker_pod(
         tolerations=[*list(spec.get("tolerations") or []), _toleration(LoanState.LOANED)],
         restartPolicy="Never",
         terminationGracePeriodSeconds=grace_seconds,
+        hostname=worker_hostname(job, index),
+        subdomain=rendezvous_service_name(job),
     )
     metadata = {
         "name": worker_name(job, index),

@@ -15,6 +15,7 @@ from typing import Any
 from lyra.operator.actions import (
     ApplyDeployment,
     CreatePod,
+    CreateService,
     Decision,
     DeletePod,
     Emit,
@@ -100,6 +101,7 @@ class FakeCluster:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
         self.deployments: dict[str, dict[str, Any]] = {}
+        self.headless: dict[str, dict[str, Any]] = {}  # Services, by namespace/name
         self.events: list[Emit] = []
         self.now = now
         self.uids = 0
@@ -185,6 +187,8 @@ class FakeCluster:
                 body["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
                 body["status"] = {"phase": "Pending"}
                 self.pods[action.ref.key] = body
+        elif isinstance(action, CreateService):
+            self.headless.setdefault(action.ref.key, copy.deepcopy(dict(action.manifest)))
         elif isinstance(action, ApplyDeployment):
             self._deploy(action)
         elif isinstance(action, Emit):
