@@ -73,6 +73,7 @@ class Cluster:
     def __init__(self, api: client.ApiClient, backoff: Backoff | None = None) -> None:
         self.api = api
         self._fence: Callable[[], bool] | None = None
+        self._read_at: World | None = None  # the World the decision being applied was made on
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -104,8 +105,10 @@ class Cluster:
         items: list[dict[str, Any]] = body.get("items", [])
         return items
 
-    def apply(self, decision: Decision, now: float) -> Outcome:
-        """Apply ``decision`` object by object (see the module docstring)."""
+    def apply(self, decision: Decision, now: float, world: World | None = None) -> Outcome:
+        """Apply ``decision`` object by object (see the module docstring). With the ``world`` it was decided on,
+        status writes are conditional on the resourceVersion each object was read at, as node writes always are."""
+        self._read_at = world
         applied = held = skipped = 0
         blocked: set[str] = set()  # subjects with an action refused, held or skipped in this pass
         failed: set[str] = set()  # subjects refused in this pass
@@ -152,7 +155,7 @@ class Cluster:
                     isinstance(action, PatchStatus | SetNodeState)
                     or (isinstance(action, ApplyDeployment) and not action.create)
                 )
-                if gone or (error.status == 409 and isinstance(action, SetNodeState)):
+                if gone or (error.status == 409 and isinstance(action, SetNodeState | PatchStatus | DeletePod)):
                     # gone, or changed since the pass read it: the next pass reads it afresh
                     log.info("%s: %s; its dependants wait for the next pass", describe(action), reason)
                     results.append(DEFERRED)
@@ -238,7 +241,10 @@ class Cluster:
             )
             # The whole status, as a JSON patch: a merge patch would keep map keys the new status no longer has
             # (a node a job left would stay in its placements).
-            whole = [{"op": "add", "path": "/status", "value": dict(action.status)}]
+            whole: list[dict[str, Any]] = [{"op": "add", "path": "/status", "value": dict(action.status)}]
+            read_at = self._read_at.version_of(action.ref) if self._read_at is not None else ""
+            if read_at:  # written over what the pass read, or refused (409) if the object changed since
+                whole.insert(0, {"op": "replace", "path": "/metadata/resourceVersion", "value": read_at})
             self.custom.patch_namespaced_custom_object_status(
                 names.GROUP,
                 names.VERSION,
@@ -249,8 +255,13 @@ class Cluster:
                 _content_type="application/json-patch+json",
             )
         elif isinstance(action, DeletePod):
+            # Only the pod the pass read (not a new one of the same name): a UID precondition (409 otherwise).
+            preconditions = client.V1Preconditions(uid=action.ref.uid) if action.ref.uid else None
             self.core.delete_namespaced_pod(
-                action.ref.name, action.ref.namespace, grace_period_seconds=action.grace_seconds
+                action.ref.name,
+                action.ref.namespace,
+                grace_period_seconds=action.grace_seconds,
+                body=client.V1DeleteOptions(grace_period_seconds=action.grace_seconds, preconditions=preconditions),
             )
             log.info("pod %s deleted (%s, grace %d s)", action.ref.key, action.reason, action.grace_seconds)
         elif isinstance(action, SetPodRole):

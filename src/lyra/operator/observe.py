@@ -140,6 +140,7 @@ class JobRecord:
     status: TrainingJobStatus
     generation: int
     created: float
+    resource_version: str = ""  # the status write is conditional on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,7 @@ class ServiceRecord:
     generation: int
     deployment_replicas: int | None  # None: no Deployment yet
     ready_replicas: int
+    resource_version: str = ""  # the status write is conditional on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +174,21 @@ class World:
     services: tuple[ServiceRecord, ...]
     unreadable: tuple[Unreadable, ...] = ()
     _by_owner: Mapping[str, tuple[PodRecord, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _versions: Mapping[ObjectRef, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        versions = {job.ref: job.resource_version for job in self.jobs}
+        versions.update({service.ref: service.resource_version for service in self.services})
+        object.__setattr__(self, "_versions", versions)
         by_owner: dict[str, list[PodRecord]] = {}
         for pod in self.pods:
             if pod.owner is not None:
                 by_owner.setdefault(pod.owner, []).append(pod)
         object.__setattr__(self, "_by_owner", {owner: tuple(pods) for owner, pods in by_owner.items()})
+
+    def version_of(self, ref: ObjectRef) -> str:
+        """The resourceVersion a TrainingJob or InferenceService was read at ("" for anything else)."""
+        return self._versions.get(ref, "")
 
     def pods_of(self, owner: str) -> tuple[PodRecord, ...]:
         """The pods of a job or service (``namespace/name``), indexed once."""
@@ -334,6 +344,7 @@ def _read_job(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> JobRecord
         status=job.status,
         generation=meta.generation,
         created=parse_time(meta.creation_timestamp) or 0.0,
+        resource_version=meta.resource_version,
     )
 
 
@@ -357,4 +368,5 @@ def _read_service(
         generation=meta.generation,
         deployment_replicas=deployment.spec.replicas if deployment is not None else None,
         ready_replicas=deployment.status.ready_replicas if deployment is not None else 0,
+        resource_version=meta.resource_version,
     )

@@ -136,7 +136,7 @@ class Reconciler:
             return decision
         self.metrics.leading(world)
         if decision.actions:
-            outcome = self.cluster.apply(decision, now)
+            outcome = self.cluster.apply(decision, now, world)
             deadline = self.options.config.reclaim_deadline_s
             self.metrics.count(applied_counts(world, decision, outcome.results, reclaim_deadline_s=deadline))
             log.info(
