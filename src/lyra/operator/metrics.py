@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,18 +310,19 @@ def _gpu_type_of(action: DeletePod, jobs: Mapping[str, Any], nodes: Mapping[str,
 
 
 class _StateCollector(Collector):
-    """The state gauges of the last World the leader observed; nothing while standing by. Swapped whole, so a scrape
-    never sees half of one pass and half of the next."""
+    """The state gauges of the last World the leader observed; nothing while standing by (``acts`` false at the
+    scrape). Swapped whole, so a scrape never sees half of one pass and half of the next."""
 
-    def __init__(self) -> None:
+    def __init__(self, acts: Callable[[], bool]) -> None:
         self.gauges: StateGauges | None = None
+        self.acts = acts
 
     def describe(self) -> Iterable[Metric]:
         return [GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in _STATE_SPECS]
 
     def collect(self) -> Iterator[Metric]:
         gauges = self.gauges
-        if gauges is None:
+        if gauges is None or not self.acts():
             return
         tables: tuple[Mapping[tuple[str, ...], int], ...] = (gauges.servers, gauges.gpus, gauges.jobs, gauges.workers)
         for spec, values in zip(_STATE_SPECS, tables, strict=True):
@@ -340,7 +341,9 @@ class OperatorMetrics:
     def __init__(self, version: str = __version__) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
-        self._state = _StateCollector()
+        self._acting = False
+        self._may_write: Callable[[], bool] = lambda: True
+        self._state = _StateCollector(self.acts)
         self.registry.register(self._state)
         self._counters = {
             spec.name: PromCounter(spec.name.removesuffix("_total"), spec.help, spec.labels, registry=self.registry)
@@ -353,16 +356,27 @@ class OperatorMetrics:
             if spec.kind == HISTOGRAM
         }
         self._leader = PromGauge(LEADER.name, LEADER.help, registry=self.registry)
+        self._leader.set_function(lambda: 1.0 if self.acts() else 0.0)
         PromGauge(BUILD_INFO.name, BUILD_INFO.help, BUILD_INFO.labels, registry=self.registry).labels(version).set(1)
+
+    def follow(self, may_write: Callable[[], bool]) -> None:
+        """Between passes, leadership is what the Lease's fence says at the scrape
+        (:meth:`lyra.operator.leader.LeaderLease.may_write`): an operator whose renewals lapse stops exporting state
+        at once, not at its next pass."""
+        self._may_write = may_write
+
+    def acts(self) -> bool:
+        """This operator's last pass led (not a standby's check, not a shadow's), and the fence is still open."""
+        return self._acting and self._may_write()
 
     def leading(self, world: World) -> None:
         """This operator leads and observed ``world``."""
-        self._leader.set(1)
         self._state.gauges = state_gauges(world)
+        self._acting = True
 
     def standing_by(self) -> None:
         """This operator does not lead (or only shadows): no state gauges."""
-        self._leader.set(0)
+        self._acting = False
         self._state.gauges = None
 
     def count(self, counts: AppliedCounts) -> None:

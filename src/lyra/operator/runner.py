@@ -98,6 +98,8 @@ class Reconciler:
         self.clock = clock
         self.lease = lease
         self.metrics = metrics or OperatorMetrics()
+        if lease is not None:
+            self.metrics.follow(lease.may_write)  # between passes, the fence says whether this operator leads
         self.health = Health(options.liveness_window_s)
         self.wake = asyncio.Event()
         self.passes = 0

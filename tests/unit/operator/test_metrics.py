@@ -217,6 +217,21 @@ def test_a_standby_exports_no_state_only_that_it_does_not_lead() -> None:
     assert not {"lyra_servers", "lyra_gpus", "lyra_training_jobs", "lyra_training_workers"} & standby.keys()
 
 
+def test_a_leader_whose_lease_fence_closes_stops_exporting_state_before_its_next_pass() -> None:
+    cluster = small_cluster()
+    metrics = OperatorMetrics()
+    fence = {"open": True}
+    metrics.follow(lambda: fence["open"])
+    metrics.leading(cluster.world())
+    assert samples(metrics.exposition())["lyra_leader"] == [({}, 1.0)]
+
+    fence["open"] = False
+    lapsed = samples(metrics.exposition())
+
+    assert lapsed["lyra_leader"] == [({}, 0.0)]
+    assert "lyra_servers" not in lapsed
+
+
 def test_every_metric_is_exported_under_its_documented_name() -> None:
     cluster = small_cluster()
     metrics = OperatorMetrics()
