@@ -58,6 +58,14 @@ format: install ## Apply ruff's formatting and safe fixes.
 crds: install ## Regenerate manifests/crds from the API's pydantic models (lyra.api.resources).
 	$(RUN) lyra api crds --out-dir manifests/crds
 
+.PHONY: chart
+chart: install ## Regenerate the Helm chart's generated files (CRDs, scheduler config, alerts, values schema) and docs.
+	$(RUN) lyra chart generate
+
+.PHONY: manifests
+manifests: chart ## Render manifests/ from the Helm chart with its default values (helm from the binary cache).
+	$(RUN) lyra chart manifests
+
 .PHONY: bench
 bench: binaries ## Run the benchmarks and print the figures recorded in docs/benchmarks.md.
 	$(RUN) python -m bench

@@ -26,7 +26,7 @@ DEADLINE_S = 90.0
 GANG_TIMEOUT_S = 60
 RECLAIM_DEADLINE_S = 60
 REPOSITORY = Path(__file__).resolve().parents[1]
-OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml
+OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml (lyra.chart.rendering.NAMESPACE)
 
 
 class Operator:
@@ -152,7 +152,14 @@ def lyra_node_fields(api: client.ApiClient) -> dict[str, Any]:
 
 
 def service_account_kubeconfig(cluster: ControlPlane, api: client.ApiClient, directory: Path) -> Path:
-    """A kubeconfig for the operator's ServiceAccount with the RBAC of manifests/operator: least privilege, tested."""
+    """A kubeconfig for the operator's ServiceAccount with the RBAC of manifests/operator (rendered from the Helm
+    chart): least privilege, tested. The manifests name the namespace but do not create it (helm's --namespace)."""
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
+    except ApiException as error:
+        if error.status != 409:
+            raise
     utils.create_from_yaml(api, str(REPOSITORY / "manifests" / "operator" / "rbac.yaml"))
     request = {"spec": {"expirationSeconds": 3600}}
     token = (

@@ -20,6 +20,7 @@ from lyra.api import names
 from lyra.api.resources import InferenceServiceSpec, InferenceServiceStatus, TrainingJobSpec, TrainingJobStatus
 
 _DROPPED = ("title", "discriminator")
+HELM_RESOURCE_POLICY = "helm.sh/resource-policy"
 
 TRAINING_RULES: list[dict[str, str]] = [
     {
@@ -123,7 +124,8 @@ def _crd(
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{names.GROUP}"},
+        # Helm never deletes a CRD with this policy (nor, so, users' objects) when the chart is uninstalled.
+        "metadata": {"name": f"{plural}.{names.GROUP}", "annotations": {HELM_RESOURCE_POLICY: "keep"}},
         "spec": {
             "group": names.GROUP,
             "scope": "Namespaced",

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from lyra import __version__
 from lyra.cli import (
     api_commands,
+    chart_commands,
     check_commands,
     cluster_commands,
     emulate_commands,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_commands.register(commands)
     emulate_commands.register(commands)
     api_commands.register(commands)
+    chart_commands.register(commands)
     return parser
 
 

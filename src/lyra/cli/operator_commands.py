@@ -95,6 +95,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--http-address", default="", help="address the HTTP endpoints listen on (default: every interface)"
     )
+    parser.add_argument(
+        "--scheduler-name",
+        default="",
+        help="schedulerName of the pods and Deployments the operator makes, e.g. the chart's bundled scheduler "
+        "(default: the cluster's default scheduler)",
+    )
     parser.set_defaults(run=run_operator_command)
 
 
@@ -131,6 +137,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         reclaim_deadline_s=args.reclaim_deadline,
         gang_timeout_s=args.gang_timeout,
         search_budget=args.search_budget,
+        scheduler_name=args.scheduler_name,
     )
     options = RunOptions(
         config=config,

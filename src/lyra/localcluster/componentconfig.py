@@ -110,6 +110,31 @@ class ExtenderClientTls:
     key_file: Path
 
 
+def extender_stanza(url: str, tls: ExtenderClientTls | None = None) -> dict[str, Any]:
+    """How kube-scheduler calls Lyra's extender (one entry of ``extenders``): the local cluster's scheduler and the
+    Helm chart's bundled scheduler both use this, so the stanza is spelled once."""
+    extender: dict[str, Any] = {
+        "urlPrefix": url,
+        "prioritizeVerb": "prioritize",
+        "preemptVerb": "preempt",
+        "weight": 1,
+        "nodeCacheCapable": True,
+        # Scoring only: Lyra's rules are in the taints and node affinity, so kube-scheduler places pods
+        # correctly without the extender (docs/architecture.md, "Where a pod lands").
+        "ignorable": True,
+        "httpTimeout": EXTENDER_TIMEOUT,
+        "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}],
+    }
+    if tls is not None:
+        extender["enableHTTPS"] = True
+        extender["tlsConfig"] = {
+            "caFile": str(tls.ca_file),
+            "certFile": str(tls.cert_file),
+            "keyFile": str(tls.key_file),
+        }
+    return extender
+
+
 def scheduler_config(
     kubeconfig: Path, extender_url: str | None, tls: ExtenderClientTls | None = None
 ) -> dict[str, Any]:
@@ -123,27 +148,7 @@ def scheduler_config(
         "leaderElection": {"leaderElect": False},
     }
     if extender_url is not None:
-        config["extenders"] = [
-            {
-                "urlPrefix": extender_url,
-                "prioritizeVerb": "prioritize",
-                "preemptVerb": "preempt",
-                "weight": 1,
-                "nodeCacheCapable": True,
-                # Scoring only: Lyra's rules are in the taints and node affinity, so kube-scheduler places pods
-                # correctly without the extender (docs/architecture.md, "Where a pod lands").
-                "ignorable": True,
-                "httpTimeout": EXTENDER_TIMEOUT,
-                "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}],
-            }
-        ]
-        if tls is not None:
-            config["extenders"][0]["enableHTTPS"] = True
-            config["extenders"][0]["tlsConfig"] = {
-                "caFile": str(tls.ca_file),
-                "certFile": str(tls.cert_file),
-                "keyFile": str(tls.key_file),
-            }
+        config["extenders"] = [extender_stanza(extender_url, tls)]
     return config
 
 

@@ -16,3 +16,5 @@ class OperatorConfig:
     gang_timeout_s: float = 120.0
     search_budget: int = DEFAULT_SEARCH_BUDGET
     gpus: GpuCatalog = field(default_factory=GpuCatalog)
+    #: The scheduler of the pods the operator makes (``schedulerName``); empty: the cluster's default scheduler.
+    scheduler_name: str = ""

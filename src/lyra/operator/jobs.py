@@ -469,6 +469,7 @@ class JobBook:
                 min_workers=spec.min_workers,
                 max_workers=spec.max_workers,
                 rendezvous_host=rendezvous_host,
+                scheduler_name=self.config.scheduler_name,
             )
             ref = ObjectRef("Pod", job.record.ref.namespace, manifests.worker_name(job.record.ref.name, index))
             self.changes.actions.append(CreatePod(ref, manifest, job.record.ref, node or ""))

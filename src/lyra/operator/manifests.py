@@ -153,11 +153,13 @@ def worker_pod(
     min_workers: int,
     max_workers: int,
     rendezvous_host: int = 0,
+    scheduler_name: str = "",
 ) -> dict[str, Any]:
     """One worker pod of a TrainingJob, from the job's template.
 
     ``rendezvous_host`` is the index of the base worker whose agent hosts the job's c10d store (the lowest-indexed
     base worker of the gang); every worker of a gang must be given the same one. Environment the template sets wins.
+    ``scheduler_name`` is the operator's ``--scheduler-name`` (empty: the cluster's default scheduler).
     """
     labels, annotations, spec = _tenant_part(template)
     labels.update({names.ROLE_LABEL: role, names.JOB_LABEL: job})
@@ -212,6 +214,8 @@ def worker_pod(
         hostname=worker_hostname(job, index),
         subdomain=rendezvous_service_name(job),
     )
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
     metadata = {
         "name": worker_name(job, index),
         "namespace": namespace,
@@ -231,8 +235,9 @@ def deployment(
     template: Mapping[str, Any],
     gpus_per_replica: int,
     gpu_type: str,
+    scheduler_name: str = "",
 ) -> dict[str, Any]:
-    """The Deployment that runs an InferenceService's replicas."""
+    """The Deployment that runs an InferenceService's replicas (``scheduler_name``: as for :func:`worker_pod`)."""
     labels, annotations, spec = _tenant_part(template)
     selector = {names.SERVICE_LABEL: service, names.ROLE_LABEL: names.ROLE_INFERENCE}
     labels |= selector
@@ -273,6 +278,8 @@ def deployment(
             _toleration(LoanState.IDLE),
         ],
     )
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -32,9 +32,10 @@ RECLAIM_WAITS_SUMMARY = "reclaim_waits"
 
 
 class ServiceBook:
-    def __init__(self, world: World, changes: Changes) -> None:
+    def __init__(self, world: World, changes: Changes, *, scheduler_name: str = "") -> None:
         self.world = world
         self.changes = changes
+        self.scheduler_name = scheduler_name  # of the replicas (OperatorConfig.scheduler_name)
         #: Per GPU type, the services whose replicas need it (named in reclaim messages).
         self.users: dict[str, list[str]] = defaultdict(list)
         #: Each service's status as this pass decides it, and the problem it reports (written by write_statuses).
@@ -88,6 +89,7 @@ class ServiceBook:
                 template=service.spec.template.body(),
                 gpus_per_replica=service.spec.gpus_per_replica,
                 gpu_type=gpu_type,
+                scheduler_name=self.scheduler_name,
             )
         except Exception as error:  # a bug in building it stops this service only, and says so
             log.exception("InferenceService %s: its Deployment cannot be built", service.ref.key)
@@ -105,6 +107,7 @@ class ServiceBook:
             template=service.spec.template.body(),
             gpus_per_replica=service.spec.gpus_per_replica,
             gpu_type=gpu_type,
+            scheduler_name=self.scheduler_name,
         )
         self.changes.actions.append(ApplyDeployment(service.ref, manifest, create=service.deployment_replicas is None))
         if service.deployment_replicas is not None:

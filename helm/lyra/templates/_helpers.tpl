@@ -1,0 +1,74 @@
+{{/* The release's base name: the release name when it already says lyra, else "<release>-lyra". */}}
+{{- define "lyra.fullname" -}}
+{{- if contains "lyra" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-lyra" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lyra.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/name: lyra
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "operator"). */}}
+{{- define "lyra.selector" -}}
+app.kubernetes.io/name: lyra
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "lyra.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "lyra.extenderUrl" -}}
+{{- printf "http://%s-extender.%s.svc:%d" (include "lyra.fullname" .) .Release.Namespace (int .Values.extender.port) -}}
+{{- end -}}
+
+{{/* Pod security shared by every container: non-root, read-only root filesystem, nothing to escalate to. */}}
+{{- define "lyra.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "lyra.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* nodeSelector, tolerations and affinity of a component: (dict "placement" .Values.operator.placement). */}}
+{{- define "lyra.placement" -}}
+{{- with .placement.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .placement.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .placement.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "lyra.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,217 @@
+"""The Helm chart's values as a typed model: ``values.yaml`` (the defaults, with each field's description as a
+comment), ``values.schema.json`` (what ``helm install`` validates, so a bad value is refused before anything is
+rendered) and the values reference in docs/operations.md are all generated from it.
+
+Every model forbids unknown keys: a misspelt key (``operator.replica``) is refused, not silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The upstream kube-scheduler the chart bundles: the same minor version the project builds and tests against.
+KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler"
+KUBE_SCHEDULER_TAG = "v1.34.4"
+BUNDLED_SCHEDULER_NAME = "lyra-scheduler"
+NON_ROOT_UID = 65532  # the image's user (Dockerfile); kube-scheduler's distroless image has the same "nonroot"
+
+_QUANTITY = r"^([0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?)$"
+_DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DURATION = r"^[0-9]+(ms|s|m|h)$"
+
+Quantity = Annotated[str, Field(pattern=_QUANTITY, description="a Kubernetes quantity such as 100m, 256Mi or 1")]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class Image(Strict):
+    repository: str = Field("lyra", min_length=1, description="image repository (build it from the Dockerfile)")
+    tag: str = Field("", description="image tag; empty: the chart's appVersion")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", alias="pullPolicy", description="imagePullPolicy"
+    )
+
+
+class SchedulerImage(Strict):
+    repository: str = Field(KUBE_SCHEDULER_IMAGE, min_length=1, description="upstream kube-scheduler image")
+    tag: str = Field(KUBE_SCHEDULER_TAG, pattern=r"^v1\.3[4-9]\.[0-9]+$", description="kube-scheduler v1.34 or later")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", alias="pullPolicy", description="imagePullPolicy"
+    )
+
+
+class ResourceAmounts(Strict):
+    cpu: Quantity | None = Field(None, description="CPU, e.g. 100m (unset: none)")
+    memory: Quantity | None = Field(None, description="memory, e.g. 256Mi (unset: none)")
+
+
+class Resources(Strict):
+    requests: ResourceAmounts = Field(default_factory=ResourceAmounts)
+    limits: ResourceAmounts = Field(default_factory=ResourceAmounts)
+
+
+def _resources(cpu: str, memory: str, memory_limit: str) -> Resources:
+    return Resources(requests=ResourceAmounts(cpu=cpu, memory=memory), limits=ResourceAmounts(memory=memory_limit))
+
+
+class Placement(Strict):
+    """Where the component's own pods run (never on GPU nodes unless you say so)."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, alias="nodeSelector", description="the pods' nodeSelector"
+    )
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="the pods' tolerations")
+    affinity: dict[str, Any] = Field(default_factory=dict, description="the pods' affinity")
+
+
+class Crds(Strict):
+    enabled: bool = Field(
+        True,
+        description="install and upgrade the TrainingJob and InferenceService CRDs with the release; they carry "
+        "helm.sh/resource-policy: keep, so `helm uninstall` never deletes them (nor users' objects)",
+    )
+
+
+class Operator(Strict):
+    replicas: int = Field(
+        2, ge=1, le=5, description="operator replicas; one leads through the Lease, the others stand by"
+    )
+    headroom: int = Field(0, ge=0, description="spare inference servers kept per GPU type (--headroom)")
+    lend_delay_seconds: int = Field(
+        60,
+        ge=0,
+        alias="lendDelaySeconds",
+        description="an idle inference server is lent after this long (--lend-delay)",
+    )
+    reclaim_deadline_seconds: int = Field(
+        300,
+        ge=1,
+        alias="reclaimDeadlineSeconds",
+        description="training pods still on a reclaimed server after this long are deleted without grace",
+    )
+    gang_timeout_seconds: int = Field(
+        120, ge=1, alias="gangTimeoutSeconds", description="a base gang not placed whole by then is re-queued"
+    )
+    resync_seconds: int = Field(10, ge=1, le=60, alias="resyncSeconds", description="a pass at least this often")
+    lease_duration_seconds: int = Field(
+        15,
+        ge=1,
+        alias="leaseDurationSeconds",
+        description="a leader that has not renewed the Lease this long is replaced (at least 1.5 x resyncSeconds)",
+    )
+    http_port: Port = Field(8080, alias="httpPort", description="/metrics, /healthz and /readyz")
+    resources: Resources = Field(
+        default_factory=lambda: _resources("100m", "256Mi", "1Gi"), description="the container's requests and limits"
+    )
+    placement: Placement = Field(default_factory=Placement, description="where its pods run")
+
+
+class Extender(Strict):
+    enabled: bool = Field(True, description="run the scheduler extender (scoring and preemption victims)")
+    replicas: int = Field(2, ge=1, le=10, description="extender replicas behind one Service")
+    port: Port = Field(8888, description="HTTP port of prioritize, preempt, /metrics, /healthz and /readyz")
+    preempt_across_namespaces: bool = Field(
+        False,
+        alias="preemptAcrossNamespaces",
+        description="let a pod's preemption evict Lyra's pods in other namespaces",
+    )
+    min_available: int = Field(1, ge=0, alias="minAvailable", description="PodDisruptionBudget minAvailable")
+    resources: Resources = Field(
+        default_factory=lambda: _resources("100m", "256Mi", "1Gi"), description="the container's requests and limits"
+    )
+    placement: Placement = Field(default_factory=Placement, description="where its pods run")
+
+
+class Scheduler(Strict):
+    enabled: bool = Field(
+        True,
+        description="bundle a second kube-scheduler that calls the extender; the operator sets its name as the "
+        "schedulerName of every pod it makes. false: the cluster's default scheduler places them (docs/operations.md)",
+    )
+    name: str = Field(
+        BUNDLED_SCHEDULER_NAME, pattern=_DNS_LABEL, description="schedulerName of the bundled scheduler's profile"
+    )
+    replicas: int = Field(1, ge=1, le=5, description="replicas (leader-elected through a Lease)")
+    image: SchedulerImage = Field(default_factory=SchedulerImage)
+    resources: Resources = Field(
+        default_factory=lambda: _resources("100m", "128Mi", "512Mi"), description="the container's requests and limits"
+    )
+    placement: Placement = Field(default_factory=Placement, description="where its pods run")
+
+
+class ServiceMonitor(Strict):
+    enabled: bool = Field(False, description="a ServiceMonitor (Prometheus Operator) for the operator and extender")
+    interval: str = Field("30s", pattern=_DURATION, description="scrape interval")
+    labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"},
+        description="labels your Prometheus selects ServiceMonitors and rules by (kube-prometheus-stack: release)",
+    )
+
+
+class PrometheusRule(Strict):
+    enabled: bool = Field(False, description="a PrometheusRule with Lyra's alerts")
+    labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"}, description="labels your Prometheus selects by"
+    )
+    failed_passes_for: str = Field(
+        "10m", pattern=_DURATION, alias="failedPassesFor", description="LyraReconcileFailing fires after this long"
+    )
+    no_leader_for: str = Field(
+        "5m", pattern=_DURATION, alias="noLeaderFor", description="LyraNoLeader fires after this long"
+    )
+
+
+class Monitoring(Strict):
+    service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor, alias="serviceMonitor")
+    prometheus_rule: PrometheusRule = Field(default_factory=PrometheusRule, alias="prometheusRule")
+
+
+class Values(Strict):
+    """Lyra's Helm chart."""
+
+    image: Image = Field(default_factory=Image)
+    image_pull_secrets: list[str] = Field(
+        default_factory=list, alias="imagePullSecrets", description="names of Secrets to pull the images with"
+    )
+    crds: Crds = Field(default_factory=Crds)
+    operator: Operator = Field(default_factory=Operator)
+    extender: Extender = Field(default_factory=Extender)
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+
+
+def defaults() -> dict[str, Any]:
+    """The values with every default, as the chart reads them (``values.yaml``)."""
+    return Values().model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def json_schema() -> dict[str, Any]:
+    """``values.schema.json``: pydantic's schema made self-contained (references inlined) and closed."""
+    schema = Values.model_json_schema(by_alias=True, mode="validation")
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            target = definitions[node["$ref"].rsplit("/", 1)[-1]]
+            return inline({**target, **{k: v for k, v in node.items() if k != "$ref"}})
+        node = {k: inline(v) for k, v in node.items() if k != "title"}
+        if "anyOf" in node:  # `X | None`: null means "not set" (helm drops nulls from values)
+            options = [option for option in node["anyOf"] if option.get("type") != "null"]
+            if len(options) == 1:
+                node = {**{k: v for k, v in node.items() if k not in {"anyOf", "default"}}, **options[0]}
+        return node
+
+    return {
+        "$schema": "https://json-schema.org/draft-07/schema#",
+        "title": "Values of Lyra's Helm chart (generated from lyra.chart.values; do not edit)",
+        **inline(schema),
+    }

@@ -1,0 +1,124 @@
+"""The chart's generated files match their sources, the values schema refuses bad values with messages that name
+the value, and the bundled scheduler's configuration carries the extender stanza of the local cluster."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from lyra.chart import sources, values
+from lyra.cli import main
+from lyra.localcluster.componentconfig import extender_stanza, scheduler_config
+
+REPOSITORY = Path(__file__).resolve().parents[3]
+CHART = REPOSITORY / "helm" / "lyra"
+DOCS = REPOSITORY / "docs" / "operations.md"
+
+
+def test_the_generated_chart_files_and_values_reference_are_up_to_date(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["chart", "generate", "--check", "--chart-dir", str(CHART), "--docs", str(DOCS)])
+    assert code == 0, capsys.readouterr().err
+
+
+def test_check_names_a_file_edited_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = tmp_path / "lyra"
+    shutil.copytree(CHART, chart)
+    docs = tmp_path / "operations.md"
+    docs.write_text(DOCS.read_text())
+    (chart / "values.schema.json").write_text("{}\n")
+    assert main(["chart", "generate", "--check", "--chart-dir", str(chart), "--docs", str(docs)]) == 1
+    assert "values.schema.json" in capsys.readouterr().err
+    assert main(["chart", "generate", "--chart-dir", str(chart), "--docs", str(docs)]) == 0
+    assert main(["chart", "generate", "--check", "--chart-dir", str(chart), "--docs", str(docs)]) == 0
+
+
+def test_values_yaml_holds_exactly_the_models_defaults() -> None:
+    assert yaml.safe_load((CHART / "values.yaml").read_text()) == values.defaults()
+
+
+def schema_errors(document: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(values.json_schema())
+    return sorted(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document))
+
+
+def test_the_defaults_satisfy_the_schema() -> None:
+    assert schema_errors(values.defaults()) == []
+
+
+BAD_VALUES = [
+    ({"operator": {"replicas": 0}}, "operator/replicas", "minimum"),
+    ({"operator": {"replica": 2}}, "operator", "'replica' was unexpected"),
+    ({"operator": {"httpPort": 70000}}, "operator/httpPort", "maximum"),
+    ({"operator": {"lendDelaySeconds": "soon"}}, "operator/lendDelaySeconds", "not of type 'integer'"),
+    ({"scheduler": {"image": {"tag": "v1.29.0"}}}, "scheduler/image/tag", "does not match"),
+    ({"scheduler": {"name": "Lyra Scheduler"}}, "scheduler/name", "does not match"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "image/pullPolicy", "is not one of"),
+    ({"extender": {"resources": {"limits": {"memory": "lots"}}}}, "extender/resources/limits/memory", "does not match"),
+    ({"monitoring": {"serviceMonitor": {"interval": "30 seconds"}}}, "monitoring/serviceMonitor/interval", "match"),
+]
+
+
+@pytest.mark.parametrize(("override", "path", "message"), BAD_VALUES)
+def test_the_schema_refuses_a_bad_value_naming_it(override: dict[str, Any], path: str, message: str) -> None:
+    document = merge(values.defaults(), override)
+    errors = schema_errors(document)
+    assert any(e.startswith(f"{path}:") and message in e for e in errors), errors
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = merge(base.get(key, {}), value) if isinstance(value, dict) and value else value
+    return merged
+
+
+def test_the_schema_is_closed_and_self_contained() -> None:
+    text = json.dumps(values.json_schema())
+    assert "$ref" not in text
+    assert "$defs" not in text
+
+    def closed(node: Any, where: str) -> list[str]:
+        if not isinstance(node, dict):
+            return []
+        found = []
+        if node.get("type") == "object" and "properties" in node and node.get("additionalProperties") is not False:
+            found.append(where)
+        for key, child in node.get("properties", {}).items():
+            found += closed(child, f"{where}.{key}")
+        return found
+
+    assert closed(values.json_schema(), "") == []
+
+
+def test_the_bundled_scheduler_calls_the_extender_with_the_local_clusters_stanza() -> None:
+    template = (CHART / "templates" / "scheduler" / "configmap.yaml").read_text()
+    body = template.split("config.yaml: |\n", 1)[1]
+    lines = [line[4:] for line in body.splitlines() if not line.startswith("{{")]
+    config = yaml.safe_load("\n".join(lines))
+    url = '{{ include "lyra.extenderUrl" . }}'
+    assert config["extenders"] == [extender_stanza(url)]
+    assert scheduler_config(Path("k"), "http://x")["extenders"] == [extender_stanza("http://x")]
+    assert config["profiles"] == [{"schedulerName": "{{ .Values.scheduler.name }}"}]
+
+
+def test_the_values_reference_lists_every_leaf_value() -> None:
+    reference = sources.values_reference()
+    for path in leaves(values.defaults()):
+        assert f"| `{path}` |" in reference, path
+
+
+def leaves(document: dict[str, Any], prefix: str = "") -> list[str]:
+    found = []
+    for key, value in document.items():
+        path = f"{prefix}.{key}" if prefix else key
+        found += leaves(value, path) if isinstance(value, dict) and value and key not in UNTYPED_MAPS else [path]
+    return found
+
+
+UNTYPED_MAPS = ("nodeSelector", "affinity", "labels")
