@@ -35,6 +35,7 @@ from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import DEADLINE_S, T4, create_job, custom, node_states, workers
+from tests.prometheus_support import promtool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -138,6 +139,65 @@ def test_the_operator_names_the_bundled_scheduler_and_serves_its_probes_on_the_m
     assert not any(d["metadata"]["name"] == "lyra-scheduler" for d in without)
 
 
+def prometheus_rule(binaries: BinarySet) -> dict[str, Any]:
+    objects = documents(render(binaries, VALUES / "monitoring.yaml"))
+    [rule] = [d for d in objects if d["kind"] == "PrometheusRule"]
+    return rule
+
+
+def test_promtool_accepts_the_alerts(binaries: BinarySet, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(prometheus_rule(binaries)["spec"]))
+    result = subprocess.run(
+        [str(promtool()), "check", "rules", str(rules)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 3 rules found" in result.stdout, result.stdout
+
+
+def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: BinarySet, tmp_path: Path) -> None:
+    """promtool's rule unit tests: a forced reclaim, failing passes and no leader fire their alerts; a healthy
+    operator (one leader, passes succeeding, reclaims drained) fires none."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(prometheus_rule(binaries)["spec"]))
+    scope = 'job="lyra-operator", namespace="lyra-system"'
+    series = [
+        # minute by minute, for 30 minutes: a healthy stretch, then each problem starts at minute 11
+        {"series": f'lyra_leader{{{scope}, pod="a"}}', "values": "1x10 0x20"},
+        {"series": f'lyra_leader{{{scope}, pod="b"}}', "values": "0x30"},
+        {"series": f'lyra_reconcile_passes_total{{{scope}, result="failed"}}', "values": "0x10 0+6x20"},
+        {"series": f'lyra_reconcile_passes_total{{{scope}, result="succeeded"}}', "values": "0+60x30"},
+        {"series": f'lyra_reclaims_total{{{scope}, gpu_type="Tesla-T4", outcome="drained"}}', "values": "0+1x30"},
+        {"series": f'lyra_reclaims_total{{{scope}, gpu_type="Tesla-T4", outcome="forced"}}', "values": "0x10 1x20"},
+    ]
+    defined = {rule["alert"]: rule for rule in prometheus_rule(binaries)["spec"]["groups"][0]["rules"]}
+
+    def fired(name: str, at: str, **labels: str) -> dict[str, Any]:
+        annotations = {
+            key: text.replace("{{ $labels.gpu_type }}", labels.get("gpu_type", ""))
+            for key, text in defined[name]["annotations"].items()
+        }
+        expected = {"exp_labels": defined[name]["labels"] | labels, "exp_annotations": annotations}
+        return {"eval_time": at, "alertname": name, "exp_alerts": [expected]}
+
+    alerts = [{"eval_time": "9m", "alertname": name, "exp_alerts": []} for name in defined] + [
+        fired("LyraNoLeader", "17m"),
+        fired("LyraReconcileFailing", "25m"),
+        fired("LyraReclaimPastDeadline", "12m", gpu_type="Tesla-T4"),
+    ]
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": alerts}],
+    }
+    test_file = tmp_path / "tests.yaml"
+    test_file.write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [str(promtool()), "test", "rules", str(test_file)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
@@ -234,6 +294,8 @@ ACCESS = [
     ("operator", "watch", names.GROUP, names.TRAINING_JOB_PLURAL, "", True, True),
     ("operator", "patch", names.GROUP, names.TRAINING_JOB_PLURAL, "status", True, True),
     ("operator", "create", "apps", "deployments", "", True, True),
+    ("operator", "create", "", "services", "", True, True),
+    ("operator", "delete", "", "services", "", True, False),
     ("operator", "update", "coordination.k8s.io", "leases", "", False, True),
     ("operator", "get", "", "secrets", "", True, False),
     ("operator", "list", "", "secrets", "", False, False),
