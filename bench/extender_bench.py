@@ -1,11 +1,12 @@
-"""Latency of the scheduler extender's verbs over HTTP, under load from a separate process.
+"""Latency of the scheduler extender's prioritize verb over HTTP, under load from a separate process.
 
 ``uv run python -m bench.extender_bench`` (part of ``make bench``) starts the extender (uvicorn, one process, the
 app exactly as ``lyra extender`` serves it) on a fixed view of N nodes in a child process, then sends it
-``prioritize`` requests (the verb kube-scheduler calls for every GPU pod; the extender has no ``filter``) for one pod in the ``nodeCacheCapable`` form (names only) from this process,
-with ``--clients`` connections at once (kube-scheduler runs one scheduling cycle at a time, so 1-2 is what it
-does; more shows queueing). Latency is measured at the client: HTTP, JSON and the decision. Prints p50 and p99 per
-verb and size, against the 10 ms target at 5,000 nodes.
+``prioritize`` requests (the verb kube-scheduler calls for every GPU pod; the extender has no ``filter``) for one
+pod in the ``nodeCacheCapable`` form (names only) from this process, with ``--clients`` connections at once
+(kube-scheduler runs one scheduling cycle at a time, so 1-2 is what it does; more shows queueing). Latency is
+measured at the client: HTTP, JSON and the decision. Prints p50 and p99 per size, against the 10 ms target at
+5,000 nodes.
 
 The cluster: 40% training nodes (8 A100), 60% inference nodes (8 T4: 50% serving, 10% idle, 35% loaned, 5%
 reclaiming), three pods per node on average from jobs of 1-8 workers; the pod is a flexible worker of a job that
