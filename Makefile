@@ -24,11 +24,12 @@ demo: binaries ## Local cluster with 12 fake GPU nodes, a GPU pod, the what-if p
 	bash hack/demo.sh
 
 .PHONY: test
-test: install binaries ## Run every test: lint, unit and proofs, integration and e2e against the local control plane.
+test: install binaries ## Run every test: lint, unit and proofs, integration and e2e on the local control plane, torchrun.
 	$(MAKE) lint
 	$(RUN) pytest tests/unit
 	$(RUN) pytest tests/integration
 	$(RUN) pytest tests/e2e
+	$(MAKE) test-launcher
 
 .PHONY: test-unit
 test-unit: install ## Run the fast unit tests and the proofs of the policy core.
@@ -41,6 +42,12 @@ test-integration: binaries ## Run the integration tests against a real local con
 .PHONY: test-e2e
 test-e2e: binaries ## Run the whole-system tests (scheduler + extender + operator + emulator on the local control plane).
 	$(RUN) pytest tests/e2e
+
+# torch's Linux wheel brings CUDA's libraries (docs/development.md, "The real launcher"): it lives in its own
+# environment, so `make install` (an exact sync of .venv) never removes it, and uv's cache keeps the wheels.
+.PHONY: test-launcher
+test-launcher: ## Run the real torchrun (CPU) on examples/torchrun through scale-ins and scale-outs (installs torch).
+	UV_PROJECT_ENVIRONMENT=.venv-torchrun $(RUN) --group torchrun pytest tests/launcher
 
 .PHONY: lint
 lint: install ## ruff, mypy --strict and the import-linter contracts.
@@ -86,4 +93,4 @@ cluster-down: install ## Stop the local control plane and remove its state.
 
 .PHONY: clean
 clean: ## Remove caches and build output inside the repository (not the binary cache).
-	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache .hypothesis dist build out
+	rm -rf .venv .venv-torchrun .mypy_cache .ruff_cache .pytest_cache .hypothesis dist build out
