@@ -102,7 +102,8 @@ class Operator(Strict):
         15,
         ge=1,
         alias="leaseDurationSeconds",
-        description="a leader that has not renewed the Lease this long is replaced (at least 1.5 x resyncSeconds)",
+        description="a candidate takes the Lease over once it has seen it unrenewed this long (--lease-duration; "
+        "the leader stops writing after 2/3 of it without a renewal)",
     )
     http_port: Port = Field(8080, alias="httpPort", description="/metrics, /healthz and /readyz")
     resources: Resources = Field(
