@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -34,7 +35,7 @@ from lyra.localcluster.populate import ProbeError, http_get
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
-from tests.operator_support import DEADLINE_S, T4, create_job, custom, node_states, workers
+from tests.operator_support import DEADLINE_S, T4, create_job, custom, lyra_node_fields, node_states, workers
 from tests.prometheus_support import promtool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -397,7 +398,11 @@ def test_the_operator_and_extender_lend_and_reclaim_as_the_charts_service_accoun
     extender_args = local_arguments(chart_arguments(release, "extender", binaries), release.namespace, extender_port)
     assert "--scheduler-name=default-scheduler" in operator_args
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
-    with temporary_namespace(kube_api, "chart-scenario") as namespace:  # stopped before their namespace goes
+    nodes_before = lyra_node_fields(kube_api)
+    with (
+        restored_nodes(kube_api),  # the session's cluster serves later tests: Lyra's node labels and taints go
+        temporary_namespace(kube_api, "chart-scenario") as namespace,  # the processes stop before it goes
+    ):
         for component, args in (("extender", extender_args), ("operator", operator_args)):
             kubeconfig = token_kubeconfig(release, kube_api, component, tmp_path)
             log = tmp_path / f"{component}.log"
@@ -419,11 +424,40 @@ def test_the_operator_and_extender_lend_and_reclaim_as_the_charts_service_accoun
             for process, _ in processes:
                 process.terminate()
                 process.wait(timeout=30)
+    assert lyra_node_fields(kube_api) == nodes_before
     for _, log in processes:
         text = log.read_text(errors="replace")
         # The API server's RBAC refusal: '<resource> is forbidden: User "system:serviceaccount:..." cannot <verb>'.
         assert "is forbidden: User" not in text, f"{log.name}: the chart's RBAC is not enough:\n{text[-4000:]}"
         assert "Forbidden" not in text, f"{log.name}: refused:\n{text[-4000:]}"
+
+
+@contextmanager
+def restored_nodes(api: client.ApiClient) -> Iterator[None]:
+    """Give every node back the labels, annotations and taints it had (what an operator wrote goes)."""
+    core = client.CoreV1Api(api)
+    before = {
+        node.metadata.name: (node.metadata.labels or {}, node.metadata.annotations or {}, node.spec.taints or [])
+        for node in core.list_node().items
+    }
+    try:
+        yield
+    finally:
+        for node in core.list_node().items:
+            if node.metadata.name not in before:
+                continue
+            labels, annotations, taints = before[node.metadata.name]
+            lyra = f"{names.GROUP}/"
+            patch = {
+                "metadata": {
+                    "labels": {k: None for k in node.metadata.labels or {} if k.startswith(lyra) and k not in labels},
+                    "annotations": {
+                        k: None for k in node.metadata.annotations or {} if k.startswith(lyra) and k not in annotations
+                    },
+                },
+                "spec": {"taints": [api.sanitize_for_serialization(t) for t in taints]},
+            }
+            core.patch_node(node.metadata.name, patch)
 
 
 def _lend_and_reclaim(api: client.ApiClient, namespace: str) -> None:
