@@ -62,8 +62,9 @@ format: install ## Apply ruff's formatting and safe fixes.
 	$(RUN) ruff check --fix src tests bench
 
 .PHONY: crds
-crds: install ## Regenerate manifests/crds from the API's pydantic models (lyra.api.resources).
+crds: install ## Regenerate manifests/crds and the chart's CRD templates from the API's models (lyra.api.resources).
 	$(RUN) lyra api crds --out-dir manifests/crds
+	$(RUN) lyra chart generate
 
 .PHONY: chart
 chart: install ## Regenerate the Helm chart's generated files (CRDs, scheduler config, alerts, values schema) and docs.
