@@ -200,3 +200,16 @@ def assert_check_clean(kubeconfig: Path, **limits: float) -> dict[str, Any]:
     assert code == 0, f"lyra check found violations:\n{problems}"
     assert report["clean"], problems
     return report
+
+
+def scale_service(api: client.ApiClient, namespace: str, name: str, replicas: int) -> None:
+    """``kubectl scale`` of an InferenceService (its scale subresource)."""
+    custom(api).patch_namespaced_custom_object_scale(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, name, {"spec": {"replicas": replicas}}
+    )
+
+
+def running_replicas(api: client.ApiClient, namespace: str, service: str) -> int:
+    """The service's replicas that run and are not being deleted."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}={service}")
+    return sum(1 for p in pods.items if p.metadata.deletion_timestamp is None and p.status.phase == "Running")

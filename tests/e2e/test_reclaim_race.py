@@ -31,7 +31,19 @@ from lyra.api import names
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.e2e.system_support import System
-from tests.operator_support import A100, DEADLINE_S, T4, Operator, create_job, custom, job, node_states, workers
+from tests.operator_support import (
+    A100,
+    DEADLINE_S,
+    T4,
+    Operator,
+    create_job,
+    custom,
+    job,
+    node_states,
+    running_replicas,
+    scale_service,
+    workers,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -86,17 +98,6 @@ def service(name: str, replicas: int) -> dict[str, object]:
     }
 
 
-def scale(api: client.ApiClient, namespace: str, replicas: int) -> None:
-    custom(api).patch_namespaced_custom_object_scale(
-        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": {"replicas": replicas}}
-    )
-
-
-def running_replicas(api: client.ApiClient, namespace: str) -> int:
-    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=chat").items
-    return sum(1 for p in pods if p.metadata.deletion_timestamp is None and p.status.phase == "Running")
-
-
 def job_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, object]:
     status: dict[str, object] = job(api, namespace, name).get("status", {})
     return status
@@ -105,7 +106,7 @@ def job_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, ob
 def lent_and_grown(api: client.ApiClient, namespace: str) -> bool:
     """Six servers lent, two serving the two replicas, and the T4 job running with workers on lent servers."""
     states = list(node_states(api).values())
-    if states.count("loaned") != SERVERS - BASE_REPLICAS or running_replicas(api, namespace) != BASE_REPLICAS:
+    if states.count("loaned") != SERVERS - BASE_REPLICAS or running_replicas(api, namespace, "chat") != BASE_REPLICAS:
         return False
     status = job_status(api, namespace, "t4")
     counts = status.get("workers")
@@ -168,7 +169,7 @@ def cycle(system: System, namespace: str, scenario: Reclaim) -> Measured:
     start = time.monotonic()
     if scenario.restart_extender:
         system.stop_extender()
-    scale(api, namespace, scenario.replicas)
+    scale_service(api, namespace, "chat", scenario.replicas)
     if scenario.restart_extender:
         wait_for(lambda: reclaim_began(api, scenario), DEADLINE_S, "the reclaim to begin", max_interval=POLL_S)
         system.start_extender()
@@ -176,7 +177,7 @@ def cycle(system: System, namespace: str, scenario: Reclaim) -> Measured:
         start,
         {
             "servers": lambda: list(node_states(api).values()).count("serving") >= scenario.replicas,
-            "replicas": lambda: running_replicas(api, namespace) == scenario.replicas,
+            "replicas": lambda: running_replicas(api, namespace, "chat") == scenario.replicas,
         },
     )
     what = f"{scenario.replicas} servers serving and {scenario.replicas} replicas running"
@@ -210,7 +211,7 @@ def test_every_replica_runs_soon_after_its_servers_return(system: System, scenar
             for _ in range(REPEATS):
                 wait_for(lambda: lent_and_grown(api, namespace), 2 * DEADLINE_S, "six servers lent, the T4 job grown")
                 measured.append(cycle(system, namespace, scenario))
-                scale(api, namespace, BASE_REPLICAS)
+                scale_service(api, namespace, "chat", BASE_REPLICAS)
         except BaseException:
             system.print_logs()
             print(operator.tail())

@@ -40,6 +40,8 @@ from tests.operator_support import (
     custom,
     lease_holder,
     node_states,
+    running_replicas,
+    scale_service,
     service_account_kubeconfig,
     workers,
 )
@@ -94,17 +96,6 @@ def service(replicas: int) -> dict[str, Any]:
     }
 
 
-def scale(api: client.ApiClient, namespace: str, replicas: int) -> None:
-    custom(api).patch_namespaced_custom_object_scale(
-        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": {"replicas": replicas}}
-    )
-
-
-def running_replicas(api: client.ApiClient, namespace: str) -> int:
-    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=chat").items
-    return sum(1 for p in pods if p.metadata.deletion_timestamp is None and p.status.phase == "Running")
-
-
 def pause_the_leader_mid_reclaim(
     cluster: ControlPlane, api: client.ApiClient, namespace: str, *, leader: Operator, standby: Operator, wanted: int
 ) -> int:
@@ -115,7 +106,7 @@ def pause_the_leader_mid_reclaim(
     assert leader.process is not None
     wait_for(lambda: list(node_states(api).values()).count("loaned") == 6, DEADLINE_S, "six servers lent")
     wait_for(lambda: len(workers(api, namespace, "t4")) >= 17, DEADLINE_S, "the T4 job grown")
-    scale(api, namespace, wanted)
+    scale_service(api, namespace, "chat", wanted)
     wait_for(
         lambda: "reclaiming" in node_states(api).values(),
         DEADLINE_S,
@@ -127,7 +118,7 @@ def pause_the_leader_mid_reclaim(
     leader.process.send_signal(signal.SIGSTOP)
     try:
         wait_for(lambda: identity_of(standby) in lease_holder(api), DEADLINE_S, "the standby to take over")
-        wait_for(lambda: running_replicas(api, namespace) == wanted, DEADLINE_S, "every replica running")
+        wait_for(lambda: running_replicas(api, namespace, "chat") == wanted, DEADLINE_S, "every replica running")
     finally:
         leader.process.send_signal(signal.SIGCONT)
     wait_for(
@@ -167,7 +158,7 @@ def test_a_paused_leader_writes_nothing_after_the_takeover(cluster: ControlPlane
                 attempts.append(
                     pause_the_leader_mid_reclaim(cluster, api, namespace, leader=leader, standby=standby, wanted=wanted)
                 )
-                scale(api, namespace, 2)
+                scale_service(api, namespace, "chat", 2)
                 operators.reverse()  # the standby leads now; the resumed one stands by
             print(f"writes a paused leader attempted after the takeover, per round (all refused): {attempts}")
             assert_check_clean(cluster.kubeconfig)

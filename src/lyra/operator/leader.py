@@ -108,7 +108,6 @@ class LeaderLease:
         *,
         identity: str | None = None,
         timing: LeaseTiming | None = None,
-        duration_s: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         coordination: client.CoordinationV1Api | None = None,
@@ -117,7 +116,7 @@ class LeaderLease:
         self.coordination = coordination or client.CoordinationV1Api(api)
         self.namespace = namespace
         self.identity = identity or default_identity()
-        self.timing = timing or (LeaseTiming.from_duration(duration_s) if duration_s is not None else LeaseTiming())
+        self.timing = timing or LeaseTiming()
         self.monotonic = monotonic
         self.wall = wall
         self.leading: bool | None = None  # unknown until the first try
@@ -131,11 +130,6 @@ class LeaderLease:
         return (
             self.leading is True and renewed is not None and self.monotonic() - renewed < self.timing.renew_deadline_s
         )
-
-    def hold(self, now: float) -> bool:
-        """One attempt to lead, for a caller that tries once per pass (``now`` is not used: expiry is judged on the
-        monotonic clock)."""
-        return self.try_lead()
 
     def try_lead(self) -> bool:
         """One attempt to create, renew or take over the Lease (client-go's tryAcquireOrRenew); returns
