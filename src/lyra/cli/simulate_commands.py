@@ -90,13 +90,47 @@ def _default_input(kind: str, given: Path | None, default: Path) -> Path:
     )
 
 
+class OutputError(ValueError):
+    """An output path cannot be written; found before the run, so that no result is lost after it."""
+
+
+def _writable_directory(directory: Path, what: str) -> None:
+    """Raise :class:`OutputError` unless ``directory`` is a directory that can be written, or could be created (its
+    nearest existing ancestor is a writable directory). Nothing is created here."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"{what} {directory} is not writable: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} {directory} is not writable: no write permission on {existing}")
+
+
+def check_outputs(*, json_path: Path | None, out_dir: Path | None) -> None:
+    """Refuse, before any work, outputs that could not be written after it: ``--json`` naming a directory or a path
+    under a file or an unwritable directory, ``--out-dir`` naming a file or an unwritable place. ``out_dir=None``:
+    the run writes nothing there."""
+    if json_path is not None:
+        if json_path.is_dir():
+            raise OutputError(f"--json {json_path} is a directory; give a file name, e.g. {json_path / 'results.json'}")
+        _writable_directory(json_path.parent, f"--json {json_path}: its directory")
+        if json_path.exists() and not os.access(json_path, os.W_OK):
+            raise OutputError(f"--json {json_path} exists and is not writable")
+    if out_dir is not None:
+        _writable_directory(out_dir, "--out-dir")
+
+
 def parse_start(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(value):
+            raise ValueError(f"--start must be a finite number of seconds, got {text!r}")
+        return value
     for pattern in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"):
         try:
             return datetime.strptime(text, pattern).replace(tzinfo=UTC).timestamp()
@@ -146,13 +180,15 @@ def run_simulate(args: argparse.Namespace) -> int:
     try:
         schemes = resolve(args.scheme)
         knobs = parse_knobs([s for s in args.sweep if s]) if args.sweep is not None else None
+        writes_out_dir = knobs is None or not args.no_plots
+        check_outputs(json_path=args.json, out_dir=args.out_dir if writes_out_dir else None)
         trace = read_trace(_default_input("trace", args.trace, DEFAULT_TRACE))
         load = read_load(_default_input("load", args.load, DEFAULT_LOAD))
         scenario = load_scenario(args.scenario)
         if args.seed is not None:
             scenario = scenario.model_copy(update={"seed": args.seed})
         window = Window.of(trace, parse_start(args.start), args.days)
-    except (FileNotFoundError, TraceError, LoadError, ScenarioError, SweepError, ValueError) as error:
+    except (FileNotFoundError, TraceError, LoadError, ScenarioError, SweepError, OutputError, ValueError) as error:
         print(f"lyra simulate: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not any(window.start_s <= j.submit_s < window.start_s + window.length_s for j in trace.jobs):

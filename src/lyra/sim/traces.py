@@ -1,6 +1,7 @@
 """Training traces: read a job list from the Philly, openb or generic CSV format into plain records.
 
-Every reader returns jobs sorted by (submit time, line number), so the order never depends on how the file was
+Every number must be finite and every duration in (0 s, a year]: a longer job could never finish inside a run's
+window. Every reader returns jobs sorted by (submit time, line number), so the order never depends on how the file was
 sorted (Philly's rows are not). A malformed row stops the read with ``file:line`` and what is wrong, except for
 the openb rows that are not training jobs at all, which are skipped by the documented rule and counted.
 
@@ -148,9 +149,15 @@ def _gpus(source: Path, line: int, row: list[str], index: Mapping[str, int], col
     return int(value)
 
 
+#: The longest job a trace may hold (one year): a longer one could never finish inside a run's window.
+MAX_DURATION_S = 365 * 86_400.0
+
+
 def _duration(source: Path, line: int, value: float) -> float:
     if value <= 0:
         raise TraceError(f"{source}:{line}: duration must be > 0 seconds, got {value:g}")
+    if value > MAX_DURATION_S:
+        raise TraceError(f"{source}:{line}: duration must be at most {MAX_DURATION_S:g} s (a year), got {value:g}")
     return value
 
 
@@ -212,5 +219,10 @@ def _read_openb(
             skipped["deleted before it ran"] += 1
             continue
         name = _cell(source, line, row, index, "name") if named else ""
-        jobs.append((line, TraceJob(name or f"openb-{line:06d}", created, deleted - scheduled, int(gpus))))
+        jobs.append(
+            (
+                line,
+                TraceJob(name or f"openb-{line:06d}", created, _duration(source, line, deleted - scheduled), int(gpus)),
+            )
+        )
     return jobs, skipped

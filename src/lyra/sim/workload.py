@@ -29,6 +29,9 @@ from lyra.sim.scenario import DurationKnowledge, Scenario
 from lyra.sim.traces import Trace
 
 DAY_S = 86_400.0
+#: The longest window a run accepts (ten years): beyond it a run could not finish in any useful time, and a window
+#: of ``inf`` or ``1e300`` days would never end.
+MAX_WINDOW_DAYS = 3_650.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +43,24 @@ class Window:
 
     @staticmethod
     def of(trace: Trace, start_s: float | None, days: float | None) -> Window:
-        """``start_s=None``: the first submit; ``days=None``: through the last submit."""
+        """``start_s=None``: the first submit; ``days=None``: through the last submit. A window that is not a
+        finite length in (0, :data:`MAX_WINDOW_DAYS`] days is refused with a :class:`ValueError` naming the
+        option."""
+        if start_s is not None and not math.isfinite(start_s):
+            raise ValueError(f"--start must be a finite time, got {start_s:g}")
         start = trace.first_submit_s if start_s is None else start_s
         if days is None:
             length = max(trace.last_submit_s - start + 1.0, 1.0)
+            if length > MAX_WINDOW_DAYS * DAY_S:
+                raise ValueError(
+                    f"the trace spans {length / DAY_S:.3g} days from the window start, more than the "
+                    f"{MAX_WINDOW_DAYS:g} a run accepts: choose a window with --start and --days"
+                )
         else:
-            if days <= 0:
-                raise ValueError(f"--days must be > 0, got {days:g}")
+            if not math.isfinite(days) or days <= 0:
+                raise ValueError(f"--days must be a finite number > 0, got {days:g}")
+            if days > MAX_WINDOW_DAYS:
+                raise ValueError(f"--days must be at most {MAX_WINDOW_DAYS:g} (ten years), got {days:g}")
             length = days * DAY_S
         return Window(start, length)
 

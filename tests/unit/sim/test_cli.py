@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -83,13 +84,13 @@ def test_a_bad_trace_row_exits_2_naming_file_and_line(
     [
         (["--scheme", "nope"], "unknown scheme 'nope'"),
         (["--start", "someday"], "--start must be"),
-        (["--days", "-1"], "--days must be > 0"),
     ],
 )
 def test_bad_options_exit_2(
-    inputs: dict[str, Path], extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    inputs: dict[str, Path], tmp_path: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["simulate", "--trace", str(inputs["trace"]), "--load", str(inputs["load"]), "--quiet", *extra])
+    trace, load = str(inputs["trace"]), str(inputs["load"])
+    code = main(["simulate", "--trace", trace, "--load", load, "--quiet", "--out-dir", str(tmp_path / "o"), *extra])
     assert code == 2
     assert message in capsys.readouterr().err
 
@@ -162,3 +163,103 @@ def test_jobs_must_be_a_positive_whole_number(
         main(sweep_args(inputs, "--sweep", "fit-share=1", "--jobs", jobs))
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def _refused(code: int, err: str, message: str) -> None:
+    """Exit 2 with one ``lyra simulate:`` line naming the problem, and nothing simulated or calibrated."""
+    assert code == 2
+    errors = [line for line in err.splitlines() if line.startswith("lyra simulate: ")]
+    assert len(errors) == 1, err
+    assert message in errors[0]
+    assert "calibrating" not in err
+    assert "simulated in" not in err
+
+
+def _run(inputs: dict[str, Path], *extra: str) -> int:
+    return main(
+        [
+            "simulate", "--trace", str(inputs["trace"]), "--load", str(inputs["load"]),
+            "--scenario", str(inputs["scenario"]), "--calibrate", "--quiet", "--no-plots", *extra,
+        ]
+    )  # fmt: skip
+
+
+def test_a_json_path_that_is_a_directory_is_refused_before_the_run(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _run(inputs, "--json", str(tmp_path), "--out-dir", str(tmp_path / "o"))
+    _refused(code, capsys.readouterr().err, f"--json {tmp_path} is a directory")
+
+
+def test_a_json_path_under_a_file_is_refused_before_the_run(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _run(inputs, "--json", str(inputs["trace"] / "r.json"), "--out-dir", str(tmp_path / "o"))
+    _refused(code, capsys.readouterr().err, f"is not writable: {inputs['trace']} is a file, not a directory")
+
+
+def test_an_out_dir_that_is_a_file_is_refused_before_the_run(
+    inputs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _run(inputs, "--out-dir", str(inputs["trace"]))
+    _refused(code, capsys.readouterr().err, f"--out-dir {inputs['trace']} is not writable: {inputs['trace']} is a file")
+
+
+def test_an_out_dir_below_a_file_is_refused_before_the_run(
+    inputs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _run(inputs, "--out-dir", str(inputs["trace"] / "plots"))
+    _refused(code, capsys.readouterr().err, f"--out-dir {inputs['trace'] / 'plots'} is not writable")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_an_unwritable_out_dir_is_refused_before_the_run(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    code = _run(inputs, "--out-dir", str(locked))
+    _refused(code, capsys.readouterr().err, f"--out-dir {locked} is not writable: no write permission on {locked}")
+
+
+def test_a_sweep_without_plots_does_not_need_the_out_dir(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        sweep_args(inputs, "--sweep", "fit-share=1", "--jobs", "1", "--no-plots", "--out-dir", str(inputs["trace"]))
+    )
+    assert code == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--days", "inf"], "--days must be a finite number > 0, got inf"),
+        (["--days", "nan"], "--days must be a finite number > 0, got nan"),
+        (["--days", "-2"], "--days must be a finite number > 0, got -2"),
+        (["--days", "0"], "--days must be a finite number > 0, got 0"),
+        (["--days", "1e9"], "--days must be at most 3650 (ten years), got 1e+09"),
+        (["--start", "nan"], "--start must be a finite number of seconds, got 'nan'"),
+        (["--start=-inf"], "--start must be a finite number of seconds, got '-inf'"),
+    ],
+)
+def test_non_finite_or_absurd_windows_are_refused_before_the_run(
+    inputs: dict[str, Path], tmp_path: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _run(inputs, "--out-dir", str(tmp_path / "o"), *extra)
+    _refused(code, capsys.readouterr().err, message)
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ("0,1e300,1\n", "jobs.csv:2: duration must be at most 3.1536e+07 s (a year), got 1e+300"),
+        ("0,600,1\n1e300,600,1\n", "the trace spans 1.16e+295 days from the window start, more than the 3650"),
+    ],
+)
+def test_a_trace_that_could_never_end_is_refused(
+    inputs: dict[str, Path], tmp_path: Path, rows: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(inputs["trace"], "submit_time,duration,num_gpus\n" + rows)
+    code = _run(inputs, "--out-dir", str(tmp_path / "o"))
+    _refused(code, capsys.readouterr().err, message)
