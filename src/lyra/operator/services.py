@@ -10,7 +10,7 @@ the nodes' ``reclaim-started`` annotations or set by the pass that begins the re
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 
 from lyra.api.resources import InferenceServiceStatus, ReclaimWait, wire
@@ -45,7 +45,7 @@ class ServiceBook:
     def plan(self) -> dict[str, int]:
         """Statuses and Deployments of every service; returns the servers needed per inference GPU type."""
         main_type = main_inference_type(self.world.nodes)
-        demands: dict[str, list[int]] = defaultdict(list)
+        demands: dict[str, Counter[int]] = defaultdict(Counter)  # per GPU type, replicas per size
         types = {n.gpu_type for n in self.world.nodes if n.pool is Pool.INFERENCE}
         for service in self.world.services:
             replicas = desired_replicas(service.spec)
@@ -63,10 +63,10 @@ class ServiceBook:
             if refused is not None:  # this service alone: no Deployment, no demand
                 self.service_status(service, 0, gpu_type, 0, ("InvalidSpec", refused))
                 continue
-            demands[gpu_type] += [service.spec.gpus_per_replica] * replicas
+            demands[gpu_type][service.spec.gpus_per_replica] += replicas
             if replicas:
                 self.users[gpu_type].append(f"{service.ref.key} ({replicas} replicas)")
-            needed_alone = servers_needed({gpu_type: [service.spec.gpus_per_replica] * replicas}, self.world.nodes)
+            needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, self.world.nodes)
             self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None)
             self.deployment(service, replicas, gpu_type)
         demand = servers_needed(dict(demands), self.world.nodes)

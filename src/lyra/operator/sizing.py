@@ -3,7 +3,8 @@
 A service runs on one GPU type: its ``gpuType``, or, when it names none, the inference pool's main type (the type of
 most inference servers, then by name). Servers needed per GPU type come from packing every service's replicas of
 that type onto servers of that type (first-fit decreasing on GPUs per replica; a replica's GPUs sit on one server),
-so several small services share servers the way the scheduler will pack them.
+so several small services share servers the way the scheduler will pack them. The packing is computed per distinct
+replica size, not per replica: 40,000 replicas cost what a handful do.
 """
 
 from __future__ import annotations
@@ -37,23 +38,46 @@ def server_size(nodes: Iterable[NodeRecord], gpu_type: str) -> int:
     return min((n.gpus for n in nodes if n.pool is Pool.INFERENCE and n.gpu_type == gpu_type), default=0)
 
 
-def servers_for(replica_gpus: Iterable[int], server_gpus: int) -> int:
-    """Servers of ``server_gpus`` GPUs that hold replicas of the given sizes, first-fit decreasing."""
+def servers_for(replicas: Mapping[int, int], server_gpus: int) -> int:
+    """Servers of ``server_gpus`` GPUs that hold ``replicas`` (how many replicas of each size in GPUs), packed
+    first-fit decreasing, in O(d^2) for d distinct sizes rather than O(replicas x servers).
+
+    First-fit decreasing places the replicas of one size, in turn, on the first server (in opening order) with room,
+    so a server with ``room`` GPUs free takes ``room // size`` of them before the next is tried, and servers opened
+    together for one size stay alike. The servers are kept as runs (free GPUs, how many servers) in opening order:
+    a size splits at most one run and opens at most two, so there are at most 3d runs.
+    """
     if server_gpus <= 0:
         return 0
-    free: list[int] = []
-    for size in sorted(replica_gpus, reverse=True):
+    runs: list[tuple[int, int]] = []  # (free GPUs per server, servers), in the order the servers were opened
+    for size in sorted((s for s, n in replicas.items() if n > 0), reverse=True):
         if size > server_gpus:
             raise ValueError(f"a replica of {size} GPUs does not fit on a server of {server_gpus}")
-        for slot, room in enumerate(free):
-            if room >= size:
-                free[slot] -= size
-                break
-        else:
-            free.append(server_gpus - size)
-    return len(free)
+        if size <= 0:
+            raise ValueError(f"a replica needs at least one GPU, not {size}")
+        left = replicas[size]
+        placed: list[tuple[int, int]] = []
+        for room, servers in runs:
+            each = room // size
+            if left == 0 or each == 0:
+                placed.append((room, servers))
+                continue
+            filled = min(servers, left // each)
+            left -= filled * each
+            placed.append((room - each * size, filled))
+            rest = servers - filled
+            if rest and left:  # fewer than ``each`` replicas are left: one server takes them
+                placed.append((room - left * size, 1))
+                left = 0
+                rest -= 1
+            placed.append((room, rest))
+        each = server_gpus // size
+        placed.append((server_gpus - each * size, left // each))
+        placed.append((server_gpus - (left % each) * size, 1 if left % each else 0))
+        runs = [(room, servers) for room, servers in placed if servers > 0]
+    return sum(servers for _, servers in runs)
 
 
-def servers_needed(demands: Mapping[str, list[int]], nodes: tuple[NodeRecord, ...]) -> dict[str, int]:
-    """Servers needed per GPU type, from each type's replica sizes."""
+def servers_needed(demands: Mapping[str, Mapping[int, int]], nodes: tuple[NodeRecord, ...]) -> dict[str, int]:
+    """Servers needed per GPU type, from each type's replicas (how many of each size)."""
     return {t: servers_for(sizes, server_size(nodes, t)) for t, sizes in sorted(demands.items())}
