@@ -6,7 +6,12 @@
 * Inference: the inference GPUs are ``calibration.inference_gpus_per_training_gpu`` (5/3, from the poster's
   baseline usages) times the training GPUs, in whole servers; then ``req_per_server`` is chosen by bisection so
   that the mean of ``min(servers, ceil(rate / req_per_server)) / servers`` over one period of the load series
-  is ``calibration.inference_utilisation`` (0.40).
+  is ``calibration.inference_utilisation`` (0.40). The search spans every utilisation the load allows: from one
+  server per step with load (the lowest) to the whole pool in every step with load (the highest).
+
+Calibration says when it misses a target, and why (:attr:`CalibrationReport.problems`): a trace too small for one
+training server, one server more or less moving usage past the tolerance, a load idle in too many steps, or whole
+servers making the utilisation jump over the target.
 
 Only ``baseline`` runs during calibration: Lyra's numbers play no part in the sizes.
 """
@@ -25,6 +30,10 @@ from lyra.sim.schemes import SCHEMES
 from lyra.sim.traces import Trace
 from lyra.sim.workload import Window, build_workload
 
+#: A calibrated figure further than this from its target is reported as a miss, with the reason.
+TRAINING_TOLERANCE = 0.05
+INFERENCE_TOLERANCE = 0.02
+
 
 @dataclass(frozen=True, slots=True)
 class CalibrationReport:
@@ -34,6 +43,8 @@ class CalibrationReport:
     req_per_server: float
     inference_utilisation: float
     tried: tuple[tuple[int, float], ...]
+    #: Why a target was missed, one sentence each; empty when both were reached within their tolerance.
+    problems: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -43,6 +54,7 @@ class CalibrationReport:
             "req_per_server": self.req_per_server,
             "inference_utilisation": self.inference_utilisation,
             "tried": [{"training_servers": n, "baseline_training_usage": u} for n, u in self.tried],
+            "problems": list(self.problems),
         }
 
 
@@ -91,15 +103,58 @@ def calibrate(
             high = middle
     best = min((n for n in (low, high) if n in tried), key=lambda n: (abs(tried[n] - target), n))
     sized = _sized(scenario, best, load)
+    servers, rate = sized.inference.servers, sized.inference.req_per_server
+    utilisation = inference_utilisation(load, servers, rate)
+    problems = _training_problems(tried, best, target, per_server)
+    problems += inference_problems(load, servers, utilisation, scenario.calibration.inference_utilisation)
     report = CalibrationReport(
         training_servers=best,
         training_usage=tried[best],
-        inference_servers=sized.inference.servers,
-        req_per_server=sized.inference.req_per_server,
-        inference_utilisation=inference_utilisation(load, sized.inference.servers, sized.inference.req_per_server),
+        inference_servers=servers,
+        req_per_server=rate,
+        inference_utilisation=utilisation,
         tried=tuple(sorted(tried.items())),
+        problems=problems,
     )
     return sized, report
+
+
+def _training_problems(tried: dict[int, float], best: int, target: float, per_server: int) -> tuple[str, ...]:
+    usage = tried[best]
+    if abs(usage - target) <= TRAINING_TOLERANCE:
+        return ()
+    if best == 1 and usage < target:
+        return (
+            f"training usage {usage:.3f}, not {target}: one server of {per_server} GPUs is already more than the "
+            "trace keeps busy; use smaller servers (e.g. scenarios/small-servers.yaml)",
+        )
+    neighbours = ", ".join(f"{n} servers give {tried[n]:.3f}" for n in (best - 1, best + 1) if n in tried)
+    return (
+        f"training usage {usage:.3f}, not {target}: whole servers of {per_server} GPUs step over the target "
+        f"({best} servers give {usage:.3f}; {neighbours}); use smaller servers for a closer fit",
+    )
+
+
+def inference_problems(load: LoadSeries, servers: int, utilisation: float, target: float) -> tuple[str, ...]:
+    """Why the inference utilisation missed ``target`` by more than :data:`INFERENCE_TOLERANCE`, if it did."""
+    if abs(utilisation - target) <= INFERENCE_TOLERANCE:
+        return ()
+    rates = _period_rates(load)
+    with_load = sum(1 for r in rates if r > 0) / len(rates)
+    if with_load < target:
+        return (
+            f"inference utilisation {utilisation:.3f}, not {target}: the load is zero in {1 - with_load:.0%} of its "
+            f"steps, so even the whole pool serving whenever there is load gives at most {with_load:.3f}",
+        )
+    if with_load / servers > target:
+        return (
+            f"inference utilisation {utilisation:.3f}, not {target}: one server serving each step with load already "
+            f"gives {with_load / servers:.3f} of a pool of {servers}",
+        )
+    return (
+        f"inference utilisation {utilisation:.3f}, not {target}: with {servers} whole servers the utilisation of "
+        "this load jumps over the target (no request rate per server gives a closer value)",
+    )
 
 
 def _sized(scenario: Scenario, training_servers: int, load: LoadSeries) -> Scenario:
@@ -124,15 +179,24 @@ def inference_utilisation(load: LoadSeries, servers: int, req_per_server: float)
 
 
 def req_per_server_for(load: LoadSeries, servers: int, target: float) -> float:
-    """Requests per second per server giving mean utilisation ``target`` (bisection, 60 halvings)."""
-    peak = max(_period_rates(load))
-    if peak <= 0:
+    """Requests per second per server giving the mean utilisation closest to ``target`` (bisection, 60 halvings).
+
+    The search starts from the extremes the load allows: at ``low`` every step with load needs the whole pool (the
+    highest utilisation), at ``high`` one server (the lowest). Utilisation falls as the rate per server rises, in
+    steps (whole servers), so the bisection ends on the step's two sides and keeps the closer."""
+    with_load = [r for r in _period_rates(load) if r > 0]
+    if not with_load:
         return 1.0
-    low, high = peak / (servers * 4), peak * 4
+    low, high = min(with_load) / (2 * servers), 2 * max(with_load)
     for _ in range(60):
         middle = (low + high) / 2
         if inference_utilisation(load, servers, middle) > target:
             low = middle
         else:
             high = middle
-    return round(high, 6)
+    below, above = high, low
+    if abs(inference_utilisation(load, servers, above) - target) < abs(
+        inference_utilisation(load, servers, below) - target
+    ):
+        return above
+    return below
