@@ -33,8 +33,9 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "simulate",
         help="compare schemes on a training trace and an inference load (the poster's table)",
         description=(
-            "Trace-driven simulation of baseline, basic, lyra, ideal and the context policies fifo, sjf, las. "
-            "Prints the poster's table with ratios to baseline; writes JSON, a per-job CSV and PNG plots."
+            "Trace-driven simulation of baseline, basic, lyra, lyra's two ablations (lyra-no-loaning, "
+            "lyra-no-elasticity), lyra-exact-free and the context policies fifo, sjf, las. Prints the poster's table "
+            "with ratios to baseline and where the gain comes from; writes JSON, a per-job CSV and PNG plots."
         ),
     )
     parser.add_argument("--trace", type=Path, help=f"training trace CSV (default: {DEFAULT_TRACE} if present)")

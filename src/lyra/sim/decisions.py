@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 
 class CoreDecisions:
-    """The scheduler of the ``baseline``, ``basic``, ``lyra`` and ``ideal`` schemes."""
+    """The scheduler of every scheme whose admission is the core's (:data:`lyra.sim.schemes.SCHEMES`)."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
@@ -49,7 +49,7 @@ class CoreDecisions:
         self.view_jobs = scheduler.view_jobs
         self.search_evaluations = scheduler.search_evaluations
         self.rebalance_interval = scheduler.rebalance_interval_s
-        self.migrate = sim.scheme.elastic and scheduler.migration
+        self.migrate = sim.scheme.migration and scheduler.migration
         self.allocator_calls = 0
         self.dirty = False
         self.next_full = 0.0
@@ -83,7 +83,7 @@ class CoreDecisions:
 
     def decide(self, t: float) -> None:
         sim = self.sim
-        if sim.scheme.elastic and self.dirty and t >= self.next_full:
+        if (sim.scheme.elastic or self.migrate) and self.dirty and t >= self.next_full:
             self.dirty = False
             self.next_full = t + self.rebalance_interval
             queued = self._queued()

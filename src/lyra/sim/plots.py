@@ -101,7 +101,7 @@ def _save(figure: Figure, path: Path) -> Path:
 
 
 def write_sweep_plot(path: Path, result: SweepResult) -> Path:
-    """``sweep.png``: one panel per knob, mean JCT of basic, lyra and ideal against the knob's value, baseline
+    """``sweep.png``: one panel per knob, mean JCT of each swept scheme against the knob's value, baseline
     dashed, and a red mark where the gain does not hold."""
     knobs = list(dict.fromkeys(p.knob for p in result.points))
     figure, axes = plt.subplots(1, len(knobs), figsize=(4.2 * len(knobs), 3.8), squeeze=False)

@@ -15,9 +15,13 @@ grace period and a drain while inference waits, and decisions are batched every 
   allocation: base demand first-class, flexible workers and GPU types by the fluid objective, and migration of jobs
   from inference to training GPUs when that pays for the restart (``scheduler.migration``); a share of jobs is
   elastic (scenario ``elasticity``).
-* ``ideal``: ``lyra`` with perfect knowledge of durations (estimates are exact) and free preemption, resizing and
-  migration (no lost work, no grace, no restart or resize cost; a reclaimed server still drains). An upper bound on
-  what the policies could gain, not a policy.
+* The two ablations of ``lyra``, the same core calls with one switch off, so that a table says which part the gain
+  comes from: ``lyra-no-loaning`` (elasticity without loaning: the training servers only, elastic jobs) and
+  ``lyra-no-elasticity`` (loaning without elasticity: Lyra's reclaim and migration, every job at its trace size).
+* ``lyra-exact-free``: ``lyra`` told every job's exact remaining work and charged nothing for preemption, resizing
+  or migration (no lost work, no grace, no restart or resize cost; a reclaimed server still drains). It shows what
+  noisy estimates and those costs take from ``lyra``. It is *not* an upper bound: it makes the same myopic decisions
+  (it sees the jobs present, never the next arrivals), and exact estimates can reorder a schedule for the worse.
 
 Context policies on the separate training cluster (no loaning, no elasticity), in
 :mod:`lyra.sim.context_policies` since they are not Lyra's policy: ``fifo`` (arrival order, head-of-line
@@ -50,6 +54,8 @@ class Scheme:
     loaning: bool = False
     reclaim: ReclaimStrategy | None = None
     elastic: bool = False
+    #: Whether the core may move jobs from inference to training GPUs (and the scenario's ``scheduler.migration``).
+    migration: bool = False
     exact_durations: bool = False
     free_preemption: bool = False
 
@@ -59,13 +65,16 @@ SCHEMES: dict[str, Scheme] = {
     for scheme in (
         Scheme("baseline", Admission.CORE),
         Scheme("basic", Admission.CORE, loaning=True, reclaim=ReclaimStrategy.LEAST_GPUS_USED),
-        Scheme("lyra", Admission.CORE, loaning=True, reclaim=ReclaimStrategy.LYRA, elastic=True),
+        Scheme("lyra", Admission.CORE, loaning=True, reclaim=ReclaimStrategy.LYRA, elastic=True, migration=True),
+        Scheme("lyra-no-loaning", Admission.CORE, elastic=True, migration=True),
+        Scheme("lyra-no-elasticity", Admission.CORE, loaning=True, reclaim=ReclaimStrategy.LYRA, migration=True),
         Scheme(
-            "ideal",
+            "lyra-exact-free",
             Admission.CORE,
             loaning=True,
             reclaim=ReclaimStrategy.LYRA,
             elastic=True,
+            migration=True,
             exact_durations=True,
             free_preemption=True,
         ),
@@ -75,18 +84,23 @@ SCHEMES: dict[str, Scheme] = {
     )
 }
 
-#: The poster's rows, in its order; ``all`` runs these and then the context policies.
-POSTER_SCHEMES = ("baseline", "basic", "lyra", "ideal")
+#: The poster's rows (its Ideal is not reproduced: see ``lyra-exact-free``), the ablations of ``lyra`` and
+#: ``lyra-exact-free``, in table order; ``all`` runs these and then the context policies.
+POSTER_SCHEMES = ("baseline", "basic", "lyra")
+ABLATION_SCHEMES = ("lyra-no-loaning", "lyra-no-elasticity")
+MAIN_SCHEMES = ("baseline", "basic", "lyra-no-loaning", "lyra-no-elasticity", "lyra", "lyra-exact-free")
 CONTEXT_SCHEMES = ("fifo", "sjf", "las")
 
 
 def resolve(names: str) -> tuple[Scheme, ...]:
     """``all``, one name, or a comma-separated list, in the order given."""
     if names == "all":
-        wanted: tuple[str, ...] = POSTER_SCHEMES + CONTEXT_SCHEMES
+        wanted: tuple[str, ...] = MAIN_SCHEMES + CONTEXT_SCHEMES
     else:
         wanted = tuple(n.strip() for n in names.split(",") if n.strip())
     unknown = [n for n in wanted if n not in SCHEMES]
+    if "ideal" in unknown:
+        raise ValueError("scheme 'ideal' is now 'lyra-exact-free' (exact durations, free preemption; not a bound)")
     if unknown or not wanted:
         raise ValueError(f"unknown scheme {', '.join(unknown) or names!r}; choose from {', '.join(SCHEMES)} or all")
     return tuple(SCHEMES[n] for n in wanted)

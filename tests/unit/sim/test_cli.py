@@ -83,6 +83,7 @@ def test_a_bad_trace_row_exits_2_naming_file_and_line(
     ("extra", "message"),
     [
         (["--scheme", "nope"], "unknown scheme 'nope'"),
+        (["--scheme", "ideal"], "scheme 'ideal' is now 'lyra-exact-free'"),
         (["--start", "someday"], "--start must be"),
     ],
 )
@@ -119,7 +120,7 @@ def test_sweep_prints_the_table_and_writes_json_and_the_plot(
     assert [(row[1], row[-1] in ("yes", "NO")) for row in rows] == [("0.3", True), ("0.5", True)]
     document = json.loads((out / "sweep.json").read_text())
     assert [(p["knob"], p["value"]) for p in document["points"]] == [("inference-speed", 0.3), ("inference-speed", 0.5)]
-    assert set(document["points"][0]["schemes"]) == {"basic", "lyra", "ideal"}
+    assert set(document["points"][0]["schemes"]) == {"basic", "lyra-no-loaning", "lyra-no-elasticity", "lyra"}
     assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / "jobs.csv").exists()  # a sweep writes no per-job table
 

@@ -61,6 +61,9 @@ def test_every_job_finishes_and_the_table_lists_every_scheme() -> None:
         assert all(r.finish_s >= r.first_start_s >= r.submit_s for r in outcome.records)
         assert all(r.queue_s >= 0 for r in outcome.records)
     table = format_table(result.metrics)
-    for name in ("baseline", "basic", "lyra", "ideal", "fifo", "sjf", "las"):
+    for name in (
+        "baseline", "basic", "lyra-no-loaning", "lyra-no-elasticity", "lyra", "lyra-exact-free", "fifo", "sjf", "las"
+    ):  # fmt: skip
         assert f"\n{name} " in table
+    assert "where the gain comes from (mean JCT, baseline" in table
     assert result.metrics["basic"].usage_overall > result.metrics["baseline"].usage_overall

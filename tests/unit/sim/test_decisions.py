@@ -163,7 +163,12 @@ def random_world(rng: random.Random) -> World:
         f"scheduler: {{decision_interval_s: {rng.choice((0, 30))}, migration: {rng.choice(('true', 'false'))}}}\n"
         f"seed: {rng.randint(0, 1000)}\n"
     )
-    return World(jobs, load, setup, rng.choice(("lyra", "lyra", "ideal", "basic")))
+    return World(
+        jobs,
+        load,
+        setup,
+        rng.choice(("lyra", "lyra", "lyra-exact-free", "basic", "lyra-no-elasticity", "lyra-no-loaning")),
+    )
 
 
 def worlds(count: int, seed: int) -> Iterator[World]:

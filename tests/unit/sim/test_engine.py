@@ -185,9 +185,9 @@ def test_a_restart_costs_its_seconds_at_the_new_pace() -> None:
     assert b.finish_s == pytest.approx(2060)
 
 
-def test_ideal_loses_nothing_on_preemption() -> None:
+def test_lyra_exact_free_loses_nothing_on_preemption() -> None:
     setup = scenario("preemption: {restart_cost_s: 60, checkpoint_grace_s: 60}")
-    b = records(simulate("ideal", B_ON_LOAN, load=RISING, setup=setup, length_s=3000))["job-1"]
+    b = records(simulate("lyra-exact-free", B_ON_LOAN, load=RISING, setup=setup, length_s=3000))["job-1"]
     # Free preemption: 599 s x 3.2 = 1916.8 kept, no restart cost, no grace; 6083.2 at pace 8 from 1000 s.
     assert b.finish_s == pytest.approx(1000 + 6083.2 / 8)
     assert b.preemptions == 1

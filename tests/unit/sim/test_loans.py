@@ -73,8 +73,8 @@ def test_baseline_never_waits_for_a_reclaim() -> None:
     assert metrics.reclaims == 0
 
 
-def test_ideal_skips_the_grace_but_not_the_drain() -> None:
-    result = run("ideal")
+def test_lyra_exact_free_skips_the_grace_but_not_the_drain() -> None:
+    result = run("lyra-exact-free")
     # Free preemption: no grace; the server still drains 30 s: one server short for 30 s.
     assert result.short_server_s == pytest.approx(30)
 
