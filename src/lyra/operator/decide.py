@@ -7,9 +7,10 @@ decided (docs/architecture.md, "A pass"):
    could not be placed in time is rolled back and re-queued; a running job that lost its base is re-queued.
 2. **Inference**: each service's replicas (spec or load) and the servers of each GPU type they need; an inference
    node with replicas is ``serving``, one without is ``idle``.
-3. **Loans** (:mod:`lyra.operator.loans`): per GPU type, ``plan_loans``; servers to call back are chosen by
-   ``plan_reclaim`` and marked ``reclaiming``; idle surplus that has been idle long enough is lent.
-4. **Draining**: training work on ``reclaiming`` servers leaves, by scale-in where the job keeps its base, by
+3. **Loans** (:mod:`lyra.operator.loans`, one turn of :func:`lyra.core.loan_cycle.plan_loan_cycle`): per GPU
+   type, ``plan_loans``; servers to call back are chosen by ``plan_reclaim`` and marked ``reclaiming``; idle surplus
+   that has been idle for the lend delay is lent.
+4. **Draining** (the same turn): training work on ``reclaiming`` servers leaves, by scale-in where the job keeps its base, by
    preemption where it does not; an emptied server returns to ``serving``; past the deadline the rest is forced.
    A service whose replicas wait for a reclaim records since when; once they all run, it reports how long
    (``ReclaimServed``).
@@ -54,9 +55,7 @@ def decide(
     services = ServiceBook(world, changes, scheduler_name=config.scheduler_name)
     demand = services.plan()
     loans = LoanBook(world, config, changes, jobs, demand, users=services.users)
-    loans.settle_serving_and_idle()
-    loans.plan_loans_and_reclaims()
-    loans.drain()
+    loans.turn()
     services.follow_reclaims(loans.reclaims_under_way())
     if loans.settled and jobs.settled():
         jobs.allocate(loans.states)

@@ -1,4 +1,5 @@
-"""The loan cycle of inference nodes during one pass: lend, reclaim, drain, return.
+"""The loan cycle of inference nodes during one pass, as :func:`lyra.core.loan_cycle.plan_loan_cycle` decides it
+(serve or idle, lend, reclaim, drain, return, force; the simulator applies the same function).
 
 State lives on the node: the ``lyra.dev/state`` label, the state taint with the same value, and two annotations:
 ``lyra.dev/idle-since`` (hysteresis: an idle server is lent only after ``lend_delay_s`` idle, which delays lending
@@ -14,10 +15,18 @@ from typing import Protocol
 
 from lyra.api import names
 from lyra.core.errors import InvalidClusterError
-from lyra.core.loaning import plan_loans
-from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState, Pool, Server
+from lyra.core.loan_cycle import (
+    Balance,
+    Evictions,
+    InferenceServer,
+    LoanCycle,
+    LoanSettings,
+    StateChange,
+    Transition,
+    plan_loan_cycle,
+)
+from lyra.core.model import ClusterSnapshot, LoanState, Pool
 from lyra.core.placement import PodRole
-from lyra.core.reclaim import plan_reclaim
 from lyra.operator import manifests
 from lyra.operator.actions import SetNodeState
 from lyra.operator.changes import Changes
@@ -38,6 +47,9 @@ class TrainingHooks(Protocol):
 
 
 class LoanBook:
+    """The operator's side of :func:`lyra.core.loan_cycle.plan_loan_cycle`: reads each inference node into the
+    cycle's terms, and applies what the cycle decides as node states, pod deletions, job statuses and Events."""
+
     def __init__(
         self,
         world: World,
@@ -54,187 +66,162 @@ class LoanBook:
         self.hooks = hooks
         self.now = world.now
         self.inference_nodes = [n for n in world.nodes if n.pool is Pool.INFERENCE]
-        self.states: dict[str, LoanState] = {}
-        self.reclaim_started: dict[str, float | None] = {}
-        self.idle_since: dict[str, float | None] = {}
         self.reasons: dict[str, str] = {}
-        #: Nodes reclaiming at any point of this pass, and when their reclaim began.
-        self.reclaim_began: dict[str, float] = {}
         self.demand = dict(demand)
         self.users = users or {}
         self.settled = True
         self.summary: dict[str, object] = {}
-        self.inference_on: dict[str, int] = defaultdict(int)
+        inference_on: dict[str, int] = defaultdict(int)
         self.training_on: dict[str, list[PodRecord]] = defaultdict(list)
         for pod in world.pods:
             if not pod.holds_gpus:
                 continue
             if pod.role is PodRole.INFERENCE:
-                self.inference_on[pod.node] += 1
+                inference_on[pod.node] += 1
             elif pod.role in _TRAINING_ROLES:
                 self.training_on[pod.node].append(pod)
-        for node in self.inference_nodes:
-            state = node.state
-            if state is None:
-                state = LoanState.SERVING if self.inference_on[node.name] else LoanState.IDLE
-            self.states[node.name] = state
-            self.reclaim_started[node.name] = node.reclaim_started if state is LoanState.RECLAIMING else None
-            if state is LoanState.RECLAIMING:
-                self.reclaim_began[node.name] = node.reclaim_started if node.reclaim_started is not None else self.now
-            self.idle_since[node.name] = node.idle_since if state is LoanState.IDLE else None
-            if state is LoanState.IDLE and node.idle_since is None:
-                self.idle_since[node.name] = self.now
+        self.servers: tuple[InferenceServer, ...] = tuple(
+            InferenceServer(
+                node.name,
+                node.gpu_type,
+                node.gpus,
+                state,
+                idle_since=node.idle_since if state is LoanState.IDLE else None,
+                reclaim_started=node.reclaim_started if state is LoanState.RECLAIMING else None,
+                replicas=inference_on[node.name],
+                hosts_training=bool(self.training_on[node.name]),
+            )
+            for node in self.inference_nodes
+            for state in [node.state or (LoanState.SERVING if inference_on[node.name] else LoanState.IDLE)]
+        )
+        self.states: dict[str, LoanState] = {s.name: s.state for s in self.servers}
+        self.cycle: LoanCycle | None = None
 
-    def set_state(self, node: str, state: LoanState, reason: str) -> None:
-        self.states[node] = state
-        self.reasons[node] = reason
-        self.reclaim_started[node] = self.now if state is LoanState.RECLAIMING else None
-        self.idle_since[node] = self.now if state is LoanState.IDLE else None
-        if state is LoanState.RECLAIMING:
-            self.reclaim_began.setdefault(node, self.now)
+    @property
+    def settings(self) -> LoanSettings:
+        config = self.config
+        return LoanSettings(
+            headroom=config.headroom, lend_delay_s=config.lend_delay_s, reclaim_deadline_s=config.reclaim_deadline_s
+        )
 
     def reclaims_under_way(self) -> dict[str, float]:
         """Per GPU type, when the oldest reclaim that was under way during this pass began (including one begun and
         finished in it: idle loaned servers return to serving in the pass that reclaims them)."""
+        if self.cycle is None:
+            return {}
+        types = {s.name: s.gpu_type for s in self.servers}
         began: dict[str, float] = {}
-        types = {n.name: n.gpu_type for n in self.inference_nodes}
-        for node, since in self.reclaim_began.items():
-            gpu_type = types[node]
-            began[gpu_type] = min(since, began.get(gpu_type, since))
+        for node, since in self.cycle.reclaiming_since.items():
+            began[types[node]] = min(since, began.get(types[node], since))
         return began
 
-    # -- lend and reclaim --------------------------------------------------------------------------------------
-
-    def plan_loans_and_reclaims(self) -> None:
-        for gpu_type, needed in sorted(self.demand.items()):
-            servers = []
-            for node in self.inference_nodes:
-                if node.gpu_type != gpu_type:
-                    continue
-                state = self.states[node.name]
-                since = self.idle_since[node.name]
-                if state is LoanState.IDLE and (since is None or self.now - since < self.config.lend_delay_s):
-                    state = LoanState.SERVING  # not idle for long enough yet: held, not lendable (hysteresis)
-                servers.append(Server(node.name, Pool.INFERENCE, node.gpu_type, node.gpus, state))
-            plan = plan_loans(
-                ClusterSnapshot(tuple(servers), (), self.config.gpus),
-                InferenceDemand(needed),
-                headroom=self.config.headroom,
-                gpu_type=gpu_type,
-            )
-            entry: dict[str, object] = {"needed": plan.needed, "held": plan.held}
-            for name in plan.lend:
-                self.set_state(name, LoanState.LOANED, f"idle for {self.config.lend_delay_s:g} s, not needed")
-            if plan.lend:
-                entry["lend"] = list(plan.lend)
-            if plan.shortfall:
-                entry["shortfall"] = plan.shortfall
-            if plan.reclaim:
-                entry["reclaim"] = self.reclaim(gpu_type, plan.reclaim, plan.needed)
-            self.summary[gpu_type] = entry
-
-    def reclaim(self, gpu_type: str, count: int, needed: int) -> dict[str, object]:
+    def turn(self) -> None:
+        """One turn of the loan cycle, applied."""
+        observed = dict(self.states)
         try:
-            snapshot = self.hooks.training_snapshot(self.states)
-            plan = plan_reclaim(snapshot, count, gpu_type=gpu_type)
+            cycle = plan_loan_cycle(
+                self.servers,
+                self.demand,
+                lambda: self.hooks.training_snapshot(observed),
+                now=self.now,
+                settings=self.settings,
+            )
         except InvalidClusterError as error:
             self.settled = False
-            return {"error": str(error)}
-        who = self.users.get(gpu_type, [])
-        why = f"{needed} {gpu_type} servers needed" + (f" by {', '.join(who[:3])}" if who else "")
-        for name in plan.servers:
-            self.set_state(name, LoanState.RECLAIMING, why)
+            self.summary["error"] = str(error)
+            return
+        self.cycle = cycle
+        self.states = cycle.states()
+        self.settled = cycle.settled
+        for change in cycle.changes:
+            self.apply(change)
+        self.evict(cycle.evictions)
+        for gpu_type, balance in cycle.balances.items():
+            self.summary[gpu_type] = self.summarised(balance)
+
+    def apply(self, change: StateChange) -> None:
+        node = change.server
+        reason = change.reason
+        if change.transition is Transition.RECLAIM:
+            who = self.users.get(self.world_type(node), [])
+            reason += f" by {', '.join(who[:3])}" if who else ""
             self.changes.emit(
-                ObjectRef("Node", "", name),
+                ObjectRef("Node", "", node),
                 "Reclaiming",
-                f"reclaimed for inference ({why}); deadline {self.config.reclaim_deadline_s:g} s",
+                f"reclaimed for inference ({reason}); deadline {self.config.reclaim_deadline_s:g} s",
             )
-        self.settled = False
-        return {
-            "servers": list(plan.servers),
-            "preempted": list(plan.preempted),
-            "scaled_in": dict(plan.scaled_in),
-            "lost_gpu_seconds": round(plan.lost_gpu_seconds, 1),
-        }
+        elif change.transition is Transition.RETURN:
+            self.changes.emit(ObjectRef("Node", "", node), "Returned", "training work has left; serving inference")
+        elif change.transition is Transition.FORCE:
+            holding = self.training_on[node]
+            for pod in holding:
+                self.changes.delete(pod, 0, "ReclaimForced")
+            self.changes.emit(
+                ObjectRef("Node", "", node),
+                "ReclaimForced",
+                f"{len(holding)} training pods still here {self.config.reclaim_deadline_s:g} s after the reclaim "
+                "began; deleted without grace",
+                warning=True,
+            )
+            return  # the node keeps the reason it is reclaiming for
+        self.reasons[node] = reason
 
-    # -- drain and return --------------------------------------------------------------------------------------
+    def world_type(self, node: str) -> str:
+        return next(s.gpu_type for s in self.servers if s.name == node)
 
-    def drain(self) -> None:
-        """Training work leaves reclaiming servers; emptied ones return to serving; overdue ones are forced."""
-        reclaiming = sorted(n for n, s in self.states.items() if s is LoanState.RECLAIMING)
+    def evict(self, evictions: Evictions) -> None:
+        """Training work leaves reclaiming servers: by scale-in where the job keeps its base, by preemption where it
+        does not; workers of jobs the cycle does not see running (a job that stopped, or one left out of the core's
+        view) are deleted at once."""
+        reclaiming = {n for n, s in self.states.items() if s is LoanState.RECLAIMING}
         leaving: dict[str, list[PodRecord]] = defaultdict(list)
-        for node in reclaiming:
+        for node in sorted(reclaiming):
             for pod in self.training_on[node]:
                 if pod.is_live and pod.owner is not None:
                     leaving[pod.owner].append(pod)
         for job_key, pods in sorted(leaving.items()):
+            nodes = sorted({p.node for p in pods})
+            reasons = sorted({self.reasons[n] for n in nodes if n in self.reasons})
+            why = f"node {', '.join(nodes)} reclaimed for inference" + (f" ({reasons[0]})" if reasons else "")
             counts = self.hooks.running_workers(job_key)
-            nodes = ", ".join(sorted({p.node for p in pods}))
-            reasons = sorted({self.reasons[p.node] for p in pods if p.node in self.reasons})
-            why = f"node {nodes} reclaimed for inference" + (f" ({reasons[0]})" if reasons else "")
-            if counts is None:
+            if job_key in evictions.preempted and counts is not None:
+                minimum, live = counts
+                remain = live - len(pods)
+                self.hooks.preempt(job_key, f"{why}; {remain} of {minimum} base workers would remain")
+            elif job_key in evictions.scaled_in:
+                servers = evictions.scaled_in[job_key]
+                self.hooks.scale_in(job_key, [p for p in pods if p.node in servers], why)
+            else:  # not running, or left out of the core's view (its workers break its own spec)
                 for pod in pods:
                     self.changes.delete(pod, 0, "Reclaimed")
-                continue
-            minimum, live = counts
-            if live - len(pods) >= minimum:
-                self.hooks.scale_in(job_key, pods, why)
-            else:
-                self.hooks.preempt(job_key, f"{why}; {live - len(pods)} of {minimum} base workers would remain")
-        for node in reclaiming:
-            holding = self.training_on[node]
-            if leaving and any(p.node == node for ps in leaving.values() for p in ps):
-                self.settled = False
-                continue
-            if not holding:
-                self.set_state(node, LoanState.SERVING, "training work has left: back to inference")
-                self.changes.emit(ObjectRef("Node", "", node), "Returned", "training work has left; serving inference")
-                continue
-            self.settled = False
-            started = self.reclaim_started.get(node)
-            if started is not None and self.now - started > self.config.reclaim_deadline_s:
-                for pod in holding:
-                    self.changes.delete(pod, 0, "ReclaimForced")
-                self.changes.emit(
-                    ObjectRef("Node", "", node),
-                    "ReclaimForced",
-                    f"{len(holding)} training pods still here {self.config.reclaim_deadline_s:g} s after the reclaim "
-                    "began; deleted without grace",
-                    warning=True,
-                )
 
-    def settle_serving_and_idle(self) -> None:
-        """Per GPU type: a server with replicas is ``serving``; so are empty ones, up to the servers inference needs
-        (replicas prefer serving servers, so a burst of new replicas packs onto them instead of spreading over idle
-        ones); the rest of the empty servers are ``idle``. Empty servers stay serving before idle ones are
-        promoted, and idle ones are promoted in the reverse of the order lending takes them."""
-        for gpu_type in sorted({n.gpu_type for n in self.inference_nodes}):
-            pool = [
-                n
-                for n in self.inference_nodes
-                if n.gpu_type == gpu_type and self.states[n.name] in (LoanState.SERVING, LoanState.IDLE)
-            ]
-            busy = [n for n in pool if self.inference_on[n.name] > 0]
-            empty = [n for n in pool if self.inference_on[n.name] == 0]
-            empty.sort(key=lambda n: (self.states[n.name] is not LoanState.SERVING, n.gpus, _reverse(n.name)))
-            reserved = {n.name for n in empty[: max(self.demand.get(gpu_type, 0) - len(busy), 0)]}
-            for node in pool:
-                state = self.states[node.name]
-                if node in busy and state is LoanState.IDLE:
-                    self.set_state(node.name, LoanState.SERVING, "runs inference replicas")
-                elif node.name in reserved and state is LoanState.IDLE:
-                    self.set_state(node.name, LoanState.SERVING, "kept for the replicas inference needs")
-                elif node not in busy and node.name not in reserved and state is LoanState.SERVING:
-                    self.set_state(node.name, LoanState.IDLE, "runs no inference replica")
+    @staticmethod
+    def summarised(balance: Balance) -> dict[str, object]:
+        plan = balance.loans
+        entry: dict[str, object] = {"needed": plan.needed, "held": plan.held}
+        if plan.lend:
+            entry["lend"] = list(plan.lend)
+        if plan.shortfall:
+            entry["shortfall"] = plan.shortfall
+        reclaim = balance.reclaim
+        if reclaim is not None:
+            entry["reclaim"] = {
+                "servers": list(reclaim.servers),
+                "preempted": list(reclaim.preempted),
+                "scaled_in": dict(reclaim.scaled_in),
+                "lost_gpu_seconds": round(reclaim.lost_gpu_seconds, 1),
+            }
+        return entry
 
     # -- the writes --------------------------------------------------------------------------------------------
 
     def node_actions(self) -> list[SetNodeState]:
         actions = []
+        after = {s.name: s for s in (self.cycle.servers if self.cycle is not None else self.servers)}
         for node in self.inference_nodes:
-            state = self.states[node.name]
-            started = self.reclaim_started[node.name]
-            since = self.idle_since[node.name]
+            state = after[node.name].state
+            started = after[node.name].reclaim_started
+            since = after[node.name].idle_since
             want = {
                 names.RECLAIM_STARTED_ANNOTATION: format_time(started) if started is not None else None,
                 names.IDLE_SINCE_ANNOTATION: format_time(since) if since is not None else None,
@@ -256,11 +243,6 @@ class LoanBook:
                 )
             )
         return actions
-
-
-def _reverse(name: str) -> tuple[int, ...]:
-    """A key that sorts names in reverse order."""
-    return (*(-ord(c) for c in name), 1)
 
 
 def _formatted(seconds: float | None) -> str | None:

@@ -1,0 +1,205 @@
+"""One turn of the loan cycle: serve or idle, lend after the lend delay, reclaim at once, drain, return, force."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from lyra.core import ClusterSnapshot, InvalidClusterError, LoanState
+from lyra.core.loan_cycle import (
+    InferenceServer,
+    LoanCycle,
+    LoanSettings,
+    Transition,
+    plan_loan_cycle,
+)
+from lyra.core.reclaim import plan_reclaim
+
+from .builders import T4, JobBuilder, cluster, job, training
+
+SERVING, IDLE, LOANED, RECLAIMING = LoanState.SERVING, LoanState.IDLE, LoanState.LOANED, LoanState.RECLAIMING
+SETTINGS = LoanSettings(headroom=0, lend_delay_s=60.0, reclaim_deadline_s=300.0)
+
+
+def server(name: str, state: LoanState, **fields: object) -> InferenceServer:
+    return InferenceServer(name, T4, 8, state, **fields)  # type: ignore[arg-type]
+
+
+def no_training() -> ClusterSnapshot:
+    raise AssertionError("the training side is read only when a server is reclaimed or reclaiming")
+
+
+def turn(
+    servers: Sequence[InferenceServer],
+    demand: int,
+    *,
+    now: float = 1000.0,
+    settings: LoanSettings = SETTINGS,
+    jobs: Sequence[JobBuilder] | None = None,
+) -> LoanCycle:
+    """One turn; ``jobs=None``: the training side must not be read."""
+
+    def training_side() -> ClusterSnapshot:
+        return cluster(training("t0", gpu_type=T4), *(s.view for s in servers)).jobs(*(jobs or ())).build()
+
+    return plan_loan_cycle(
+        servers, {T4: demand}, no_training if jobs is None else training_side, now=now, settings=settings
+    )
+
+
+def moves(cycle: LoanCycle) -> list[tuple[str, str]]:
+    return [(c.server, c.transition.value) for c in cycle.changes]
+
+
+def states(cycle: LoanCycle) -> Mapping[str, str]:
+    return {name: state.value for name, state in cycle.states().items()}
+
+
+# ------------------------------------------------------------------------------------------------ serve or idle
+
+
+def test_replicas_serve_then_the_demand_keeps_serving_servers_before_idle_ones() -> None:
+    # a runs replicas; demand 3 keeps two empty servers too: b (already serving) first, then the idle one that is
+    # lent last (d: the reverse of the lend order, which takes c first).
+    servers = [server("a", IDLE, replicas=2), server("b", SERVING), server("c", IDLE), server("d", IDLE)]
+    cycle = turn(servers, 3)
+    assert moves(cycle) == [("a", "serve"), ("d", "serve")]
+    assert states(cycle) == {"a": "serving", "b": "serving", "c": "idle", "d": "serving"}
+
+
+def test_a_server_inference_gives_up_is_idle_since_now() -> None:
+    cycle = turn([server("a", SERVING), server("b", SERVING)], 1, now=500.0)
+    assert moves(cycle) == [("a", "idle")]  # b stays: the reverse of the lend order
+    assert {s.name: s.idle_since for s in cycle.servers} == {"a": 500.0, "b": None}
+
+
+# ------------------------------------------------------------------------------------------- lend: the lend delay
+
+
+@pytest.mark.parametrize(("idle_since", "lent"), [(950.0, False), (940.0, True), (None, False)])
+def test_an_idle_server_is_lent_only_after_the_lend_delay(idle_since: float | None, lent: bool) -> None:
+    cycle = turn([server("a", SERVING), server("b", IDLE, idle_since=idle_since)], 1, now=1000.0)
+    assert (("b", "lend") in moves(cycle)) is lent
+    if idle_since is None:  # seen idle for the first time: idle since now
+        assert cycle.servers[1].idle_since == 1000.0
+
+
+def test_an_unhealthy_idle_server_is_never_lent() -> None:
+    servers = [server("a", IDLE, idle_since=0.0, healthy=False), server("b", IDLE, idle_since=0.0)]
+    assert turn(servers, 0).changed(Transition.LEND) == ("b",)
+
+
+def test_a_wobbling_load_does_not_lend_and_reclaim_the_same_server() -> None:
+    # Demand 2, 1, 2, 1 over 100 s with a 60 s delay: the server given up twice is never idle for 60 s at a time.
+    servers: Sequence[InferenceServer] = [server("a", SERVING), server("b", SERVING)]
+    seen = []
+    for now, demand in [(0.0, 2), (30.0, 1), (50.0, 2), (70.0, 1), (120.0, 1), (130.0, 1)]:
+        cycle = turn(servers, demand, now=now)
+        seen += [(now, *m) for m in moves(cycle)]
+        servers = cycle.servers
+    assert seen == [(30.0, "a", "idle"), (50.0, "a", "serve"), (70.0, "a", "idle"), (130.0, "a", "lend")]
+
+
+def test_headroom_and_most_gpus_first() -> None:
+    servers = [server("a", SERVING, replicas=1), InferenceServer("b", T4, 4, IDLE, idle_since=0.0)]
+    servers += [server("c", IDLE, idle_since=0.0), server("d", IDLE, idle_since=0.0)]
+    cycle = turn(servers, 1, settings=LoanSettings(headroom=1, lend_delay_s=60.0))
+    assert cycle.changed(Transition.LEND) == ("c", "d")  # 8 GPUs before 4; one spare server (b) kept
+    balance = cycle.balances[T4].loans
+    assert (balance.needed, balance.held, balance.shortfall) == (2, 4, 0)
+
+
+# ------------------------------------------------------------------------------------------------------ reclaim
+
+
+def test_a_reclaim_never_waits_and_an_empty_loaned_server_returns_in_the_same_turn() -> None:
+    cycle = turn([server("a", SERVING), server("l1", LOANED), server("l2", LOANED)], 2, jobs=[])
+    assert moves(cycle) == [("l1", "reclaim"), ("l1", "return")]
+    assert states(cycle) == {"a": "serving", "l1": "serving", "l2": "loaned"}
+    assert cycle.settled
+    assert cycle.reclaiming_since == {"l1": 1000.0}
+
+
+def test_demand_beyond_the_pool_is_a_shortfall() -> None:
+    cycle = turn([server("a", SERVING), server("l1", LOANED)], 4, jobs=[])
+    loans = cycle.balances[T4].loans
+    assert (loans.reclaim, loans.shortfall) == (1, 2)
+
+
+def test_evictions_scale_in_jobs_that_keep_their_base_and_preempt_the_others() -> None:
+    # l1 and l2 are loaned, busy; inference needs 2 more servers. Job "e" (base 2) has 2 workers on t0 and 2 on l1:
+    # it keeps its base (scale-in). Job "p" (base 2) has 1 worker on l2 and 1 on t0: it would keep 1 (preempted).
+    servers = [server("a", SERVING)] + [server(n, LOANED, hosts_training=True) for n in ("l1", "l2")]
+    jobs = [
+        job("e").gpus(1).workers(2, 6).on({"t0": 2, "l1": 2}),
+        job("p").gpus(1).workers(2).on({"t0": 1, "l2": 1}),
+    ]
+    cycle = turn(servers, 3, jobs=jobs)
+    assert moves(cycle) == [("l1", "reclaim"), ("l2", "reclaim")]  # their workers leave first: no return yet
+    assert {k: dict(v) for k, v in cycle.evictions.scaled_in.items()} == {"e": {"l1": 2}}
+    assert cycle.evictions.preempted == ("p",)
+    assert not cycle.settled
+    reclaim = cycle.balances[T4].reclaim
+    assert reclaim is not None
+    assert (dict(reclaim.scaled_in), reclaim.preempted) == ({"e": 2}, ("p",))  # the same as plan_reclaim's
+
+
+def test_a_server_whose_workers_are_gone_returns_and_an_overdue_one_is_forced() -> None:
+    servers = [
+        server("a", SERVING),
+        server("r1", RECLAIMING, reclaim_started=900.0),  # nothing left on it
+        server("r2", RECLAIMING, reclaim_started=600.0, hosts_training=True),  # 400 s > 300 s deadline
+        server("r3", RECLAIMING, reclaim_started=800.0, hosts_training=True),  # within the deadline
+    ]
+    cycle = turn(servers, 1, jobs=[])
+    assert moves(cycle) == [("r1", "return"), ("r2", "force")]
+    assert {s.name: s.reclaim_started for s in cycle.servers if s.state is RECLAIMING} == {"r2": 600.0, "r3": 800.0}
+    assert not cycle.settled
+
+
+def test_workers_still_running_on_a_reclaiming_server_are_evicted_again() -> None:
+    # A reclaim of an earlier turn whose job was not yet scaled in (its workers still count as live).
+    servers = [server("a", SERVING), server("r1", RECLAIMING, reclaim_started=990.0, hosts_training=True)]
+    cycle = turn(servers, 1, jobs=[job("e").gpus(1).workers(1, 4).on({"t0": 1, "r1": 2})])
+    assert moves(cycle) == []
+    assert {k: dict(v) for k, v in cycle.evictions.scaled_in.items()} == {"e": {"r1": 2}}
+
+
+def test_the_cycles_evictions_agree_with_plan_reclaim() -> None:
+    # Oracle: plan_reclaim's own accounting of the servers it picks.
+    layouts = [
+        {"a": {"l1": 1, "t0": 1}, "b": {"l1": 2, "l2": 2}, "c": {"l3": 3}},
+        {"a": {"l1": 4}, "b": {"l2": 1, "l3": 1, "t0": 2}, "c": {"l2": 1, "l1": 1}},
+    ]
+    for placements in layouts:
+        jobs = [job(n).gpus(1).workers(2, 8).on(p) for n, p in placements.items()]
+        servers = [server(f"l{i}", LOANED, hosts_training=True) for i in (1, 2, 3)]
+        for count in (1, 2, 3):
+            cycle = turn(servers, count, jobs=jobs)
+            snapshot = cluster(training("t0", gpu_type=T4), *(s.view for s in servers)).jobs(*jobs).build()
+            plan = plan_reclaim(snapshot, count, gpu_type=T4)
+            scaled = {k: sum(v.values()) for k, v in cycle.evictions.scaled_in.items()}
+            assert (scaled, cycle.evictions.preempted) == (dict(plan.scaled_in), plan.preempted)
+
+
+# ------------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: LoanSettings(headroom=-1), "headroom"),
+        (lambda: LoanSettings(lend_delay_s=math.inf), "lend_delay_s"),
+        (lambda: LoanSettings(reclaim_deadline_s=0), "reclaim_deadline_s"),
+        (lambda: server("a", IDLE, idle_since=math.nan), "idle_since"),
+        (lambda: server("a", IDLE, replicas=-1), "replicas"),
+        (lambda: turn([server("a", IDLE), server("a", IDLE)], 0), "duplicate"),
+        (lambda: turn([server("a", IDLE)], -1), "demand"),
+        (lambda: turn([server("a", IDLE)], 0, now=math.inf), "now"),
+    ],
+)
+def test_bad_input_is_refused_with_its_name(build: object, message: str) -> None:
+    with pytest.raises(InvalidClusterError, match=message):
+        build()  # type: ignore[operator]
