@@ -67,7 +67,7 @@ crds: install ## Regenerate manifests/crds and the chart's CRD templates from th
 	$(RUN) lyra chart generate
 
 .PHONY: chart
-chart: install ## Regenerate the Helm chart's generated files (CRDs, scheduler config, alerts, values schema) and docs.
+chart: install ## Regenerate the chart's generated files (CRDs, scheduler config, alerts, dashboards, values schema) and docs.
 	$(RUN) lyra chart generate
 
 .PHONY: manifests

@@ -4,6 +4,8 @@
 * ``templates/scheduler/configmap.yaml``: the bundled kube-scheduler's configuration, whose extender stanza is
   :func:`lyra.localcluster.componentconfig.extender_stanza` (the local cluster's scheduler uses the same);
 * ``templates/monitoring/prometheusrule.yaml``: the alerts, on the metric names of :mod:`lyra.operator.metrics`;
+* ``templates/monitoring/dashboards.yaml``: the Grafana dashboards of :mod:`lyra.chart.dashboards` as ConfigMaps
+  (their standalone copies, ``dashboards/*.json`` at the repository's root, come from the same function);
 * ``values.yaml``, ``values.schema.json`` and the values reference in docs/operations.md: :mod:`lyra.chart.values`.
 
 Hand-written templates use Helm's syntax; generated ones carry a header saying so. ``lyra chart generate --check``
@@ -19,7 +21,7 @@ from typing import Any
 import yaml
 
 from lyra.api.crds import all_crds
-from lyra.chart import values
+from lyra.chart import dashboards, values
 from lyra.localcluster.componentconfig import extender_stanza
 from lyra.operator import metrics
 
@@ -243,6 +245,7 @@ def generated_files() -> dict[str, str]:
         **crd_templates(),
         "templates/scheduler/configmap.yaml": scheduler_configmap(),
         "templates/monitoring/prometheusrule.yaml": prometheus_rule(),
+        "templates/monitoring/dashboards.yaml": dashboards.configmaps_template(),
         "values.yaml": values_yaml(),
         "values.schema.json": values_schema(),
     }

@@ -167,9 +167,26 @@ class PrometheusRule(Strict):
     )
 
 
+class Dashboards(Strict):
+    enabled: bool = Field(
+        True,
+        description="Lyra's Grafana dashboards (Loans, Training, Internals) as ConfigMaps, one per dashboard, for "
+        "Grafana's dashboard sidecar",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=lambda: {"grafana_dashboard": "1"},
+        description="labels the sidecar selects dashboard ConfigMaps by (kube-prometheus-stack: grafana_dashboard)",
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="annotations of the ConfigMaps, e.g. the sidecar's folder annotation (grafana_folder: Lyra)",
+    )
+
+
 class Monitoring(Strict):
     service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor, alias="serviceMonitor")
     prometheus_rule: PrometheusRule = Field(default_factory=PrometheusRule, alias="prometheusRule")
+    dashboards: Dashboards = Field(default_factory=Dashboards)
 
 
 class Values(Strict):

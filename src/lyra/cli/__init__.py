@@ -24,6 +24,7 @@ from lyra.cli import (
     extender_commands,
     operator_commands,
     plan_commands,
+    report_commands,
     simulate_commands,
     status_commands,
 )
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     emulate_commands.register(commands)
     api_commands.register(commands)
     chart_commands.register(commands)
+    report_commands.register(commands)
     return parser
 
 

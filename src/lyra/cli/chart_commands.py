@@ -1,7 +1,8 @@
 """`lyra chart`: the Helm chart's generated files and ``manifests/`` rendered from it.
 
 ``lyra chart generate`` writes what :mod:`lyra.chart.sources` generates into ``helm/lyra`` (CRD templates, the bundled
-scheduler's configuration, the alerts, ``values.yaml``, ``values.schema.json``) and the values reference into
+scheduler's configuration, the alerts, the Grafana dashboards' ConfigMaps, ``values.yaml``, ``values.schema.json``),
+the dashboards to import into Grafana into ``dashboards/`` and the values and dashboards references into
 docs/operations.md; ``lyra chart manifests`` renders the chart with its default values into ``manifests/`` (helm from
 the binary cache). With ``--check`` either writes nothing and exits 1 naming the files that differ.
 Exit codes: 0 written or up to date, 1 drift found or the chart cannot be rendered, 2 bad input."""
@@ -17,6 +18,7 @@ from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 DEFAULT_CHART = Path("helm/lyra")
 DEFAULT_DOCS = Path("docs/operations.md")
+DEFAULT_DASHBOARDS = Path("dashboards")
 DEFAULT_MANIFESTS = Path("manifests")
 
 
@@ -29,6 +31,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     generate = actions.add_parser("generate", help="write (or --check) the chart's generated files")
     generate.add_argument("--chart-dir", type=Path, default=DEFAULT_CHART, help=f"default: {DEFAULT_CHART}")
     generate.add_argument("--docs", type=Path, default=DEFAULT_DOCS, help=f"values reference; default: {DEFAULT_DOCS}")
+    generate.add_argument(
+        "--dashboards-dir",
+        type=Path,
+        default=DEFAULT_DASHBOARDS,
+        help=f"Grafana dashboards' JSON; default: {DEFAULT_DASHBOARDS}",
+    )
     generate.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file differs")
     generate.set_defaults(run=run_generate)
     manifests = actions.add_parser("manifests", help="render (or --check) manifests/ from the chart")
@@ -58,6 +66,7 @@ def _write_or_check(wanted: dict[Path, str], check: bool, remedy: str) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from lyra.chart import dashboards
     from lyra.chart.sources import generated_files, with_reference
 
     chart: Path = args.chart_dir
@@ -65,8 +74,9 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"lyra chart generate: {chart} is not a chart (no Chart.yaml)", file=sys.stderr)
         return EXIT_BAD_INPUT
     wanted = {chart / name: text for name, text in generated_files().items()}
+    wanted |= {args.dashboards_dir / name: text for name, text in dashboards.dashboard_files().items()}
     try:
-        wanted[args.docs] = with_reference(args.docs.read_text())
+        wanted[args.docs] = dashboards.with_reference(with_reference(args.docs.read_text()))
     except (OSError, ValueError) as error:
         print(f"lyra chart generate: {args.docs}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -77,13 +77,21 @@ class FixedView:
         return self._view
 
 
+#: The extender's metric names as exposed (the dashboards' queries use these).
+REQUESTS_METRIC = "lyra_extender_requests_total"
+REQUEST_SECONDS_METRIC = "lyra_extender_request_seconds"
+
+
 class ExtenderMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
-            "lyra_extender_requests", "Extender requests by verb and outcome", ["verb", "outcome"], registry=registry
+            REQUESTS_METRIC.removesuffix("_total"),
+            "Extender requests by verb and outcome",
+            ["verb", "outcome"],
+            registry=registry,
         )
         self.latency = Histogram(
-            "lyra_extender_request_seconds",
+            REQUEST_SECONDS_METRIC,
             "Time to answer an extender request, by verb",
             ["verb"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),

@@ -19,10 +19,12 @@ from lyra.localcluster.componentconfig import extender_stanza, scheduler_config
 REPOSITORY = Path(__file__).resolve().parents[3]
 CHART = REPOSITORY / "helm" / "lyra"
 DOCS = REPOSITORY / "docs" / "operations.md"
+DASHBOARDS = REPOSITORY / "dashboards"
+DASHBOARDS_DIR = ["--dashboards-dir", str(DASHBOARDS)]
 
 
 def test_the_generated_chart_files_and_values_reference_are_up_to_date(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["chart", "generate", "--check", "--chart-dir", str(CHART), "--docs", str(DOCS)])
+    code = main(["chart", "generate", "--check", "--chart-dir", str(CHART), "--docs", str(DOCS), *DASHBOARDS_DIR])
     assert code == 0, capsys.readouterr().err
 
 
@@ -31,11 +33,14 @@ def test_check_names_a_file_edited_by_hand(tmp_path: Path, capsys: pytest.Captur
     shutil.copytree(CHART, chart)
     docs = tmp_path / "operations.md"
     docs.write_text(DOCS.read_text())
+    dashboards = tmp_path / "dashboards"
+    shutil.copytree(DASHBOARDS, dashboards)
     (chart / "values.schema.json").write_text("{}\n")
-    assert main(["chart", "generate", "--check", "--chart-dir", str(chart), "--docs", str(docs)]) == 1
+    where = ["--chart-dir", str(chart), "--docs", str(docs), "--dashboards-dir", str(dashboards)]
+    assert main(["chart", "generate", "--check", *where]) == 1
     assert "values.schema.json" in capsys.readouterr().err
-    assert main(["chart", "generate", "--chart-dir", str(chart), "--docs", str(docs)]) == 0
-    assert main(["chart", "generate", "--check", "--chart-dir", str(chart), "--docs", str(docs)]) == 0
+    assert main(["chart", "generate", *where]) == 0
+    assert main(["chart", "generate", "--check", *where]) == 0
 
 
 def test_values_yaml_holds_exactly_the_models_defaults() -> None:

@@ -1,0 +1,317 @@
+"""Lyra's Grafana dashboards as code: *Loans*, *Training* and *Internals* (:data:`DASHBOARDS`), in the typed model of
+:mod:`lyra.chart.grafana`.
+
+Every query is built here from the metric definitions the code exports (:mod:`lyra.operator.metrics`' specs, the
+extender's metric names), never from retyped names, and every label it groups or selects by is checked against its
+metric's labels when the module loads. The same dashboards are written to ``dashboards/*.json`` (to import into
+Grafana), into the chart as ConfigMaps for Grafana's dashboard sidecar (:func:`configmaps_template`), and plotted by
+``lyra report``. Windows are written out (``[5m]``, ``[1h]``), never Grafana's ``$__rate_interval``, so every query
+is plain PromQL that Prometheus itself answers.
+"""
+
+from __future__ import annotations
+
+from lyra.chart.grafana import (
+    COUNT,
+    PER_HOUR,
+    PER_SECOND,
+    SECONDS,
+    Dashboard,
+    HelmValue,
+    Panel,
+    PanelKind,
+    Query,
+    Threshold,
+    dashboard_json,
+)
+from lyra.chart.values import Operator
+from lyra.core.model import LoanState
+from lyra.extender.app import REQUEST_SECONDS_METRIC, REQUESTS_METRIC
+from lyra.operator import metrics
+from lyra.operator.metrics import HISTOGRAM, MetricSpec
+
+RATE_WINDOW = "5m"
+HOUR = "1h"
+#: Labels Prometheus adds to every scraped series.
+_TARGET_LABELS = ("instance", "job")
+_EXTENDER_REQUESTS = MetricSpec(REQUESTS_METRIC, metrics.COUNTER, "extender requests", ("verb", "outcome"))
+_EXTENDER_SECONDS = MetricSpec(REQUEST_SECONDS_METRIC, HISTOGRAM, "extender request time", ("verb",))
+#: Servers lent to training, still hosting its work: loaned, and reclaiming until their training work has gone.
+LENT_STATES = (LoanState.LOANED, LoanState.RECLAIMING)
+RECLAIM_DEADLINE = HelmValue("operator.reclaimDeadlineSeconds", Operator().reclaim_deadline_seconds)
+
+
+# -- PromQL, from the metric specs -------------------------------------------------------------------------------------
+
+
+def _check_labels(spec: MetricSpec, labels: tuple[str, ...] | list[str], *, extra: tuple[str, ...] = ()) -> None:
+    unknown = sorted(set(labels) - set(spec.labels) - set(_TARGET_LABELS) - set(extra))
+    if unknown:
+        raise ValueError(f"{spec.name} has no label {', '.join(unknown)} (its labels: {', '.join(spec.labels)})")
+
+
+def series(spec: MetricSpec, suffix: str = "", **matchers: str) -> str:
+    """``name{label="value", ...}``; a value with ``|`` matches any of its alternatives (``=~``)."""
+    _check_labels(spec, list(matchers))
+    inner = ", ".join(f'{label}{"=~" if "|" in value else "="}"{value}"' for label, value in matchers.items())
+    return f"{spec.name}{suffix}" + (f"{{{inner}}}" if inner else "")
+
+
+def summed(expression: str, spec: MetricSpec, *by: str, extra: tuple[str, ...] = ()) -> str:
+    _check_labels(spec, by, extra=extra)
+    return f"sum by ({', '.join(by)}) ({expression})" if by else f"sum({expression})"
+
+
+def increase_per_hour(spec: MetricSpec, *by: str, **matchers: str) -> str:
+    return summed(f"increase({series(spec, **matchers)}[{HOUR}])", spec, *by)
+
+
+def rate(spec: MetricSpec, *by: str, **matchers: str) -> str:
+    return summed(f"rate({series(spec, **matchers)}[{RATE_WINDOW}])", spec, *by)
+
+
+def quantile(q: float, spec: MetricSpec, *by: str, window: str = RATE_WINDOW) -> str:
+    """The ``q`` quantile of a histogram over ``window``, per ``by``."""
+    if spec.kind != HISTOGRAM:
+        raise ValueError(f"{spec.name} is not a histogram")
+    buckets = summed(f"rate({series(spec, '_bucket')}[{window}])", spec, "le", *by, extra=("le",))
+    return f"histogram_quantile({q}, {buckets})"
+
+
+def _states(states: tuple[LoanState, ...]) -> str:
+    return "|".join(state.value for state in states)
+
+
+# -- the dashboards --------------------------------------------------------------------------------------------------
+
+LOANS = Dashboard(
+    uid="lyra-loans",
+    title="Lyra / Loans",
+    description="Inference servers lent to training and taken back: how many, how often, how fast, at what cost.",
+    panels=(
+        Panel(
+            "GPUs lent now",
+            "GPUs of inference servers lent to training (loaned, or reclaiming while training work leaves them), "
+            "per GPU type.",
+            (
+                Query(
+                    summed(series(metrics.GPUS, state=_states(LENT_STATES)), metrics.GPUS, "gpu_type"), "{{gpu_type}}"
+                ),
+            ),
+            COUNT,
+            kind=PanelKind.STAT,
+            width=6,
+        ),
+        Panel(
+            "Servers by state per GPU type",
+            "Servers of Lyra's pools by loan state (serving, idle, loaned, reclaiming; training for the training "
+            "pool) and GPU type.",
+            (Query(summed(series(metrics.SERVERS), metrics.SERVERS, "gpu_type", "state"), "{{gpu_type}} {{state}}"),),
+            COUNT,
+            stacked=True,
+            width=18,
+        ),
+        Panel(
+            "Reclaims per hour",
+            "Reclaims completed in the last hour, per GPU type and outcome: drained (training work left within the "
+            "reclaim deadline) or forced (deleted without grace at the deadline).",
+            (Query(increase_per_hour(metrics.RECLAIMS, "gpu_type", "outcome"), "{{gpu_type}} {{outcome}}"),),
+            PER_HOUR,
+        ),
+        Panel(
+            "p95 reclaim time against the deadline",
+            "95th percentile over the last hour of the time from a reclaim's start to its server serving again, per "
+            "GPU type; the dashed line is the operator's reclaim deadline.",
+            (Query(quantile(0.95, metrics.RECLAIM_DURATION, "gpu_type", window=HOUR), "{{gpu_type}}"),),
+            SECONDS,
+            threshold=Threshold(RECLAIM_DEADLINE, "reclaim deadline"),
+        ),
+        Panel(
+            "Preemptions against scale-ins",
+            "Per hour: TrainingJobs preempted (stopped and re-queued), by reason, against flexible workers scaled in, "
+            "by GPU type. Lyra's reclaim prefers scale-ins.",
+            (
+                Query(increase_per_hour(metrics.PREEMPTIONS, "reason"), "preempted: {{reason}}"),
+                Query(increase_per_hour(metrics.SCALED_IN_WORKERS, "gpu_type"), "scaled in: {{gpu_type}}"),
+            ),
+            PER_HOUR,
+        ),
+        Panel(
+            "p95 inference wait for reclaimed servers",
+            "95th percentile over the last hour of the time from a reclaim's start to every replica that needed its "
+            "servers running, per GPU type.",
+            (Query(quantile(0.95, metrics.INFERENCE_RECLAIM_WAIT, "gpu_type", window=HOUR), "{{gpu_type}}"),),
+            SECONDS,
+        ),
+    ),
+)
+
+TRAINING = Dashboard(
+    uid="lyra-training",
+    title="Lyra / Training",
+    description="Elastic TrainingJobs: phases, how long they wait, and their base and flexible workers.",
+    panels=(
+        Panel(
+            "Jobs by phase",
+            "TrainingJobs by phase.",
+            (Query(summed(series(metrics.TRAINING_JOBS), metrics.TRAINING_JOBS, "phase"), "{{phase}}"),),
+            COUNT,
+            stacked=True,
+        ),
+        Panel(
+            "p95 queue wait",
+            "95th percentile over the last hour of the time a TrainingJob waited in the queue before it started "
+            "(each start, including after a preemption).",
+            (Query(quantile(0.95, metrics.QUEUE_WAIT, window=HOUR), "p95 queue wait"),),
+            SECONDS,
+        ),
+        Panel(
+            "Base and flexible workers per GPU type",
+            "Live training workers by role (base: the job's minimum gang; flexible: the elastic extra) and their "
+            "job's GPU type.",
+            (
+                Query(
+                    summed(series(metrics.TRAINING_WORKERS), metrics.TRAINING_WORKERS, "gpu_type", "role"),
+                    "{{gpu_type}} {{role}}",
+                ),
+            ),
+            COUNT,
+            stacked=True,
+            width=24,
+        ),
+    ),
+)
+
+INTERNALS = Dashboard(
+    uid="lyra-internals",
+    title="Lyra / Internals",
+    description="The operator's reconcile passes and actions, its leadership, and the scheduler extender.",
+    panels=(
+        Panel(
+            "p95 pass duration by phase",
+            "95th percentile over 5 minutes of each phase of a reconcile pass: observe (list and read), decide, "
+            "commit (apply the actions).",
+            (Query(quantile(0.95, metrics.PASS_DURATION, "phase"), "{{phase}}"),),
+            SECONDS,
+        ),
+        Panel(
+            "Passes by result",
+            "Reconcile passes per second by result; failed: an error that is no single object's ended the pass (API "
+            "server unreachable, 401, 429).",
+            (Query(rate(metrics.PASSES, "result"), "{{result}}"),),
+            PER_SECOND,
+        ),
+        Panel(
+            "Actions by kind and outcome",
+            "Actions per second that passes committed, by kind and outcome (applied, refused, deferred, held, "
+            "skipped).",
+            (Query(rate(metrics.ACTIONS, "kind", "outcome"), "{{kind}} {{outcome}}"),),
+            PER_SECOND,
+            width=18,
+        ),
+        Panel(
+            "Leader",
+            "Operator replicas holding the leader Lease and acting: exactly 1 when healthy.",
+            (Query(summed(series(metrics.LEADER), metrics.LEADER), "leading replicas"),),
+            COUNT,
+            kind=PanelKind.STAT,
+            width=6,
+        ),
+        Panel(
+            "Extender requests",
+            "Requests per second from kube-scheduler to the extender, by verb and outcome.",
+            (Query(rate(_EXTENDER_REQUESTS, "verb", "outcome"), "{{verb}} {{outcome}}"),),
+            PER_SECOND,
+        ),
+        Panel(
+            "Extender p99 latency",
+            "99th percentile over 5 minutes of the time the extender took to answer, by verb.",
+            (Query(quantile(0.99, _EXTENDER_SECONDS, "verb"), "{{verb}}"),),
+            SECONDS,
+        ),
+    ),
+)
+
+#: Every dashboard, in the order of the documentation.
+DASHBOARDS: tuple[Dashboard, ...] = (LOANS, TRAINING, INTERNALS)
+
+
+# -- generated files -------------------------------------------------------------------------------------------------
+
+#: ``dashboards/<uid>.json``: the files to import into Grafana.
+DASHBOARD_FILE = "{uid}.json"
+GENERATED = "# Generated by `lyra chart generate` (lyra.chart.dashboards): do not edit by hand.\n"
+
+
+def dashboard_files() -> dict[str, str]:
+    """``dashboards/``'s files (name -> text)."""
+    return {DASHBOARD_FILE.format(uid=dashboard.uid): dashboard_json(dashboard) for dashboard in DASHBOARDS}
+
+
+def _indent(text: str, spaces: int) -> str:
+    return "".join(" " * spaces + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def configmaps_template() -> str:
+    """``templates/monitoring/dashboards.yaml``: one ConfigMap per dashboard, labelled for Grafana's dashboard
+    sidecar (``monitoring.dashboards.labels``, default ``grafana_dashboard: "1"``), behind
+    ``monitoring.dashboards.enabled``."""
+    documents = []
+    for dashboard in DASHBOARDS:
+        documents.append(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+            f'  name: {{{{ include "lyra.fullname" . }}}}-dashboard-{dashboard.uid.removeprefix("lyra-")}\n'
+            "  namespace: {{ .Release.Namespace }}\n"
+            "  labels:\n"
+            '    {{- include "lyra.labels" . | nindent 4 }}\n'
+            "    app.kubernetes.io/component: dashboards\n"
+            "    {{- with .Values.monitoring.dashboards.labels }}\n"
+            "    {{- toYaml . | nindent 4 }}\n"
+            "    {{- end }}\n"
+            "  {{- with .Values.monitoring.dashboards.annotations }}\n"
+            "  annotations:\n"
+            "    {{- toYaml . | nindent 4 }}\n"
+            "  {{- end }}\n"
+            "data:\n"
+            f"  {DASHBOARD_FILE.format(uid=dashboard.uid)}: |-\n" + _indent(dashboard_json(dashboard, helm=True), 4)
+        )
+    return GENERATED + "{{- if .Values.monitoring.dashboards.enabled }}\n" + "---\n".join(documents) + "{{- end }}\n"
+
+
+# -- documentation ---------------------------------------------------------------------------------------------------
+
+REFERENCE_BEGIN = "<!-- dashboards reference: generated by `lyra chart generate`; do not edit -->"
+REFERENCE_END = "<!-- end of the dashboards reference -->"
+
+
+def reference() -> str:
+    """The panels of every dashboard (a Markdown table per dashboard): what each shows and its PromQL."""
+    lines = [REFERENCE_BEGIN]
+    for dashboard in DASHBOARDS:
+        lines += [
+            "",
+            f"**{dashboard.title}** (`dashboards/{DASHBOARD_FILE.format(uid=dashboard.uid)}`, uid "
+            f"`{dashboard.uid}`): {dashboard.description}",
+            "",
+            "| panel | shows | PromQL |",
+            "|---|---|---|",
+        ]
+        for panel in dashboard.panels:
+            exprs = "<br>".join(f"`{query.expr}`" for query in panel.queries).replace("|", "\\|")
+            shows = panel.description + (
+                f" Threshold: {panel.threshold.label} (`{panel.threshold.value.path}`)."
+                if panel.threshold is not None and isinstance(panel.threshold.value, HelmValue)
+                else ""
+            )
+            lines.append(f"| {panel.title} | {shows} | {exprs} |")
+    lines += ["", REFERENCE_END]
+    return "\n".join(lines)
+
+
+def with_reference(document: str) -> str:
+    """``document`` (docs/operations.md) with its dashboards reference replaced by the generated one."""
+    if REFERENCE_BEGIN not in document or REFERENCE_END not in document:
+        raise ValueError(f"no dashboards reference markers ({REFERENCE_BEGIN!r} ... {REFERENCE_END!r})")
+    before, rest = document.split(REFERENCE_BEGIN, 1)
+    _, after = rest.split(REFERENCE_END, 1)
+    return before + reference() + after
