@@ -75,6 +75,11 @@ def node_gpus(node: Node) -> int:
     return _whole(node.status.allocatable.get(names.GPU_RESOURCE, node.status.capacity.get(names.GPU_RESOURCE, 0)))
 
 
+def node_capacity_gpus(node: Node) -> int:
+    """The node's GPUs as its capacity says (healthy or not; allocatable drops while a device plugin restarts)."""
+    return _whole(node.status.capacity.get(names.GPU_RESOURCE, 0))
+
+
 def node_view(node: Node, used_gpus: int) -> NodeView | None:
     """The core's view of a node, or ``None`` for a node Lyra does not manage (no pool label or no GPUs)."""
     labels = node.metadata.labels

@@ -38,6 +38,25 @@ JOB_LABEL: Final = f"{GROUP}/job"
 SERVICE_LABEL: Final = f"{GROUP}/service"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 
+# Node health, as the kubelet and the node-lifecycle controller report it.
+NODE_READY_CONDITION: Final = "Ready"
+#: The node-lifecycle controller's taints on a node whose kubelet stopped reporting (Ready=Unknown) or reports
+#: NotReady (Ready=False), with effects NoSchedule and NoExecute.
+UNREACHABLE_TAINT: Final = "node.kubernetes.io/unreachable"
+NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
+HEALTH_TAINTS: Final = (UNREACHABLE_TAINT, NOT_READY_TAINT)
+
+# Pods: the condition and reasons that say a pod was disrupted (not failed by its own program), and the waiting
+# reasons of a container that will not start by itself.
+DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"
+#: ``status.reason`` of a pod the kubelet evicted (node pressure) or stopped for a node shutdown (``Terminated``
+#: since Kubernetes 1.21, ``NodeShutdown`` for a pod refused during one, ``Shutdown`` before 1.21).
+DISRUPTED_POD_REASONS: Final = frozenset({"Evicted", "Terminated", "NodeShutdown", "Shutdown"})
+STUCK_WAITING_REASONS: Final = frozenset(
+    {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
+)
+CONDITION_TRUE: Final = "True"
+
 # The operator: its field manager, the Lease that keeps one of it active, the source of its Events.
 OPERATOR_NAME: Final = "lyra-operator"
 

@@ -6,6 +6,9 @@ Maps (labels, annotations, resources, node selectors) and taints take any number
 does: a node labelled by NFD and GPU feature discovery carries hundreds of labels, and refusing it would drop it
 from Lyra's view. What a hostile body costs is bounded by the size of the body (the extender's request limit, the
 API server's object limit), and lists of whole objects by ``MAX_NODES`` and ``MAX_CONTAINERS``.
+
+The operator reads more of a pod and a node than the extender (their health and owner): :class:`ObservedPod` and
+:class:`ObservedNode` extend the shared models, so the extender does not parse what it does not use.
 """
 
 from __future__ import annotations
@@ -41,6 +44,26 @@ class ObjectMeta(_Kube):
     deletion_timestamp: str | None = Field(default=None, alias="deletionTimestamp")
 
 
+class OwnerReference(_Kube):
+    api_version: str = Field(default="", alias="apiVersion")
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class OwnedMeta(ObjectMeta):
+    """Object metadata with its owner references (the operator's pods and Deployments belong to their TrainingJob or
+    InferenceService by the controller reference's UID)."""
+
+    owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
+
+    @property
+    def controller(self) -> OwnerReference | None:
+        """The owner reference marked ``controller`` (at most one, the API server enforces it), or ``None``."""
+        return next((ref for ref in self.owner_references if ref.controller), None)
+
+
 class Resources(_Kube):
     requests: dict[str, Quantity] = Field(default_factory=dict)
     limits: dict[str, Quantity] = Field(default_factory=dict)
@@ -70,6 +93,43 @@ class Pod(_Kube):
     status: PodStatus = Field(default_factory=PodStatus)
 
 
+class Condition(_Kube):
+    """A pod's or a node's condition (``type``, ``status`` True/False/Unknown, why and since when)."""
+
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+    last_transition_time: str | None = Field(default=None, alias="lastTransitionTime")
+
+
+class ContainerWaiting(_Kube):
+    reason: str = ""
+
+
+class ContainerState(_Kube):
+    waiting: ContainerWaiting | None = None
+
+
+class ContainerStatus(_Kube):
+    name: str = ""
+    state: ContainerState = Field(default_factory=ContainerState)
+
+
+class ObservedPodStatus(PodStatus):
+    reason: str = ""
+    message: str = ""
+    conditions: list[Condition] = Field(default_factory=list)
+    container_statuses: list[ContainerStatus] = Field(default_factory=list, alias="containerStatuses")
+    init_container_statuses: list[ContainerStatus] = Field(default_factory=list, alias="initContainerStatuses")
+
+
+class ObservedPod(Pod):
+    """A pod as the operator reads it: with its owners, conditions and containers' states."""
+
+    metadata: OwnedMeta
+    status: ObservedPodStatus = Field(default_factory=ObservedPodStatus)
+
+
 class Taint(_Kube):
     key: str
     value: str = ""
@@ -92,6 +152,16 @@ class Node(_Kube):
     status: NodeStatus = Field(default_factory=NodeStatus)
 
 
+class ObservedNodeStatus(NodeStatus):
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class ObservedNode(Node):
+    """A node as the operator reads it: with its conditions (Ready)."""
+
+    status: ObservedNodeStatus = Field(default_factory=ObservedNodeStatus)
+
+
 class NodeList(_Kube):
     items: list[Node] = Field(default_factory=list, max_length=MAX_NODES)
 
@@ -106,6 +176,6 @@ class DeploymentStatus(_Kube):
 
 
 class Deployment(_Kube):
-    metadata: ObjectMeta
+    metadata: OwnedMeta
     spec: DeploymentSpec = Field(default_factory=DeploymentSpec)
     status: DeploymentStatus = Field(default_factory=DeploymentStatus)

@@ -57,6 +57,21 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="a base gang not placed whole within this long is rolled back and re-queued (default 120)",
     )
     parser.add_argument(
+        "--node-grace",
+        type=seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="a node NotReady, unreachable or short of GPUs takes no new work at once, and is dropped with its workers "
+        "after this long (hysteresis; default 60)",
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="a started job whose base workers are not all running after this long is re-queued (default 300)",
+    )
+    parser.add_argument(
         "--resync", type=seconds, default=10.0, metavar="SECONDS", help="a pass at least this often (default 10)"
     )
     parser.add_argument(
@@ -136,6 +151,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
         lend_delay_s=args.lend_delay,
         reclaim_deadline_s=args.reclaim_deadline,
         gang_timeout_s=args.gang_timeout,
+        node_grace_s=args.node_grace,
+        start_timeout_s=args.start_timeout,
         search_budget=args.search_budget,
         scheduler_name=args.scheduler_name,
     )

@@ -1,4 +1,4 @@
-"""Commit: read what a pass decides on, and apply a decision's actions to the API, in order, idempotently, object by
+"""Commit: list what a pass reads, and apply a decision's actions to the API, in order, idempotently, object by
 object.
 
 Creating what exists (409 AlreadyExists) and deleting what is gone (404) count as done. An API error on one action
@@ -8,10 +8,6 @@ exponential backoff, and every other object's actions still go through. A confli
 moved since the pass read it) or an object gone (404) skips that object's dependants for this pass only; the next
 pass reads afresh, which the action order makes safe (:mod:`lyra.operator.actions`). Errors that are not one
 object's (401, 429, the API server unreachable) end the pass.
-
-The running operator reads from its watch caches (:mod:`lyra.operator.caches`) and never lists in a pass; every
-write tells the caches the resourceVersion the API answered, and the next pass reads only once they have seen it.
-Without caches (one-shot commands) :meth:`Cluster.observe` lists each kind once, in pages.
 
 A node left out of a pass (:meth:`Cluster.report_left_out`) gets its Event at most once every :data:`EVENT_REPEAT_S`.
 """
@@ -40,7 +36,6 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
-from lyra.operator.caches import ClusterCaches, list_once
 from lyra.operator.isolation import Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.observe import World, format_time, read_world
@@ -75,11 +70,8 @@ class Outcome:
 class Cluster:
     """The operator's access to the API server."""
 
-    def __init__(
-        self, api: client.ApiClient, backoff: Backoff | None = None, caches: ClusterCaches | None = None
-    ) -> None:
+    def __init__(self, api: client.ApiClient, backoff: Backoff | None = None) -> None:
         self.api = api
-        self.caches = caches
         self._fence: Callable[[], bool] | None = None
         self._read_at: World | None = None  # the World the decision being applied was made on
         self.core = client.CoreV1Api(api)
@@ -89,21 +81,29 @@ class Cluster:
         self._posted: dict[tuple[str, str], float] = {}  # node left out, why -> when its Event was posted
 
     def observe(self, now: float) -> World:
-        """Nodes, GPU pods, jobs, services and Lyra's Deployments read into a World: from the watch caches once they
-        have seen this operator's last writes, or (no caches) listed once."""
-        if self.caches is None:
-            objects = list_once(self.api)
-        else:
-            self.caches.catch_up()
-            objects = self.caches.snapshot()
-        return read_world(
-            now,
-            nodes=objects["nodes"],
-            pods=objects["pods"],
-            jobs=objects["jobs"],
-            services=objects["services"],
-            deployments=objects["deployments"],
+        """List nodes, GPU pods, jobs, services and Lyra's Deployments, and read them into a World."""
+        nodes = self._items(self.core.list_node(label_selector=names.POOL_LABEL, _preload_content=False))
+        pods = self._items(self.core.list_pod_for_all_namespaces(_preload_content=False))
+        jobs = self._items(
+            self.custom.list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.TRAINING_JOB_PLURAL, _preload_content=False
+            )
         )
+        services = self._items(
+            self.custom.list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.INFERENCE_SERVICE_PLURAL, _preload_content=False
+            )
+        )
+        deployments = self._items(
+            self.apps.list_deployment_for_all_namespaces(label_selector=names.SERVICE_LABEL, _preload_content=False)
+        )
+        return read_world(now, nodes=nodes, pods=pods, jobs=jobs, services=services, deployments=deployments)
+
+    @staticmethod
+    def _items(response: Any) -> list[dict[str, Any]]:
+        body = json.loads(response.data)
+        items: list[dict[str, Any]] = body.get("items", [])
+        return items
 
     def apply(self, decision: Decision, now: float, world: World | None = None) -> Outcome:
         """Apply ``decision`` object by object (see the module docstring). With the ``world`` it was decided on,
@@ -129,7 +129,7 @@ class Cluster:
                 results.append(HELD)
                 continue
             try:
-                version = self._apply(action, now)
+                self._apply(action, now)
             except ApiException as error:
                 if (
                     error.status == 409
@@ -167,8 +167,6 @@ class Cluster:
                 self._report(failure, now)
                 results.append(REFUSED)
                 continue
-            if self.caches is not None and version:
-                self.caches.wrote(_written_kind(action), version)
             applied += 1
             results.append(APPLIED)
         for over in self.backoff.settle(failed, now):
@@ -221,11 +219,8 @@ class Cluster:
         if self._fence is not None and not self._fence():
             raise LeadershipLostError(f"lost the lease: stopped before {describe(action)}")
 
-    def _apply(self, action: Action, now: float) -> str:
-        """Apply one action; the resourceVersion the API answered the write with ("" if none is cached)."""
+    def _apply(self, action: Action, now: float) -> None:
         self._fenced(action)
-        raw: dict[str, Any] = {"_preload_content": False}  # the written object's version, without the client's models
-        response: Any
         if isinstance(action, SetNodeState):
             annotations = dict(action.annotations)
             body = {
@@ -236,10 +231,9 @@ class Cluster:
                 },
                 "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in action.taints]},
             }
-            response = self.core.patch_node(action.node, body, **raw)
+            self.core.patch_node(action.node, body)
             log.info("node %s -> %s (%s)", action.node, action.state.value, action.reason)
-            return _version_in(response)
-        if isinstance(action, PatchStatus):
+        elif isinstance(action, PatchStatus):
             plural = (
                 names.TRAINING_JOB_PLURAL
                 if action.ref.kind == names.TRAINING_JOB_KIND
@@ -251,7 +245,7 @@ class Cluster:
             read_at = self._read_at.version_of(action.ref) if self._read_at is not None else ""
             if read_at:  # written over what the pass read, or refused (409) if the object changed since
                 whole.insert(0, {"op": "replace", "path": "/metadata/resourceVersion", "value": read_at})
-            response = self.custom.patch_namespaced_custom_object_status(
+            self.custom.patch_namespaced_custom_object_status(
                 names.GROUP,
                 names.VERSION,
                 action.ref.namespace,
@@ -259,46 +253,36 @@ class Cluster:
                 action.ref.name,
                 whole,
                 _content_type="application/json-patch+json",
-                **raw,
             )
-            return _version_in(response)
-        if isinstance(action, DeletePod):
+        elif isinstance(action, DeletePod):
             # Only the pod the pass read (not a new one of the same name): a UID precondition (409 otherwise).
             preconditions = client.V1Preconditions(uid=action.ref.uid) if action.ref.uid else None
-            response = self.core.delete_namespaced_pod(
+            self.core.delete_namespaced_pod(
                 action.ref.name,
                 action.ref.namespace,
                 grace_period_seconds=action.grace_seconds,
                 body=client.V1DeleteOptions(grace_period_seconds=action.grace_seconds, preconditions=preconditions),
-                **raw,
             )
             log.info("pod %s deleted (%s, grace %d s)", action.ref.key, action.reason, action.grace_seconds)
-            return _version_in(response)
-        if isinstance(action, SetPodRole):
-            response = self.core.patch_namespaced_pod(
-                action.ref.name, action.ref.namespace, {"metadata": {"labels": {names.ROLE_LABEL: action.role}}}, **raw
+        elif isinstance(action, SetPodRole):
+            self.core.patch_namespaced_pod(
+                action.ref.name, action.ref.namespace, {"metadata": {"labels": {names.ROLE_LABEL: action.role}}}
             )
-            return _version_in(response)
-        if isinstance(action, CreateService):
+        elif isinstance(action, CreateService):
             self.core.create_namespaced_service(action.ref.namespace, cast(Any, dict(action.manifest)))
         elif isinstance(action, CreatePod):
-            response = self.core.create_namespaced_pod(action.ref.namespace, cast(Any, dict(action.manifest)), **raw)
+            self.core.create_namespaced_pod(action.ref.namespace, cast(Any, dict(action.manifest)))
             log.info("pod %s created", action.ref.key)
-            return _version_in(response)
         elif isinstance(action, ApplyDeployment):
             if action.create:
-                response = self.apps.create_namespaced_deployment(
-                    action.ref.namespace, cast(Any, dict(action.manifest)), **raw
-                )
+                self.apps.create_namespaced_deployment(action.ref.namespace, cast(Any, dict(action.manifest)))
             else:
                 replicas = action.manifest["spec"]["replicas"]
-                response = self.apps.patch_namespaced_deployment(
-                    action.ref.name, action.ref.namespace, {"spec": {"replicas": replicas}}, **raw
+                self.apps.patch_namespaced_deployment(
+                    action.ref.name, action.ref.namespace, {"spec": {"replicas": replicas}}
                 )
-            return _version_in(response)
         elif isinstance(action, Emit):
             self._event(action, now)
-        return ""
 
     def _event(self, action: Emit, now: float) -> None:
         self._fenced(action)
@@ -345,27 +329,6 @@ class FencedPool:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.pool, name)
-
-
-def _written_kind(action: Action) -> str:
-    """The kind of the object an action writes (what :meth:`ClusterCaches.wrote` files its version under)."""
-    if isinstance(action, SetNodeState):
-        return "Node"
-    if isinstance(action, CreatePod | DeletePod | SetPodRole):
-        return "Pod"
-    if isinstance(action, ApplyDeployment):
-        return "Deployment"
-    return action.ref.kind if isinstance(action, PatchStatus) else ""
-
-
-def _version_in(response: Any) -> str:
-    """The resourceVersion of the object a write's response (raw, not preloaded) carries ("" if none)."""
-    try:
-        body = json.loads(response.data)
-    except (AttributeError, TypeError, ValueError):
-        return ""
-    meta = body.get("metadata") if isinstance(body, dict) else None
-    return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
 
 
 def _already_exists(error: ApiException) -> bool:

@@ -14,6 +14,11 @@ class OperatorConfig:
     lend_delay_s: float = 60.0
     reclaim_deadline_s: float = 300.0
     gang_timeout_s: float = 120.0
+    #: A node unhealthy (NotReady, unreachable, GPUs below capacity) this long is lost: out of every plan, its workers
+    #: gone. Shorter, it only takes no new work (hysteresis: a blip scales nothing in).
+    node_grace_s: float = 60.0
+    #: A started job whose workers do not all run this long after it started is re-queued (Kueue's waitForPodsReady).
+    start_timeout_s: float = 300.0
     search_budget: int = DEFAULT_SEARCH_BUDGET
     gpus: GpuCatalog = field(default_factory=GpuCatalog)
     #: The scheduler of the pods the operator makes (``schedulerName``); empty: the cluster's default scheduler.

@@ -5,6 +5,13 @@ A job's intent lives in its status, written before its pods change, so a crash b
 next pass. Workers are interchangeable: the lowest-indexed live workers carry the base role. ``workDone`` follows
 the job's pace (workers x slowest GPU speed x scaling efficiency) between status writes; the remaining work orders
 the queue (shortest first) and feeds the allocator's completion-time estimates.
+
+Health (docs/reliability.md, "Node and pod health"): no new worker is planned onto an unhealthy node; a node lost
+(unhealthy for ``node_grace_s``) or gone takes its workers with it, and a worker disrupted by Kubernetes (the
+``DisruptionTarget`` condition, a kubelet eviction or node shutdown) is lost the same way: the job is scaled in if
+it keeps its base, else re-queued and the preemption counted, never failed. A started job whose base workers are not
+all running within ``start_timeout_s`` is re-queued. Worker pods of an earlier run of a job of the same name are
+nobody's workers: they are deleted (with their UID as precondition) and their names are not reused meanwhile.
 """
 
 from __future__ import annotations
@@ -37,8 +44,15 @@ _DONE = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 #: for inference, the allocation gave its GPUs to others, or it lost base workers and was re-queued.
 PREEMPTED_SUMMARY = "preempted"
 PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE = "reclaim", "allocation", "lost_base"
+#: Preemption causes from health: the job's workers were on a lost node, or Kubernetes disrupted them.
+PREEMPTED_NODE_LOST, PREEMPTED_BY_DISRUPTION = "node_lost", "disruption"
 #: The reason of a flexible worker's deletion (and of the job's Event) when its job is scaled in.
 SCALED_IN = "ScaledIn"
+#: Reasons (conditions, Events, pod deletions) of the health rules.
+START_TIMEOUT = "StartTimeout"
+NODE_LOST = "NodeLost"
+DISRUPTED = "Disrupted"
+STALE_RUN = "StaleRun"
 
 log = logging.getLogger("lyra.operator")
 
@@ -82,6 +96,19 @@ class JobBook:
             if not (j.status.phase in _DONE and not any(p.is_live for p in world.pods_of(j.ref.key)))
         }
         self.refused: list[JobState] = []
+        now = changes.now
+        #: Nodes in no plan: lost (unhealthy past the grace), and gone ones (neither read nor left out as unreadable).
+        self.lost_nodes = {n.name: n.health for n in world.nodes if n.lost(now, config.node_grace_s)}
+        #: Nodes that take no new work: every unhealthy one.
+        self.unhealthy_nodes = {n.name: n.health for n in world.nodes if not n.healthy}
+        self.known_nodes = {n.name for n in world.nodes} | {
+            u.ref.name for u in world.unreadable if u.ref.kind == "Node"
+        }
+        #: Worker indices still held by pods of an earlier run of each job (their names are not reused meanwhile).
+        self.stale_indices: dict[str, set[int]] = defaultdict(set)
+        for pod in world.stale:
+            if pod.owner is not None and pod.index is not None:
+                self.stale_indices[pod.owner].add(pod.index)
         #: Each job as the core models it, built (and checked) once per pass.
         self.models: dict[str, TrainingJob] = {}
         for key, job in list(self.jobs.items()):
@@ -182,15 +209,20 @@ class JobBook:
         self.changes.summary.setdefault(PREEMPTED_SUMMARY, {})[job.key] = cause
 
     def lives(self) -> None:
+        self.clean_stale()
         for job in self.jobs.values():
             spec, status = job.record.spec, job.status
             if status.phase is JobPhase.QUEUED and status.queued_at is None:
                 job.update(queued_at=format_time(job.record.created or self.changes.now))
+            disrupted = [p for p in job.pods if p.disruption and not p.terminating]
+            for pod in disrupted:
+                if pod.is_finished:  # the kubelet left it Failed: its object goes, it is no failure of the job
+                    self.changes.delete(pod, 0, DISRUPTED)
             if status.phase in _DONE:
                 for pod in job.live:  # a finished job keeps no worker running
                     self.changes.delete(pod, spec.preemption.grace_period_seconds, "JobFinished")
                 continue
-            failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating]
+            failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating and not p.disruption]
             succeeded = [p for p in job.pods if p.phase == "Succeeded"]
             if status.phase is JobPhase.RUNNING and failed:
                 self.stop_job(job, JobPhase.FAILED, "WorkerFailed", f"worker {failed[0].ref.name} failed")
@@ -199,8 +231,46 @@ class JobBook:
             elif status.phase is JobPhase.QUEUED and job.live:
                 for pod in job.live:  # workers of a job that was re-queued (a crash came between status and pods)
                     self.changes.delete(pod, spec.preemption.grace_period_seconds, "Requeued")
-            elif status.phase is JobPhase.RUNNING and not succeeded:
+            elif status.phase is JobPhase.RUNNING and not succeeded and not self.lose_workers(job, disrupted):
                 self.gang_watch(job)
+
+    def clean_stale(self) -> None:
+        """Delete the pods of earlier runs of the jobs (each with its UID as precondition: never the new run's)."""
+        for pod in self.world.stale:
+            job = self.jobs.get(pod.owner or "")
+            grace = job.record.spec.preemption.grace_period_seconds if job is not None else 0
+            self.changes.delete(pod, 0 if pod.is_finished else grace, STALE_RUN)
+
+    def node_lost(self, node: str) -> str | None:
+        """Why the workers on ``node`` are gone (it is lost, or deleted), or ``None``."""
+        if node in self.lost_nodes:
+            return f"node {node} lost ({self.lost_nodes[node]}, past the {self.config.node_grace_s:g} s grace)"
+        if node and node not in self.known_nodes:
+            return f"node {node} is gone"
+        return None
+
+    def lose_workers(self, job: JobState, disrupted: list[PodRecord]) -> bool:
+        """Workers on lost nodes and disrupted ones are gone: the job is scaled in if it keeps its base, else re-queued
+        (counted as a preemption). Returns whether the job was re-queued."""
+        on_lost = [p for p in job.live if p.node and self.node_lost(p.node) is not None]
+        gone = {p.ref.key: p for p in [*on_lost, *disrupted]}
+        if not gone:
+            return False
+        reasons = sorted({why for p in on_lost if (why := self.node_lost(p.node)) is not None})
+        reasons += [f"worker {p.ref.name} disrupted ({p.disruption})" for p in disrupted]
+        why = "; ".join(reasons)
+        remaining = [p for p in job.live if p.ref.key not in gone]
+        if len(remaining) >= job.record.spec.min_workers:
+            self.scale_in(job.key, list(gone.values()), why)
+            return False
+        self.stop_job(
+            job,
+            JobPhase.QUEUED,
+            "Preempted",
+            f"preempted: {why}; {len(remaining)} of {job.record.spec.min_workers} base workers remain; re-queued",
+        )
+        self.count_preemption(job, PREEMPTED_NODE_LOST if on_lost else PREEMPTED_BY_DISRUPTION)
+        return True
 
     def gang_watch(self, job: JobState) -> None:
         """A started gang must bind within the gang timeout; a running job that lost its base is re-queued."""
@@ -210,15 +280,29 @@ class JobBook:
         pending = [p for p in job.live if not p.node]
         overdue = self.changes.now - started > self.config.gang_timeout_s
         if len(bound) >= spec.min_workers:
-            unplaced = [
+            now = self.changes.now
+            running = [p for p in job.live if p.started]
+            if len(running) < spec.min_workers and now - started > self.config.start_timeout_s:
+                stuck = sorted(f"{p.ref.name} {p.stuck or p.phase}" for p in job.live if not p.started)
+                self.stop_job(
+                    job,
+                    JobPhase.QUEUED,
+                    START_TIMEOUT,
+                    f"only {len(running)} of {spec.min_workers} base workers running "
+                    f"{self.config.start_timeout_s:g} s after the start ({', '.join(stuck[:3])}); re-queued",
+                )
+                return
+            unplaced = [p for p in pending if p.created is not None and now - p.created > self.config.gang_timeout_s]
+            unstarted = [
                 p
-                for p in pending
-                if p.created is not None and self.changes.now - p.created > self.config.gang_timeout_s
+                for p in bound
+                if not p.started and p.created is not None and now - p.created > self.config.start_timeout_s
             ]
-            for pod in unplaced:
-                self.changes.delete(pod, 0, "FlexibleWorkerUnplaced")
-            if unplaced:
-                job.update(workers=job.status.workers.model_copy(update={"target": len(job.live) - len(unplaced)}))
+            drop = [*unplaced, *unstarted]  # flexible ones: at least minWorkers others run (checked above)
+            for pod in drop:
+                self.changes.delete(pod, 0, "FlexibleWorkerUnplaced" if not pod.node else START_TIMEOUT)
+            if drop:
+                job.update(workers=job.status.workers.model_copy(update={"target": len(job.live) - len(drop)}))
             return
         if overdue and job.status.workers.current >= spec.min_workers:
             self.stop_job(
@@ -239,23 +323,31 @@ class JobBook:
             )
 
     def settled(self) -> bool:
-        """Allocation waits while workers are in flight (being placed or leaving): it decides on a settled cluster."""
+        """Allocation waits while workers are in flight (being placed, or leaving a healthy node): it decides on a
+        settled cluster. Pods stuck terminating on an unhealthy node (its kubelet cannot confirm) do not hold it up:
+        that node takes no new work anyway, and its GPUs stay counted as held."""
         for job in self.jobs.values():
             if job.status.phase is JobPhase.RUNNING and any(not p.node for p in job.live):
                 return False
-            if any(p.terminating and p.holds_gpus for p in job.pods):
-                return False
+            if any(p.terminating and p.holds_gpus and self.plannable(p.node) for p in job.pods):
+                return False  # a pod leaving a dead node never finishes leaving: it concerns that node only
         return not self.changes.deletes()
+
+    def plannable(self, node: str) -> bool:
+        """Whether new work may be planned onto ``node``: it is known and healthy."""
+        return node in self.known_nodes and node not in self.unhealthy_nodes
 
     def snapshot(self, states: Mapping[str, LoanState]) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
         """The core's view: servers in their loan states after this pass, running jobs where their workers are, and
-        GPUs held by everything else (replicas, other GPU pods, leaving workers).
+        GPUs held by everything else (replicas, other GPU pods, leaving workers). A lost node is left out; an
+        unhealthy one is in it with all its GPUs its jobs' workers do not use held.
 
         A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
         out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
         servers = tuple(
             Server(n.name, n.pool, n.gpu_type, n.gpus, states.get(n.name) if n.pool is Pool.INFERENCE else None)
             for n in self.world.nodes
+            if n.name not in self.lost_nodes
         )
         hosts = {s.name for s in servers if s.hosts_training}
         entries: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
@@ -282,6 +374,13 @@ class JobBook:
         for pod in self.world.pods:
             if pod.holds_gpus and pod.ref.key not in counted and pod.node in known:
                 held[pod.node] += pod.gpus
+        workers_on: dict[str, int] = defaultdict(int)
+        for _, _, placed in kept:
+            for pod in placed:
+                workers_on[pod.node] += pod.gpus
+        for server in servers:  # an unhealthy node keeps its workers but takes no new ones: its free GPUs are held
+            if server.name in self.unhealthy_nodes:
+                held[server.name] = max(server.gpus - workers_on[server.name], held[server.name])
         snapshot = ClusterSnapshot(servers, tuple(core for core, _, _ in kept), self.config.gpus)
         return snapshot, dict(held), {core.name: job for core, job, _ in kept}
 
@@ -440,7 +539,7 @@ class JobBook:
             if pod.node in room:
                 room[pod.node] -= 1
         nodes = [n for n, r in sorted(room.items()) for _ in range(max(r, 0))]
-        taken = {p.index for p in job.pods if p.index is not None}
+        taken = {p.index for p in job.pods if p.index is not None} | self.stale_indices[job.key]
         indices = [i for i in range(len(taken) + count + 1) if i not in taken][:count]
         bases = sum(1 for p in live if p.role is PodRole.TRAINING_BASE)
         template = spec.template.body()

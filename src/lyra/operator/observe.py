@@ -4,6 +4,14 @@ Nothing here calls the API: :mod:`lyra.operator.commit` lists the objects and ha
 same reading serves the live operator, ``lyra plan --from-cluster`` and the unit tests (which write the objects as
 data). An object that cannot be read does not stop the others: it is reported in :attr:`World.unreadable` with the
 reason, and the decision goes on without it.
+
+Health is read here too (docs/reliability.md, "Node and pod health"): a node is unhealthy while its Ready condition
+is not True, while it carries the node-lifecycle controller's ``unreachable`` or ``not-ready`` taint, or while its
+allocatable GPUs are below its capacity (a device plugin restarting). Kubernetes records since when for the first
+two (the condition's transition time); a dip in allocatable GPUs has no time of its own, so :class:`HealthMemory`
+remembers when a running operator first saw it. Ownership is by UID: a worker pod whose controller reference names
+another TrainingJob than the one of its name (an earlier run, deleted and re-created) is nobody's worker, listed in
+:attr:`World.stale`.
 """
 
 from __future__ import annotations
@@ -17,8 +25,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lyra.api import names
-from lyra.api.convert import gpus_requested, node_gpus, pod_role
-from lyra.api.objects import Deployment, Node, ObjectMeta, Pod, Taint
+from lyra.api.convert import gpus_requested, node_capacity_gpus, node_gpus, pod_role
+from lyra.api.objects import Deployment, ObjectMeta, ObservedNode, ObservedPod, Taint
 from lyra.api.resources import (
     InferenceServiceSpec,
     InferenceServiceStatus,
@@ -102,6 +110,19 @@ class NodeRecord:
     reclaim_started: float | None
     idle_since: float | None
     unschedulable: bool
+    #: When the node stopped being healthy (``None``: healthy; ``0.0``: unhealthy since a time nobody recorded) and
+    #: why, in words (``""`` when healthy).
+    unhealthy_since: float | None = None
+    health: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.unhealthy_since is None
+
+    def lost(self, now: float, grace_s: float) -> bool:
+        """Unhealthy for at least ``grace_s``: out of every plan, and its workers are gone (hysteresis: a shorter
+        blip only stops new work from landing on it)."""
+        return self.unhealthy_since is not None and now - self.unhealthy_since >= grace_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +138,22 @@ class PodRecord:
     gpus: int
     terminating: bool
     created: float | None
+    #: The UID of the pod's controller (its TrainingJob for a worker; ``""``: none).
+    owner_uid: str = ""
+    #: Why the pod was disrupted (the ``DisruptionTarget`` condition's reason, or the kubelet's ``Evicted`` or node
+    #: shutdown reason), ``""`` if it was not: a disrupted worker is a preemption of its job, not a failure.
+    disruption: str = ""
+    #: The waiting reason of a container that will not start by itself (``ImagePullBackOff`` ...), ``""`` if none.
+    stuck: str = ""
 
     @property
     def is_finished(self) -> bool:
         return self.phase in _FINISHED
+
+    @property
+    def started(self) -> bool:
+        """Running, with no container stuck waiting (a pod in ``ImagePullBackOff`` is not running, however long)."""
+        return self.phase == "Running" and not self.stuck
 
     @property
     def holds_gpus(self) -> bool:
@@ -173,6 +206,8 @@ class World:
     jobs: tuple[JobRecord, ...]
     services: tuple[ServiceRecord, ...]
     unreadable: tuple[Unreadable, ...] = ()
+    #: Worker pods of an earlier run of a job: their job label names a TrainingJob that now has another UID.
+    stale: tuple[PodRecord, ...] = field(default=(), init=False)
     _by_owner: Mapping[str, tuple[PodRecord, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _versions: Mapping[ObjectRef, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -180,11 +215,19 @@ class World:
         versions = {job.ref: job.resource_version for job in self.jobs}
         versions.update({service.ref: service.resource_version for service in self.services})
         object.__setattr__(self, "_versions", versions)
+        job_uids = {job.ref.key: job.ref.uid for job in self.jobs}
         by_owner: dict[str, list[PodRecord]] = {}
+        stale: list[PodRecord] = []
         for pod in self.pods:
-            if pod.owner is not None:
-                by_owner.setdefault(pod.owner, []).append(pod)
+            if pod.owner is None:
+                continue
+            uid = job_uids.get(pod.owner, "") if pod.role is not PodRole.INFERENCE else ""
+            if uid and pod.owner_uid and pod.owner_uid != uid:
+                stale.append(pod)  # an earlier run's: not this job's worker, whatever its name says
+                continue
+            by_owner.setdefault(pod.owner, []).append(pod)
         object.__setattr__(self, "_by_owner", {owner: tuple(pods) for owner, pods in by_owner.items()})
+        object.__setattr__(self, "stale", tuple(stale))
 
     def version_of(self, ref: ObjectRef) -> str:
         """The resourceVersion a TrainingJob or InferenceService was read at ("" for anything else)."""
@@ -203,12 +246,21 @@ def read_world(
     jobs: Iterable[Mapping[str, Any]],
     services: Iterable[Mapping[str, Any]],
     deployments: Iterable[Mapping[str, Any]] = (),
+    memory: HealthMemory | None = None,
 ) -> World:
-    """Read listed objects (JSON dicts as the API server returns them) into a :class:`World`."""
+    """Read listed objects (JSON dicts as the API server returns them) into a :class:`World`. ``memory``: when each
+    node's GPU dip was first seen, kept by the running operator across passes (without it a dip begins ``now``)."""
     unreadable: list[Unreadable] = []
-    node_records = [r for r in (_read_node(raw, unreadable) for raw in nodes) if r is not None]
+    services = list(services)
+    memory = memory if memory is not None else HealthMemory()
+    node_records = [r for r in (_read_node(raw, unreadable, now, memory) for raw in nodes) if r is not None]
+    memory.forget_all_but({n.name for n in node_records if n.unhealthy_since is not None})
     pod_records = [r for r in (_read_pod(raw, unreadable) for raw in pods) if r is not None]
     job_records = [r for r in (_read_job(raw, unreadable) for raw in jobs) if r is not None]
+    service_uids = {}
+    for raw in services:
+        ref = _meta_ref(names.INFERENCE_SERVICE_KIND, raw)
+        service_uids[ref.key] = ref.uid
     by_deployment: dict[str, Deployment] = {}
     for raw in deployments:
         try:
@@ -216,8 +268,13 @@ def read_world(
         except ValidationError:
             continue  # not ours to judge: Lyra only reads the Deployments it made
         owner = deployment.metadata.labels.get(names.SERVICE_LABEL)
-        if owner:
-            by_deployment[f"{deployment.metadata.namespace}/{owner}"] = deployment
+        if not owner:
+            continue
+        key = f"{deployment.metadata.namespace}/{owner}"
+        controller = deployment.metadata.controller
+        if controller is not None and service_uids.get(key) and controller.uid != service_uids[key]:
+            continue  # an earlier service's of the same name, which the garbage collector removes
+        by_deployment[key] = deployment
     service_records = [r for r in (_read_service(raw, by_deployment, unreadable) for raw in services) if r is not None]
     return World(
         now=now,
@@ -248,9 +305,25 @@ def _first_error(error: ValidationError) -> str:
     return f"{where}: {first['msg']}" if where else str(first["msg"])
 
 
-def _read_node(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> NodeRecord | None:
+class HealthMemory:
+    """When a running operator first saw each node's allocatable GPUs below its capacity (the API records no time for
+    it). Lost on restart: a new operator sees the dip begin again, which only delays dropping the node."""
+
+    def __init__(self) -> None:
+        self._dips: dict[str, float] = {}
+
+    def dip_since(self, node: str, now: float) -> float:
+        return self._dips.setdefault(node, now)
+
+    def forget_all_but(self, nodes: set[str]) -> None:
+        self._dips = {name: since for name, since in self._dips.items() if name in nodes}
+
+
+def _read_node(
+    raw: Mapping[str, Any], unreadable: list[Unreadable], now: float, memory: HealthMemory
+) -> NodeRecord | None:
     try:
-        node = Node.model_validate(raw)
+        node = ObservedNode.model_validate(raw)
     except ValidationError as error:
         unreadable.append(Unreadable(_meta_ref("Node", raw), _first_error(error)))
         return None
@@ -258,7 +331,8 @@ def _read_node(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> NodeReco
     pool_label = labels.get(names.POOL_LABEL)
     if pool_label not in names.POOLS:
         return None
-    gpus = node_gpus(node)
+    allocatable = node_gpus(node)
+    gpus = max(allocatable, node_capacity_gpus(node))
     if gpus <= 0:
         return None
     product = labels.get(names.GPU_PRODUCT_LABEL, "")
@@ -286,6 +360,7 @@ def _read_node(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> NodeReco
     state_taints = [t for t in node.spec.taints if t.key == names.STATE_TAINT]
     taint = state_taints[0].value if len(state_taints) == 1 and state_taints[0].effect == names.TAINT_EFFECT else None
     annotations = node.metadata.annotations
+    unhealthy_since, health = _node_health(node, allocatable, gpus, now, memory)
     return NodeRecord(
         name=node.metadata.name,
         pool=pool,
@@ -298,12 +373,37 @@ def _read_node(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> NodeReco
         reclaim_started=parse_time(annotations.get(names.RECLAIM_STARTED_ANNOTATION)),
         idle_since=parse_time(annotations.get(names.IDLE_SINCE_ANNOTATION)),
         unschedulable=node.spec.unschedulable,
+        unhealthy_since=unhealthy_since,
+        health=health,
     )
+
+
+def _node_health(
+    node: ObservedNode, allocatable: int, capacity: int, now: float, memory: HealthMemory
+) -> tuple[float | None, str]:
+    """Since when the node is unhealthy and why (``None, ""`` while healthy): the earliest of its problems."""
+    problems: list[tuple[float, str]] = []
+    ready = next((c for c in node.status.conditions if c.type == names.NODE_READY_CONDITION), None)
+    if ready is not None and ready.status != names.CONDITION_TRUE:
+        since = parse_time(ready.last_transition_time)
+        why = f"{names.NODE_READY_CONDITION}={ready.status or '?'}" + (f" ({ready.reason})" if ready.reason else "")
+        problems.append((since if since is not None else 0.0, why))
+    tainted = sorted({t.key for t in node.spec.taints if t.key in names.HEALTH_TAINTS})
+    if tainted:
+        since = parse_time(ready.last_transition_time) if ready is not None else None
+        problems.append((since if since is not None else 0.0, f"tainted {', '.join(tainted)}"))
+    if allocatable < capacity:
+        problems.append(
+            (memory.dip_since(node.metadata.name, now), f"{allocatable} of {capacity} {names.GPU_RESOURCE} allocatable")
+        )
+    if not problems:
+        return None, ""
+    return min(since for since, _ in problems), "; ".join(why for _, why in problems)
 
 
 def _read_pod(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> PodRecord | None:
     try:
-        pod = Pod.model_validate(raw)
+        pod = ObservedPod.model_validate(raw)
     except ValidationError as error:
         unreadable.append(Unreadable(_meta_ref("Pod", raw), _first_error(error)))
         return None
@@ -318,6 +418,7 @@ def _read_pod(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> PodRecord
     if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE):
         match = _WORKER_NAME.search(pod.metadata.name)
         index = int(match.group(1)) if match else None
+    controller = pod.metadata.controller
     return PodRecord(
         ref=ObjectRef("Pod", pod.metadata.namespace, pod.metadata.name, pod.metadata.uid),
         role=role,
@@ -328,7 +429,27 @@ def _read_pod(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> PodRecord
         gpus=gpus,
         terminating=pod.metadata.deletion_timestamp is not None,
         created=parse_time(pod.metadata.creation_timestamp),
+        owner_uid=controller.uid if controller is not None else "",
+        disruption=_disruption(pod),
+        stuck=next(
+            (
+                c.state.waiting.reason
+                for c in (*pod.status.init_container_statuses, *pod.status.container_statuses)
+                if c.state.waiting is not None and c.state.waiting.reason in names.STUCK_WAITING_REASONS
+            ),
+            "",
+        ),
     )
+
+
+def _disruption(pod: ObservedPod) -> str:
+    """Why the pod was disrupted: the ``DisruptionTarget`` condition (True), or a failed pod's kubelet reason."""
+    for condition in pod.status.conditions:
+        if condition.type == names.DISRUPTION_TARGET_CONDITION and condition.status == names.CONDITION_TRUE:
+            return condition.reason or names.DISRUPTION_TARGET_CONDITION
+    if pod.status.phase == "Failed" and pod.status.reason in names.DISRUPTED_POD_REASONS:
+        return pod.status.reason
+    return ""
 
 
 def _read_job(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> JobRecord | None:

@@ -23,7 +23,7 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
-from lyra.operator.observe import World, read_world
+from lyra.operator.observe import HealthMemory, World, read_world
 
 T4 = "Tesla-T4"
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -105,6 +105,7 @@ class FakeCluster:
         self.events: list[Emit] = []
         self.now = now
         self.uids = 0
+        self.memory: HealthMemory | None = None  # the running operator's memory of GPU dips, when a test keeps one
 
     # -- objects -------------------------------------------------------------------------------------------------
 
@@ -122,6 +123,7 @@ class FakeCluster:
             jobs=self.jobs.values(),
             services=self.services.values(),
             deployments=self.deployments.values(),
+            memory=self.memory,
         )
 
     def state(self, node_name: str) -> str | None:
@@ -258,8 +260,14 @@ class FakeCluster:
             ]
             deployment["status"] = {"replicas": deployment["spec"]["replicas"], "readyReplicas": len(ready)}
 
-    def finish_terminations(self) -> None:
-        for key in [k for k, p in self.pods.items() if "deletionTimestamp" in p["metadata"]]:
+    def finish_terminations(self, *, except_on: Iterable[str] = ()) -> None:
+        """Terminating pods are gone, but those on the ``except_on`` nodes (no kubelet there to confirm)."""
+        dead = set(except_on)
+        for key in [
+            k
+            for k, p in self.pods.items()
+            if "deletionTimestamp" in p["metadata"] and p["spec"].get("nodeName") not in dead
+        ]:
             del self.pods[key]
         self.schedule()
 
