@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS
+
 #: The upstream kube-scheduler the chart bundles: the same minor version the project builds and tests against.
 KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler"
 KUBE_SCHEDULER_TAG = "v1.34.4"
@@ -23,6 +25,10 @@ _DURATION = r"^[0-9]+(ms|s|m|h)$"
 
 Quantity = Annotated[str, Field(pattern=_QUANTITY, description="a Kubernetes quantity such as 100m, 256Mi or 1")]
 Port = Annotated[int, Field(ge=1, le=65535)]
+#: A namespace, or ``*`` for every namespace not named (lyra.operator.sizing.InferenceGpuCaps).
+CappedNamespace = Annotated[str, Field(pattern=r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")]
+#: The largest inference GPU cap: every replica a service may have, at the largest size (as the operator checks it).
+MAX_CAP_GPUS = MAX_WORKERS * MAX_GPUS_PER_SERVER
 
 
 class Strict(BaseModel):
@@ -106,6 +112,13 @@ class Operator(Strict):
         "the leader stops writing after 2/3 of it without a renewal)",
     )
     http_port: Port = Field(8080, alias="httpPort", description="/metrics, /healthz and /readyz")
+    inference_gpu_caps: dict[CappedNamespace, Annotated[int, Field(ge=0, le=MAX_CAP_GPUS)]] = Field(
+        default_factory=dict,
+        alias="inferenceGpuCaps",
+        description="the GPUs each namespace's InferenceServices may claim together, e.g. {serving: 64, '*': 8} "
+        "(--inference-gpu-cap; '*': every namespace not named; empty: no cap; docs/security.md)",
+        json_schema_extra={"additionalProperties": False},  # a key that is no namespace is refused, not ignored
+    )
     resources: Resources = Field(
         default_factory=lambda: _resources("100m", "256Mi", "1Gi"), description="the container's requests and limits"
     )

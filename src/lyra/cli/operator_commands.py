@@ -116,6 +116,14 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="schedulerName of the pods and Deployments the operator makes, e.g. the chart's bundled scheduler "
         "(default: the cluster's default scheduler)",
     )
+    parser.add_argument(
+        "--inference-gpu-cap",
+        action="append",
+        default=[],
+        metavar="NAMESPACE=GPUS",
+        help="the GPUs a namespace's InferenceServices may claim together; services past it get fewer replicas and "
+        "Capped=True (repeatable; *=GPUS for every namespace not named; default: no cap)",
+    )
     parser.set_defaults(run=run_operator_command)
 
 
@@ -132,6 +140,13 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if args.resync <= 0:
         print("lyra operator: --resync must be > 0 seconds", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from lyra.operator.sizing import InferenceGpuCaps
+
+    try:
+        caps = InferenceGpuCaps.parse(args.inference_gpu_cap)
+    except ValueError as error:
+        print(f"lyra operator: --inference-gpu-cap: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
     from lyra.cli.kube_client import KubeconfigError, api_client
@@ -155,6 +170,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         start_timeout_s=args.start_timeout,
         search_budget=args.search_budget,
         scheduler_name=args.scheduler_name,
+        inference_gpu_caps=caps,
     )
     options = RunOptions(
         config=config,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from lyra.core.allocation import DEFAULT_SEARCH_BUDGET
 from lyra.core.gpus import GpuCatalog
+from lyra.operator.sizing import InferenceGpuCaps
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,3 +24,5 @@ class OperatorConfig:
     gpus: GpuCatalog = field(default_factory=GpuCatalog)
     #: The scheduler of the pods the operator makes (``schedulerName``); empty: the cluster's default scheduler.
     scheduler_name: str = ""
+    #: The GPUs each namespace's InferenceServices may claim (``--inference-gpu-cap``); none: no cap.
+    inference_gpu_caps: InferenceGpuCaps = field(default_factory=InferenceGpuCaps)

@@ -52,7 +52,7 @@ def decide(
     changes = Changes(world.now, failures, [*(j.ref for j in world.jobs), *(s.ref for s in world.services)])
     jobs = JobBook(world, config, changes)
     jobs.lives()
-    services = ServiceBook(world, changes, scheduler_name=config.scheduler_name)
+    services = ServiceBook(world, changes, scheduler_name=config.scheduler_name, caps=config.inference_gpu_caps)
     demand = services.plan()
     loans = LoanBook(world, config, changes, jobs, demand, users=services.users)
     loans.turn()

@@ -5,6 +5,12 @@ A service whose replicas wait while servers of their GPU type are reclaimed from
 ``status.reclaim`` (since when); once all its replicas run, an Event ``ReclaimServed`` says how long they waited, the
 pass's summary lists it under ``reclaim_waits`` (for metrics), and the record is cleared. The start is read from
 the nodes' ``reclaim-started`` annotations or set by the pass that begins the reclaim, so a restart loses nothing.
+
+Where an admin capped a namespace's inference GPUs (:class:`~lyra.operator.sizing.InferenceGpuCaps`), its services
+take their replicas in name order until the cap is spent: a service cut short gets fewer replicas (Deployment,
+``status.replicas``, servers needed) and ``Capped=True`` saying how many replicas and GPUs are over the cap, with a
+Warning Event when it becomes capped; a service within the cap carries ``Capped=False``, and a namespace without a cap
+no such condition.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 
-from lyra.api.resources import InferenceServiceStatus, ReclaimWait, wire
+from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, wire
 from lyra.core.model import Pool
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
@@ -22,20 +28,33 @@ from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.isolation import key_of
 from lyra.operator.observe import ServiceRecord, World, format_time_ms, parse_time
-from lyra.operator.sizing import desired_replicas, main_inference_type, server_size, servers_needed
+from lyra.operator.sizing import (
+    InferenceGpuCaps,
+    desired_replicas,
+    main_inference_type,
+    server_size,
+    servers_needed,
+)
 from lyra.operator.templates import template_problem
 
 log = logging.getLogger("lyra.operator")
 
 #: The summary entry listing, per service whose replicas all run again, how long they waited for a reclaim.
 RECLAIM_WAITS_SUMMARY = "reclaim_waits"
+#: The condition that says whether a namespace's cap on inference GPUs cut the service's replicas.
+CAPPED = "Capped"
 
 
 class ServiceBook:
-    def __init__(self, world: World, changes: Changes, *, scheduler_name: str = "") -> None:
+    def __init__(
+        self, world: World, changes: Changes, *, scheduler_name: str = "", caps: InferenceGpuCaps | None = None
+    ) -> None:
         self.world = world
         self.changes = changes
         self.scheduler_name = scheduler_name  # of the replicas (OperatorConfig.scheduler_name)
+        self.caps = caps or InferenceGpuCaps()
+        #: Per capped namespace, the GPUs its services have not claimed yet in this pass (name order).
+        self.cap_left: dict[str, int] = {}
         #: Per GPU type, the services whose replicas need it (named in reclaim messages).
         self.users: dict[str, list[str]] = defaultdict(list)
         #: Each service's status as this pass decides it, and the problem it reports (written by write_statuses).
@@ -63,17 +82,65 @@ class ServiceBook:
             if refused is not None:  # this service alone: no Deployment, no demand
                 self.service_status(service, 0, gpu_type, 0, ("InvalidSpec", refused))
                 continue
+            wanted, replicas = replicas, self.within_cap(service, replicas)
             demands[gpu_type][service.spec.gpus_per_replica] += replicas
             if replicas:
                 self.users[gpu_type].append(f"{service.ref.key} ({replicas} replicas)")
             needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, self.world.nodes)
-            self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None)
+            self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None, wanted=wanted)
             self.deployment(service, replicas, gpu_type)
         demand = servers_needed(dict(demands), self.world.nodes)
         for gpu_type in types:
             demand.setdefault(gpu_type, 0)
         self.changes.summary["inference_servers_needed"] = dict(sorted(demand.items()))
         return demand
+
+    def within_cap(self, service: ServiceRecord, wanted: int) -> int:
+        """The replicas the service may have: ``wanted``, or what its namespace's cap has left (services of a
+        namespace claim in name order, the order of the World)."""
+        namespace = service.ref.namespace
+        cap = self.caps.cap_of(namespace)
+        if cap is None:
+            return wanted
+        left = self.cap_left.setdefault(namespace, cap)
+        granted = min(wanted, left // service.spec.gpus_per_replica)
+        self.cap_left[namespace] = left - granted * service.spec.gpus_per_replica
+        return granted
+
+    def cap_condition(
+        self, service: ServiceRecord, status: InferenceServiceStatus, replicas: int, wanted: int | None
+    ) -> InferenceServiceStatus:
+        """``Capped`` as the namespace's cap says (removed where none applies); a Warning Event when it turns true."""
+        namespace = service.ref.namespace
+        cap = self.caps.cap_of(namespace)
+        if cap is None or wanted is None:
+            if any(c.type == CAPPED for c in status.conditions):
+                status = status.model_copy(update={"conditions": [c for c in status.conditions if c.type != CAPPED]})
+            return status
+        gpus = service.spec.gpus_per_replica
+        capped = replicas < wanted
+        if capped:
+            over = wanted - replicas
+            message = (
+                f"{replicas} of {wanted} replicas: namespace {namespace} may claim {cap} inference GPUs "
+                f"(--inference-gpu-cap), its services before this one in name order hold "
+                f"{cap - self.cap_left[namespace] - replicas * gpus}; {over} replicas ({over * gpus} GPUs) over the cap"
+            )
+        else:
+            message = f"{wanted} replicas ({wanted * gpus} GPUs) within namespace {namespace}'s cap of {cap} GPUs"
+        was = next((c for c in status.conditions if c.type == CAPPED), None)
+        status = set_condition(
+            status,
+            CAPPED,
+            capped,
+            "NamespaceCap" if capped else "WithinCap",
+            message,
+            now=self.changes.now,
+            generation=service.generation,
+        )
+        if capped and (was is None or was.status is not ConditionStatus.TRUE):
+            self.changes.emit(service.ref, CAPPED, message, warning=True)
+        return status
 
     def refusal(self, service: ServiceRecord, gpu_type: str) -> str | None:
         """Why no Deployment can be made from the service's template (naming the field), or ``None``."""
@@ -114,8 +181,17 @@ class ServiceBook:
             self.changes.emit(service.ref, "Scaled", f"replicas {service.deployment_replicas} -> {replicas}")
 
     def service_status(
-        self, service: ServiceRecord, replicas: int, gpu_type: str | None, needed: int, problem: tuple[str, str] | None
+        self,
+        service: ServiceRecord,
+        replicas: int,
+        gpu_type: str | None,
+        needed: int,
+        problem: tuple[str, str] | None,
+        *,
+        wanted: int | None = None,
     ) -> None:
+        """The service's status as this pass decides it; ``wanted``: the replicas before its namespace's cap (``None``
+        when the service claims nothing: it has a problem)."""
         status = service.status.model_copy(
             update={
                 "replicas": replicas,
@@ -141,6 +217,7 @@ class ServiceBook:
                 now=self.changes.now,
                 generation=service.generation,
             )
+        status = self.cap_condition(service, status, replicas, wanted)
         self.statuses[service.ref.key] = status
         if problem is not None:
             self.problems[service.ref.key] = problem

@@ -5,17 +5,67 @@ most inference servers, then by name). Servers needed per GPU type come from pac
 that type onto servers of that type (first-fit decreasing on GPUs per replica; a replica's GPUs sit on one server),
 so several small services share servers the way the scheduler will pack them. The packing is computed per distinct
 replica size, not per replica: 40,000 replicas cost what a handful do.
+
+An admin bounds inference demand per namespace (:class:`InferenceGpuCaps`, ``lyra operator --inference-gpu-cap``):
+the GPUs a namespace's InferenceServices may claim together. Services take their replicas in name order within
+their namespace until the cap is spent; a service cut short runs fewer replicas and says so (``Capped``), so one
+namespace cannot make Lyra reclaim every loaned server (docs/security.md).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from lyra.api.resources import InferenceServiceSpec
-from lyra.core.model import Pool
+from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS, Pool
 from lyra.operator.observe import NodeRecord
+
+#: The namespace entry of a cap that applies to every namespace not named.
+EVERY_OTHER_NAMESPACE = "*"
+#: The largest cap: every replica a service may have, at the largest size.
+MAX_CAP_GPUS = MAX_WORKERS * MAX_GPUS_PER_SERVER
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceGpuCaps:
+    """The GPUs each namespace's InferenceServices may claim together, as an admin set them: ``(namespace, GPUs)``
+    pairs, sorted, the namespace ``*`` standing for every namespace not named. No entry for a namespace: no cap."""
+
+    entries: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [namespace for namespace, _ in self.entries]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"a namespace is capped twice: {', '.join(twice)}")
+        for namespace, gpus in self.entries:
+            if namespace != EVERY_OTHER_NAMESPACE and not _NAMESPACE.fullmatch(namespace):
+                raise ValueError(f"{namespace!r} is not a namespace name (nor {EVERY_OTHER_NAMESPACE} for all others)")
+            if not 0 <= gpus <= MAX_CAP_GPUS:
+                raise ValueError(f"the cap of {namespace} must be 0 to {MAX_CAP_GPUS} GPUs, not {gpus}")
+        object.__setattr__(self, "entries", tuple(sorted(self.entries)))
+
+    @classmethod
+    def parse(cls, settings: Iterable[str]) -> InferenceGpuCaps:
+        """From ``NAMESPACE=GPUS`` settings (``*=GPUS`` for every namespace not named); ValueError says what is
+        wrong with which."""
+        entries = []
+        for setting in settings:
+            namespace, equals, gpus = setting.partition("=")
+            if not equals or not gpus.strip().isdigit():
+                raise ValueError(f"{setting!r} is not NAMESPACE=GPUS (a whole number of GPUs)")
+            entries.append((namespace.strip(), int(gpus)))
+        return cls(tuple(entries))
+
+    def cap_of(self, namespace: str) -> int | None:
+        """The namespace's cap in GPUs, ``None`` when it has none."""
+        named = dict(self.entries)
+        return named.get(namespace, named.get(EVERY_OTHER_NAMESPACE))
 
 
 def desired_replicas(spec: InferenceServiceSpec) -> int:

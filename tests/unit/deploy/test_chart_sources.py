@@ -61,6 +61,8 @@ BAD_VALUES = [
     ({"operator": {"replica": 2}}, "operator", "'replica' was unexpected"),
     ({"operator": {"httpPort": 70000}}, "operator/httpPort", "maximum"),
     ({"operator": {"lendDelaySeconds": "soon"}}, "operator/lendDelaySeconds", "not of type 'integer'"),
+    ({"operator": {"inferenceGpuCaps": {"Serving": 8}}}, "operator/inferenceGpuCaps", "does not match any"),
+    ({"operator": {"inferenceGpuCaps": {"serving": -1}}}, "operator/inferenceGpuCaps/serving", "minimum"),
     ({"scheduler": {"image": {"tag": "v1.29.0"}}}, "scheduler/image/tag", "does not match"),
     ({"scheduler": {"name": "Lyra Scheduler"}}, "scheduler/name", "does not match"),
     ({"image": {"pullPolicy": "Sometimes"}}, "image/pullPolicy", "is not one of"),
