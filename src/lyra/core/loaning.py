@@ -5,12 +5,10 @@ spikes while a reclaim is in flight) stay with it; the rest of its idle servers 
 what inference holds, loaned servers are called back: :func:`lyra.core.reclaim.plan_reclaim` picks which.
 
 Servers already ``reclaiming`` count as inference's: they are on their way back. Idle servers are lent in a
-deterministic order: most GPUs first, then by name.
+deterministic order: most GPUs first, then by name (:func:`lyra.core.ordering.lend_order`).
 
-Hysteresis delays lending, never reclaiming: with ``recent_peak`` (the highest demand over a recent window, which
-the caller keeps), lending keeps ``max(demand, recent_peak) + headroom`` servers, while reclaiming answers the
-demand of now. A server is then lent only once the load has stayed below it for the whole window, so a load that
-wobbles does not lend and reclaim the same server over and over; and inference is never kept waiting by it.
+Hysteresis is the loan cycle's (:mod:`lyra.core.loan_cycle`): it shows an idle server that has not been idle for the
+lend delay as ``serving``, so it is held, never lent.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from dataclasses import dataclass
 
 from lyra.core.errors import InvalidClusterError
 from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState, Server
+from lyra.core.ordering import lend_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +41,11 @@ def plan_loans(
     demand: InferenceDemand,
     *,
     headroom: int = 0,
-    recent_peak: InferenceDemand | None = None,
     gpu_type: str | None = None,
 ) -> LoanPlan:
-    """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back;
-    lend only what ``recent_peak`` (hysteresis, optional) leaves idle as well. With ``gpu_type``, only the
-    inference servers of that GPU type are balanced (demand is then in servers of that type)."""
+    """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back. With
+    ``gpu_type``, only the inference servers of that GPU type are balanced (demand is then in servers of that
+    type)."""
     if not isinstance(headroom, int) or headroom < 0:
         raise InvalidClusterError(f"headroom must be an integer >= 0, got {headroom!r}")
 
@@ -63,7 +61,6 @@ def plan_loans(
     if needed > held:
         reclaim = min(needed - held, len(loaned))
         return LoanPlan(lend=(), reclaim=reclaim, shortfall=needed - held - reclaim, needed=needed, held=held)
-    keep = max(needed, (recent_peak.servers + headroom) if recent_peak is not None else 0)
-    surplus = max(0, held - keep)
-    lendable = sorted(idle, key=lambda s: (-s.gpus, s.name))[:surplus]
+    surplus = max(0, held - needed)
+    lendable = lend_order(idle)[:surplus]
     return LoanPlan(lend=tuple(s.name for s in lendable), reclaim=0, shortfall=0, needed=needed, held=held)

@@ -6,8 +6,8 @@ all its GPUs held by a placeholder (``INFERENCE_HOLD``), so training can never l
 and a reclaim takes them back once the server's training workers are gone.
 
 Loan states: an inference server is ``loaned``, ``reclaiming`` (its training workers have left or are leaving;
-it serves again at its ``ready_at`` time), or ready for inference, where the first ``demand`` ready servers
-serve and the rest are idle.
+it serves again at its ``ready_at`` time), or ready for inference (which of those serve and which are idle is the
+loan cycle's: :mod:`lyra.sim.loans`).
 """
 
 from __future__ import annotations
@@ -140,8 +140,7 @@ class SimCluster:
             self.reclaiming -= 1
 
     def server_view(self, server: int) -> Server:
-        """The core's view of a server (cached; a ready inference server shows as ``idle`` or ``serving`` as the
-        caller's snapshot needs, see :meth:`inference_views`)."""
+        """The core's view of a server (cached; a ready inference server shows as ``idle``)."""
         state: LoanState | None
         if self.is_training[server]:
             state = None
@@ -162,21 +161,6 @@ class SimCluster:
                 self.names[server], pool, self.type_names[self.type_of[server]], self.gpus[server], state
             )
         return view
-
-    def inference_views(self) -> list[Server]:
-        """Every inference server as the core sees it: of the ready ones, the lowest indices serve the demand."""
-        serving = min(self.demand, self.ready_for_inference)
-        views = []
-        for server in self.inference_servers:
-            if self.state[server] == _READY:
-                if serving > 0:
-                    views.append(self._view(server, LoanState.SERVING))
-                    serving -= 1
-                else:
-                    views.append(self._view(server, LoanState.IDLE))
-            else:
-                views.append(self.server_view(server))
-        return views
 
     # ------------------------------------------------------------------------------------------- integrals
 

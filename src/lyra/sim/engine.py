@@ -203,8 +203,7 @@ class Simulation:
                         events += 1
                         if self.progress_callback is not None and events % report_every == 0:
                             self.progress_callback(self.done / self.n)
-                elif kind == _SERVER_READY:
-                    self.cluster.finish_reclaim(subject)
+                elif kind == _SERVER_READY:  # its workers are gone: the next turn of the loan cycle returns it
                     if self.loans is not None:
                         self.loans.load_changed(t)
                 elif kind == _REQUEUE:

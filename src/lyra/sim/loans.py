@@ -1,23 +1,30 @@
-"""Lending idle inference servers and reclaiming them, by the core's plans, with the time a reclaim really takes.
+"""Lending idle inference servers and reclaiming them, by the core's loan cycle, with the time a reclaim really takes.
 
-* At every load step (and when a reclaimed server is back) the inference pool is balanced by
-  :func:`lyra.core.loaning.plan_loans`: demand plus headroom stays with inference; lending is held back by
-  hysteresis (the peak demand of the last ``lend_hysteresis_s``), reclaiming never is.
-* A reclaim asks :func:`lyra.core.reclaim.plan_reclaim` (the scheme's strategy) which loaned servers go back. The
-  jobs it preempts stop and re-enter the queue after their grace period; the jobs it scales in lose the workers on
-  those servers. A returned server serves inference only after its training workers' grace period and a drain
-  (``checkpoint_grace_s + drain_s``; at once if no training worker was on it): meanwhile the unmet demand is
-  counted as server-seconds short (:mod:`lyra.sim.cluster`).
+At every load step, and whenever a reclaimed server's training workers are gone, one turn of
+:func:`lyra.core.loan_cycle.plan_loan_cycle` (the function the operator runs at every pass) decides: which servers
+serve, which are idle, which idle ones are lent (once idle for the lend delay, ``loaning.lend_hysteresis_s``), which
+loaned ones come back (``plan_reclaim``, the scheme's strategy), which jobs are scaled in or preempted, and which
+reclaimed servers return. This module only applies it:
+
+* Preempted jobs stop and re-enter the queue after their grace period; scaled-in jobs lose the workers on the
+  reclaimed servers.
+* A reclaimed server that hosted training serves inference only after its training workers' grace period and a
+  drain (``checkpoint_grace_s + drain_s``): until then it counts as still hosting training, and the turn at that
+  time returns it. One that hosted nothing returns in the turn that reclaims it. Meanwhile the unmet demand is
+  counted as server-seconds short (:mod:`lyra.sim.cluster`). A reclaim is never forced: the simulator charges the
+  grace and the drain in full.
+* The window opens on a settled pool: servers idle at time 0 count as idle for the whole lend delay already.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from lyra.core.loaning import plan_loans
-from lyra.core.model import ClusterSnapshot, InferenceDemand
-from lyra.core.reclaim import plan_reclaim
+from lyra.core.loan_cycle import InferenceServer, LoanCycle, LoanSettings, Transition, plan_loan_cycle
+from lyra.core.model import ClusterSnapshot, LoanState
+from lyra.core.reclaim import ReclaimStrategy
 from lyra.sim.jobs import SimJob, Status
 
 if TYPE_CHECKING:
@@ -28,96 +35,107 @@ class LoanKeeper:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         scenario = sim.scenario
-        self.headroom = scenario.inference.headroom_servers
-        self.hysteresis = scenario.loaning.lend_hysteresis_s
+        cluster = sim.cluster
+        strategy = sim.scheme.reclaim
+        if strategy is None:
+            raise ValueError(f"scheme {sim.scheme.name} lends servers but has no reclaim strategy")
+        self.settings = LoanSettings(
+            headroom=scenario.inference.headroom_servers,
+            lend_delay_s=scenario.loaning.lend_hysteresis_s,
+            reclaim_deadline_s=math.inf,
+            strategy=strategy,
+            seed=scenario.seed,
+        )
         self.drain = scenario.loaning.drain_s
-        self.strategy = sim.scheme.reclaim
-        self.seed = scenario.seed
+        self.gpu_type = cluster.type_names[cluster.inference_type]
+        settled = -self.settings.lend_delay_s
+        #: Each inference server as the loan cycle sees it, in the layout's (name) order.
+        self.servers = [
+            InferenceServer(cluster.names[s], self.gpu_type, cluster.gpus[s], LoanState.IDLE, idle_since=settled)
+            for s in cluster.inference_servers
+        ]
         self.changed = True
-        #: (time, demand) of the load steps inside the hysteresis window, oldest first.
-        self.history: deque[tuple[float, int]] = deque()
         self.reclaims = 0
         self.reclaimed_servers = 0
+        #: The running jobs the last training snapshot holds, by name.
+        self.by_name: dict[str, SimJob] = {}
+        #: The last turn of the cycle.
+        self.cycle: LoanCycle | None = None
 
     def load_changed(self, t: float) -> None:
-        """Demand may have changed, or a server is back: balance the pool at the next decision."""
+        """Demand may have changed, or a reclaimed server's workers are gone: a turn at the next decision."""
         self.changed = True
-        history = self.history
-        demand = self.sim.cluster.demand
-        if not history or history[-1][0] < t:
-            history.append((t, demand))
-        else:
-            history[-1] = (t, demand)
-        # Keep the newest step at or before the window start: it was in force during the whole window's start.
-        while len(history) > 1 and history[1][0] <= t - self.hysteresis:
-            history.popleft()
-
-    def recent_peak(self) -> int:
-        return max(demand for _, demand in self.history)
 
     def adjust(self, t: float) -> None:
         if not self.changed:
             return
         self.changed = False
         cluster = self.sim.cluster
-        held = cluster.n_inference - cluster.loaned
-        needed = cluster.demand + self.headroom
-        keep = max(needed, self.recent_peak() + self.headroom)
-        if needed > held and cluster.loaned == 0:
-            return
-        if needed <= held and held - keep <= 0:
-            return
-        snapshot = ClusterSnapshot(tuple(cluster.inference_views()))
-        plan = plan_loans(
-            snapshot,
-            InferenceDemand(cluster.demand),
-            headroom=self.headroom,
-            recent_peak=InferenceDemand(self.recent_peak()),
+        servers = []
+        for server, record in zip(cluster.inference_servers, self.servers, strict=True):
+            if cluster.is_loaned(server):
+                hosts = cluster.layout.free[server] < cluster.gpus[server]
+            else:
+                hosts = cluster.is_reclaiming(server) and cluster.ready_at[server] > t
+            servers.append(record if record.hosts_training == hosts else replace(record, hosts_training=hosts))
+        settings = self.settings
+        if settings.strategy is ReclaimStrategy.RANDOM:
+            settings = replace(settings, seed=settings.seed + self.reclaims)
+        cycle = plan_loan_cycle(
+            servers, {self.gpu_type: cluster.demand}, lambda: self.training(t), now=t, settings=settings
         )
-        if plan.reclaim:
-            self._reclaim(t, plan.reclaim)
-        if plan.lend:
-            index = cluster.layout.index
-            for name in plan.lend:
-                cluster.lend(index[name])
-            self.sim.decider_dirty()
+        self.cycle = cycle
+        self.servers = list(cycle.servers)  # sorted by name, as the layout is
+        self.apply(cycle, t)
 
-    def _reclaim(self, t: float, count: int) -> None:
+    def training(self, t: float) -> ClusterSnapshot:
+        """The running jobs with workers on inference servers, and every server."""
         sim = self.sim
         cluster = sim.cluster
-        strategy = self.strategy
-        if strategy is None:
-            raise RuntimeError(f"scheme {sim.scheme.name} lends servers but has no reclaim strategy")
-        affected = {
-            i for i in sim.on_type[cluster.inference_type] if any(cluster.is_loaned(s) for s in sim.jobs[i].placement)
-        }
-        jobs = [sim.core_job(sim.jobs[i], t) for i in sorted(affected, key=lambda i: sim.jobs[i].name)]
-        servers = [cluster.server_view(s) for s in cluster.training_servers] + cluster.inference_views()
-        snapshot = ClusterSnapshot(tuple(servers), tuple(jobs), cluster.catalog)
-        plan = plan_reclaim(snapshot, count, strategy=strategy, seed=self.seed + self.reclaims)
-        self.reclaims += 1
-        self.reclaimed_servers += len(plan.servers)
-        by_name = {sim.jobs[i].name: sim.jobs[i] for i in affected}
-        for name in plan.preempted:
-            sim.preempt(by_name[name], t)
+        affected = [
+            sim.jobs[i]
+            for i in sim.on_type[cluster.inference_type]
+            if any(not cluster.is_training[s] for s in sim.jobs[i].placement)
+        ]
+        self.by_name = {job.name: job for job in affected}
+        jobs = tuple(sim.core_job(job, t) for job in sorted(affected, key=lambda job: job.name))
+        servers = tuple(cluster.server_view(s) for s in range(cluster.count))
+        return ClusterSnapshot(servers, jobs, cluster.catalog)
+
+    def apply(self, cycle: LoanCycle, t: float) -> None:
+        sim = self.sim
+        cluster = sim.cluster
         index = cluster.layout.index
+        lent = cycle.changed(Transition.LEND)
+        for name in lent:
+            cluster.lend(index[name])
+        reclaimed = cycle.changed(Transition.RECLAIM)
+        if reclaimed:
+            self.reclaims += 1
+            self.reclaimed_servers += len(reclaimed)
+        evictions = cycle.evictions
+        for name in evictions.preempted:
+            sim.preempt(self.by_name[name], t)
         shrunk: dict[SimJob, dict[int, int]] = {}
-        for server_name in plan.servers:
-            server = index[server_name]
-            for job in (by_name[name] for name in plan.evictions[server_name]):
-                if job.status is Status.RUNNING and job.placement.get(server):
-                    placement = shrunk.setdefault(job, dict(job.placement))
-                    placement.pop(server, None)
+        for name, leaving in evictions.scaled_in.items():
+            job = self.by_name[name]
+            if job.status is Status.RUNNING:
+                placement = shrunk.setdefault(job, dict(job.placement))
+                for server_name in leaving:
+                    placement.pop(index[server_name], None)
         if shrunk:
             sim.apply(shrunk, t)
-        for server_name in plan.servers:
-            server = index[server_name]
-            # Scaled-in and preempted workers alike take their grace period to leave.
-            hosted = bool(plan.evictions[server_name]) or cluster.layout.free[server] < cluster.gpus[server]
-            delay = sim.grace + self.drain if hosted else 0.0
-            cluster.start_reclaim(server, t + delay)
-            if delay > 0:
-                sim.server_ready_at(server, t + delay)
-            else:
-                cluster.finish_reclaim(server)
-        sim.decider_dirty()
+        returned = set(cycle.changed(Transition.RETURN))
+        for name in reclaimed:
+            server = index[name]
+            if name in returned:  # it hosted nothing: back at once
+                cluster.start_reclaim(server, t)
+                continue
+            # Scaled-in and preempted workers alike take their grace period to leave, then the server drains.
+            ready = t + sim.grace + self.drain
+            cluster.start_reclaim(server, ready)
+            sim.server_ready_at(server, ready)
+        for name in sorted(returned):
+            cluster.finish_reclaim(index[name])
+        if lent or reclaimed:
+            sim.decider_dirty()

@@ -47,8 +47,8 @@ class InferencePool(_Strict):
 
 
 class Loaning(_Strict):
-    #: Hysteresis: a server is lent only if the peak demand of the last this-many seconds leaves it idle (lending
-    #: waits; reclaiming never does).
+    #: Hysteresis, the loan cycle's lend delay: an idle server is lent only once idle for this many seconds
+    #: (lending waits; reclaiming never does; :mod:`lyra.core.loan_cycle`).
     lend_hysteresis_s: float = Field(default=1800.0, ge=0)
     #: Seconds from the moment a reclaimed server's training workers are gone until it serves inference (pod
     #: deletion, device and node readiness). A server with no training workers on it is back at once.

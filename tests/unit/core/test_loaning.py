@@ -50,32 +50,6 @@ def test_plan_loans(servers: str, demand: int, headroom: int, expected: tuple[ob
     assert plan.is_noop == (not plan.lend and plan.reclaim == 0)
 
 
-# Hysteresis: lending keeps max(demand, recent peak) + headroom servers; reclaiming answers the demand of now.
-# (id, servers, demand, headroom, recent peak, expected (lend, reclaim, shortfall, needed, held))
-HYSTERESIS_TABLE = [
-    ("peak-keeps-idle-servers-back", "s0 i0 i1 i2", 1, 0, 3, (("i0",), 0, 0, 1, 4)),
-    ("peak-with-headroom", "s0 i0 i1 i2", 1, 1, 2, (("i0",), 0, 0, 2, 4)),
-    ("peak-above-everything-lends-nothing", "s0 i0 i1", 0, 0, 9, ((), 0, 0, 0, 3)),
-    ("peak-below-demand-changes-nothing", "s0 s1 i0 i1", 2, 0, 1, (("i0", "i1"), 0, 0, 2, 4)),
-    ("peak-never-delays-a-reclaim", "s0 l0 l1", 3, 0, 5, ((), 2, 0, 3, 1)),
-    ("peak-of-now", "s0 i0 i1", 1, 0, 1, (("i0", "i1"), 0, 0, 1, 3)),
-]
-
-
-@pytest.mark.parametrize(
-    ("servers", "demand", "headroom", "peak", "expected"),
-    [c[1:] for c in HYSTERESIS_TABLE],
-    ids=[c[0] for c in HYSTERESIS_TABLE],
-)
-def test_recent_peak_delays_lending_never_reclaiming(
-    servers: str, demand: int, headroom: int, peak: int, expected: tuple[object, ...]
-) -> None:
-    plan = plan_loans(
-        snapshot(_servers(servers)), InferenceDemand(demand), headroom=headroom, recent_peak=InferenceDemand(peak)
-    )
-    assert (plan.lend, plan.reclaim, plan.shortfall, plan.needed, plan.held) == expected
-
-
 @pytest.mark.parametrize("headroom", [-1, 1.0], ids=["negative", "float"])
 def test_plan_loans_refuses_bad_headroom(headroom: object) -> None:
     with pytest.raises(InvalidClusterError, match=r"headroom must be an integer >= 0"):
@@ -91,10 +65,6 @@ def test_lent_servers_are_idle_and_reclaim_never_exceeds_loaned() -> None:
             assert plan.reclaim <= 2
             assert not (plan.lend and plan.reclaim), "never lend and reclaim in one plan"
             assert plan.held + plan.reclaim + plan.shortfall >= plan.needed
-            for peak in range(8):
-                damped = plan_loans(snap, InferenceDemand(demand), headroom=headroom, recent_peak=InferenceDemand(peak))
-                assert set(damped.lend) <= set(plan.lend), "a recent peak never lends more"
-                assert damped.reclaim == plan.reclaim, "nor reclaims differently"
 
 
 def test_a_gpu_type_scopes_the_balance_to_its_servers() -> None:

@@ -1,5 +1,5 @@
 """Lending and reclaiming in time: a reclaim waits for the workers' grace and a drain while inference is short,
-lending waits for the hysteresis, reclaiming never does. Golden runs on the tiny world
+lending waits for the lend delay (the loan cycle's hysteresis), reclaiming never does. Golden runs on the tiny world
 (:data:`tests.unit.sim.builders.TINY`: 100 req/s per inference server, T4 speed 0.4)."""
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ def test_a_server_that_lyra_scales_in_also_waits_for_grace_and_drain() -> None:
 DIP = stepped_load(200, 0)
 
 
-def test_a_server_freed_by_a_dip_is_lent_only_once_the_recent_peak_allows_it() -> None:
-    # With a 1800 s hysteresis, the servers freed at 600 s are lent when the last 1800 s hold no demand: at
-    # 600 + 1800 = 2400 s (a load step). B (8 GPUs) waits for them and runs 8000 at pace 3.2: 2500 s.
+def test_a_server_freed_by_a_dip_is_lent_once_idle_for_the_lend_delay() -> None:
+    # With a 1800 s lend delay, the servers idle since 600 s are lent at 600 + 1800 = 2400 s (a load step). B (8
+    # GPUs) waits for them and runs 8000 at pace 3.2: 2500 s.
     setup = scenario("loaning: {lend_hysteresis_s: 1800}")
     result = simulate("basic", trace((0, 10_000, 8), (1, 1000, 8)), setup=setup, load=DIP, length_s=6000)
     b = records(result)["job-1"]
@@ -128,16 +128,16 @@ def test_a_server_freed_by_a_dip_is_lent_only_once_the_recent_peak_allows_it() -
 
 
 def test_lending_is_decided_at_load_steps() -> None:
-    # 1000 s of hysteresis: the last demand left the window at 1600 s, and the next load step is at 1800 s.
+    # A 1000 s lend delay: the servers are idle for it at 1600 s, and the next load step is at 1800 s.
     setup = scenario("loaning: {lend_hysteresis_s: 1000}")
     result = simulate("basic", trace((0, 10_000, 8), (1, 1000, 8)), setup=setup, load=DIP, length_s=6000)
     assert records(result)["job-1"].first_start_s == 1800
 
 
-def test_the_recent_peak_holds_back_only_what_it_needs() -> None:
-    # Demand 2, 1, then 0 servers (steps at 0, 600, 1200 s); 1800 s of hysteresis. At 2400 s the last 1800 s
-    # (600-2400) peak at 1 server: one is lent (B starts). At 3000 s (1200-3000) the peak is 0: the second
-    # is lent (C starts).
+def test_each_server_waits_for_its_own_lend_delay() -> None:
+    # Demand 2, 1, then 0 servers (steps at 0, 600, 1200 s); a 1800 s lend delay. infer-0000 is idle from 600 s
+    # (infer-0001 is kept: the reverse of the lend order) and lent at 2400 s (B starts); infer-0001 is idle from
+    # 1200 s and lent at 3000 s (C starts).
     setup = scenario("loaning: {lend_hysteresis_s: 1800}")
     jobs = trace((0, 10_000, 8), (1, 10_000, 8), (2, 10_000, 8))
     result = simulate("basic", jobs, setup=setup, load=stepped_load(200, 100, 0), length_s=6000)
@@ -149,6 +149,6 @@ def test_reclaims_never_wait_for_the_hysteresis() -> None:
     setup = scenario("loaning: {lend_hysteresis_s: 1800}")
     result = simulate("basic", B_ON_LOAN, setup=setup, load=RISING, length_s=3000)
     b = records(result)["job-1"]
-    # Lent at 0 s (no demand yet: the peak of the last 1800 s is 0), called back at 600 s as demand rises.
+    # Lent at 0 s (the window opens on a settled pool), called back at 600 s as demand rises.
     assert (b.first_start_s, b.preemptions) == (1, 1)
     assert result.short_server_s == 0  # no grace, no drain: back at once
