@@ -168,6 +168,7 @@ class ProgressBar:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    from lyra.sim.bursts import BurstError, with_bursts
     from lyra.sim.calibration import calibrate
     from lyra.sim.comparison import compare
     from lyra.sim.load import LoadError, read_load
@@ -188,8 +189,19 @@ def run_simulate(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario)
         if args.seed is not None:
             scenario = scenario.model_copy(update={"seed": args.seed})
+        recorded = load
+        load = with_bursts(recorded, scenario.bursts, scenario.seed)
         window = Window.of(trace, parse_start(args.start), args.days)
-    except (FileNotFoundError, TraceError, LoadError, ScenarioError, SweepError, OutputError, ValueError) as error:
+    except (
+        FileNotFoundError,
+        TraceError,
+        LoadError,
+        ScenarioError,
+        SweepError,
+        OutputError,
+        BurstError,
+        ValueError,
+    ) as error:
         print(f"lyra simulate: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not any(window.start_s <= j.submit_s < window.start_s + window.length_s for j in trace.jobs):
@@ -221,6 +233,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(f"warning: calibration missed its target: {problem}", file=sys.stderr)
 
+    seen = _describe_load(recorded, load, scenario)
+
     if knobs is not None:
         return _run_sweep(args, (trace, load, scenario, window), knobs)
 
@@ -239,7 +253,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(format_table(comparison.metrics))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(results_json(comparison.metrics, comparison.context), encoding="utf-8")
+        context = {**comparison.context, "inference_load": seen}
+        args.json.write_text(results_json(comparison.metrics, context), encoding="utf-8")
         print(f"wrote {args.json}", file=sys.stderr)
     write_jobs_csv(args.out_dir / "jobs.csv", comparison.results)
     print(f"wrote {args.out_dir / 'jobs.csv'}", file=sys.stderr)
@@ -250,6 +265,32 @@ def run_simulate(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
     print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return EXIT_OK
+
+
+def _describe_load(recorded: Any, load: Any, scenario: Any) -> dict[str, float]:
+    """Print and return what the lender faces: the time in bursts and its forecast's error (lyra.sim.bursts)."""
+    from lyra.sim.bursts import burst_share, forecast_error
+
+    error = forecast_error(
+        load,
+        servers=scenario.inference.servers,
+        req_per_server=scenario.inference.req_per_server,
+        hysteresis_s=scenario.loaning.lend_hysteresis_s,
+        headroom_servers=scenario.inference.headroom_servers,
+    )
+    seen = {
+        "burst_share": burst_share(recorded, load) if load is not recorded else 0.0,
+        "forecast_surprise_share": error.surprise_share,
+        "forecast_mean_surprise_servers": error.mean_surprise_servers,
+        "forecast_mean_abs_error_servers": error.mean_abs_error_servers,
+    }
+    print(
+        f"inference load: bursts {seen['burst_share']:.1%} of the time; the lender's forecast (recent peak) is off "
+        f"by {error.mean_abs_error_servers:.2f} servers on average, short in {error.surprise_share:.1%} of the "
+        f"{load.step_s:g}-s steps (by {error.mean_surprise_servers:.2f} servers then)",
+        file=sys.stderr,
+    )
+    return seen
 
 
 def _run_sweep(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any], knobs: Any) -> int:

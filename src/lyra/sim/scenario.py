@@ -55,6 +55,32 @@ class Loaning(_Strict):
     drain_s: float = Field(default=30.0, ge=0)
 
 
+class Bursts(_Strict):
+    """Inference bursts laid over the load series (:mod:`lyra.sim.bursts`): sudden rises that the lending cycle
+    did not see coming, so that reclaims happen under pressure. None by default."""
+
+    #: Bursts starting per day on average (Poisson arrivals, seeded); 0: the load as recorded.
+    per_day: float = Field(default=0.0, ge=0, le=1000)
+    #: During a burst the rate is multiplied by a uniform draw in [factor_min, factor_max].
+    factor_min: float = Field(default=1.5, ge=1, le=100)
+    factor_max: float = Field(default=2.5, ge=1, le=100)
+    #: Each burst lasts a uniform draw in [duration_min_s, duration_max_s] seconds.
+    duration_min_s: float = Field(default=300.0, gt=0, le=86_400)
+    duration_max_s: float = Field(default=1800.0, gt=0, le=86_400)
+    #: The series is resampled to this step (it must divide the series' step) so that short bursts show.
+    step_s: float = Field(default=60.0, gt=0, le=86_400)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Bursts:
+        if self.factor_max < self.factor_min:
+            raise ValueError(f"factor_max ({self.factor_max}) must be >= factor_min ({self.factor_min})")
+        if self.duration_max_s < self.duration_min_s:
+            raise ValueError(
+                f"duration_max_s ({self.duration_max_s}) must be >= duration_min_s ({self.duration_min_s})"
+            )
+        return self
+
+
 class Memory(_Strict):
     #: Share of the trace's jobs whose per-GPU memory need fits an inference GPU (seeded draw per job; Philly
     #: records no memory need). The others may only use training GPUs.
@@ -138,6 +164,7 @@ class Scenario(_Strict):
     #: Training speed per GPU type relative to the reference (1.0); unknown types run at 1.0.
     speed: dict[str, float] = Field(default_factory=lambda: {"V100": 1.0, "T4": 0.4})
     loaning: Loaning = Loaning()
+    bursts: Bursts = Bursts()
     memory: Memory = Memory()
     scaling: Scaling = Scaling()
     elasticity: Elasticity = Elasticity()

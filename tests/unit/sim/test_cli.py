@@ -264,3 +264,22 @@ def test_a_trace_that_could_never_end_is_refused(
     write(inputs["trace"], "submit_time,duration,num_gpus\n" + rows)
     code = _run(inputs, "--out-dir", str(tmp_path / "o"))
     _refused(code, capsys.readouterr().err, message)
+
+
+def test_bursts_and_the_lenders_forecast_error_are_reported(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bursty = write(tmp_path / "bursty.yaml", TINY + "bursts: {per_day: 50, step_s: 60}\n")
+    out = tmp_path / "out"
+    code = main(
+        [
+            "simulate", "--trace", str(inputs["trace"]), "--load", str(inputs["load"]), "--scenario", str(bursty),
+            "--scheme", "basic", "--json", str(out / "r.json"), "--out-dir", str(out), "--no-plots", "--quiet",
+            "--days", "1", "--start", "0",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert "inference load: bursts " in capsys.readouterr().err
+    seen = json.loads((out / "r.json").read_text())["inference_load"]
+    assert 0 < seen["burst_share"] < 1
+    assert seen["forecast_mean_abs_error_servers"] >= 0
