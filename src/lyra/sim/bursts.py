@@ -63,15 +63,17 @@ def burst_share(load: LoadSeries, bursty: LoadSeries) -> float:
 
 @dataclass(frozen=True, slots=True)
 class ForecastError:
-    """How wrong the lender's forecast is. The lender sees demand only as observed: the present and the peak of the
-    last ``lend_hysteresis_s`` (the servers it keeps from lending, plus headroom). A step *surprises* it when the
-    demand exceeds what the previous step's forecast kept: those servers must come back from loan at once."""
+    """How wrong the lender's forecast is. The lender sees demand only as observed: a server is lent once idle for
+    ``lend_hysteresis_s`` (:mod:`lyra.core.loan_cycle`), so it keeps from lending the peak demand of that span or
+    the present demand plus headroom, whichever is more: that is its forecast of the next step. A step *surprises*
+    it when demand exceeds what the previous step kept: those servers must come back from loan at once."""
 
     #: Share of the steps (of one period of the series) that surprise the lender.
     surprise_share: float
     #: Mean servers missing from the forecast in a surprising step.
     mean_surprise_servers: float
-    #: Mean |demand - previous step's recent peak| over every step, in servers.
+    #: Mean |demand - previous step's recent peak| over every step, in servers (the forecast's error without the
+    #: headroom).
     mean_abs_error_servers: float
 
 
@@ -87,7 +89,7 @@ def forecast_error(
     for i in range(1, len(demand)):
         peak = max(demand[max(0, i - span) : i])
         errors.append(abs(demand[i] - peak))
-        missing = demand[i] - (peak + headroom_servers)
+        missing = demand[i] - max(peak, demand[i - 1] + headroom_servers)
         if missing > 0:
             surprises.append(missing)
     counted = max(1, len(errors))
