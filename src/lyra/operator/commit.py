@@ -1,13 +1,19 @@
-"""Commit: list what a pass reads, and apply a decision's actions to the API, in order, idempotently, object by
+"""Commit: read what a pass decides on, and apply a decision's actions to the API, in order, idempotently, object by
 object.
 
-Creating what exists (409 AlreadyExists) and deleting what is gone (404) count as done. An API error on one action
+Creating what exists (409 AlreadyExists) and deleting what is gone (404) count as done, but for a pod whose namesake
+belongs to an earlier run of its job (another controller UID): that pod is deleted, with its UID as precondition,
+and the create waits for the next pass. An API error on one action
 is confined to its object (:mod:`lyra.operator.isolation`): it is logged, posted as a Warning Event on the object,
 the object's later actions in the pass are skipped (and pod actions that wait for it), it is held back with
 exponential backoff, and every other object's actions still go through. A conflict on a node (its resourceVersion
 moved since the pass read it) or an object gone (404) skips that object's dependants for this pass only; the next
 pass reads afresh, which the action order makes safe (:mod:`lyra.operator.actions`). Errors that are not one
 object's (401, 429, the API server unreachable) end the pass.
+
+The running operator reads from its watch caches (:mod:`lyra.operator.caches`) and never lists in a pass; every
+write tells the caches the resourceVersion the API answered, and the next pass reads only once they have seen it.
+Without caches (one-shot commands) :meth:`Cluster.observe` lists each kind once, in pages.
 
 A node left out of a pass (:meth:`Cluster.report_left_out`) gets its Event at most once every :data:`EVENT_REPEAT_S`.
 """
@@ -36,9 +42,10 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
+from lyra.operator.caches import ClusterCaches, list_once
 from lyra.operator.isolation import Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
-from lyra.operator.observe import World, format_time, read_world
+from lyra.operator.observe import HealthMemory, World, format_time, read_world
 
 log = logging.getLogger("lyra.operator")
 
@@ -70,8 +77,11 @@ class Outcome:
 class Cluster:
     """The operator's access to the API server."""
 
-    def __init__(self, api: client.ApiClient, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self, api: client.ApiClient, backoff: Backoff | None = None, caches: ClusterCaches | None = None
+    ) -> None:
         self.api = api
+        self.caches = caches
         self._fence: Callable[[], bool] | None = None
         self._read_at: World | None = None  # the World the decision being applied was made on
         self.core = client.CoreV1Api(api)
@@ -79,31 +89,25 @@ class Cluster:
         self.custom = client.CustomObjectsApi(api)
         self.backoff = backoff or Backoff()
         self._posted: dict[tuple[str, str], float] = {}  # node left out, why -> when its Event was posted
+        self.health = HealthMemory()  # when each node's GPU dip was first seen, across passes
 
     def observe(self, now: float) -> World:
-        """List nodes, GPU pods, jobs, services and Lyra's Deployments, and read them into a World."""
-        nodes = self._items(self.core.list_node(label_selector=names.POOL_LABEL, _preload_content=False))
-        pods = self._items(self.core.list_pod_for_all_namespaces(_preload_content=False))
-        jobs = self._items(
-            self.custom.list_cluster_custom_object(
-                names.GROUP, names.VERSION, names.TRAINING_JOB_PLURAL, _preload_content=False
-            )
+        """Nodes, GPU pods, jobs, services and Lyra's Deployments read into a World: from the watch caches once they
+        have seen this operator's last writes, or (no caches) listed once."""
+        if self.caches is None:
+            objects = list_once(self.api)
+        else:
+            self.caches.catch_up()
+            objects = self.caches.snapshot()
+        return read_world(
+            now,
+            nodes=objects["nodes"],
+            pods=objects["pods"],
+            jobs=objects["jobs"],
+            services=objects["services"],
+            deployments=objects["deployments"],
+            memory=self.health,
         )
-        services = self._items(
-            self.custom.list_cluster_custom_object(
-                names.GROUP, names.VERSION, names.INFERENCE_SERVICE_PLURAL, _preload_content=False
-            )
-        )
-        deployments = self._items(
-            self.apps.list_deployment_for_all_namespaces(label_selector=names.SERVICE_LABEL, _preload_content=False)
-        )
-        return read_world(now, nodes=nodes, pods=pods, jobs=jobs, services=services, deployments=deployments)
-
-    @staticmethod
-    def _items(response: Any) -> list[dict[str, Any]]:
-        body = json.loads(response.data)
-        items: list[dict[str, Any]] = body.get("items", [])
-        return items
 
     def apply(self, decision: Decision, now: float, world: World | None = None) -> Outcome:
         """Apply ``decision`` object by object (see the module docstring). With the ``world`` it was decided on,
@@ -129,8 +133,12 @@ class Cluster:
                 results.append(HELD)
                 continue
             try:
-                self._apply(action, now)
+                version = self._apply(action, now)
             except ApiException as error:
+                if error.status == 409 and isinstance(action, CreatePod) and self._removed_stale_namesake(action):
+                    blocked.add(key)
+                    results.append(DEFERRED)
+                    continue
                 if (
                     error.status == 409
                     and isinstance(action, CreatePod | CreateService | ApplyDeployment)
@@ -167,11 +175,40 @@ class Cluster:
                 self._report(failure, now)
                 results.append(REFUSED)
                 continue
+            if self.caches is not None and version:
+                self.caches.wrote(_written_kind(action), version)
             applied += 1
             results.append(APPLIED)
         for over in self.backoff.settle(failed, now):
             log.info("%s %s: writes go through again", over.subject.kind, over.subject.key)
         return Outcome(applied, len(failures), held, skipped, tuple(failures), tuple(results))
+
+    def _removed_stale_namesake(self, action: CreatePod) -> bool:
+        """After a 409 on creating a pod: whether the pod of that name is an earlier run's (its controller is not the
+        action's owner UID), in which case it is deleted (UID precondition) and the create is not done. A failure to
+        tell keeps the old reading: the create counts as done, and the next pass sees which pod it is."""
+        owner_uid = action.owner.uid if action.owner is not None else ""
+        if not owner_uid:
+            return False
+        try:
+            response: Any = self.core.read_namespaced_pod(action.ref.name, action.ref.namespace, _preload_content=False)
+            metadata = json.loads(response.data).get("metadata") or {}
+            references = [r for r in metadata.get("ownerReferences") or [] if isinstance(r, dict)]
+            controller = next((r for r in references if r.get("controller")), None)
+            if controller is None or controller.get("uid") == owner_uid:
+                return False
+            self._fenced(action)
+            preconditions = client.V1Preconditions(uid=str(metadata.get("uid", "")))
+            self.core.delete_namespaced_pod(
+                action.ref.name, action.ref.namespace, body=client.V1DeleteOptions(preconditions=preconditions)
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return True  # gone meanwhile: the next pass creates it
+            log.info("pod %s exists; whose it is could not be read: %s", action.ref.key, _reason(error))
+            return False
+        log.info("pod %s of an earlier run (owner %s) deleted; created by the next pass", action.ref.key, controller)
+        return True
 
     def _report(self, failure: Failure, now: float) -> None:
         """A Warning Event on the object whose write failed (its status says it too, from the next pass)."""
@@ -219,8 +256,11 @@ class Cluster:
         if self._fence is not None and not self._fence():
             raise LeadershipLostError(f"lost the lease: stopped before {describe(action)}")
 
-    def _apply(self, action: Action, now: float) -> None:
+    def _apply(self, action: Action, now: float) -> str:
+        """Apply one action; the resourceVersion the API answered the write with ("" if none is cached)."""
         self._fenced(action)
+        raw: dict[str, Any] = {"_preload_content": False}  # the written object's version, without the client's models
+        response: Any
         if isinstance(action, SetNodeState):
             annotations = dict(action.annotations)
             body = {
@@ -231,9 +271,10 @@ class Cluster:
                 },
                 "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in action.taints]},
             }
-            self.core.patch_node(action.node, body)
+            response = self.core.patch_node(action.node, body, **raw)
             log.info("node %s -> %s (%s)", action.node, action.state.value, action.reason)
-        elif isinstance(action, PatchStatus):
+            return _version_in(response)
+        if isinstance(action, PatchStatus):
             plural = (
                 names.TRAINING_JOB_PLURAL
                 if action.ref.kind == names.TRAINING_JOB_KIND
@@ -245,7 +286,7 @@ class Cluster:
             read_at = self._read_at.version_of(action.ref) if self._read_at is not None else ""
             if read_at:  # written over what the pass read, or refused (409) if the object changed since
                 whole.insert(0, {"op": "replace", "path": "/metadata/resourceVersion", "value": read_at})
-            self.custom.patch_namespaced_custom_object_status(
+            response = self.custom.patch_namespaced_custom_object_status(
                 names.GROUP,
                 names.VERSION,
                 action.ref.namespace,
@@ -253,36 +294,46 @@ class Cluster:
                 action.ref.name,
                 whole,
                 _content_type="application/json-patch+json",
+                **raw,
             )
-        elif isinstance(action, DeletePod):
+            return _version_in(response)
+        if isinstance(action, DeletePod):
             # Only the pod the pass read (not a new one of the same name): a UID precondition (409 otherwise).
             preconditions = client.V1Preconditions(uid=action.ref.uid) if action.ref.uid else None
-            self.core.delete_namespaced_pod(
+            response = self.core.delete_namespaced_pod(
                 action.ref.name,
                 action.ref.namespace,
                 grace_period_seconds=action.grace_seconds,
                 body=client.V1DeleteOptions(grace_period_seconds=action.grace_seconds, preconditions=preconditions),
+                **raw,
             )
             log.info("pod %s deleted (%s, grace %d s)", action.ref.key, action.reason, action.grace_seconds)
-        elif isinstance(action, SetPodRole):
-            self.core.patch_namespaced_pod(
-                action.ref.name, action.ref.namespace, {"metadata": {"labels": {names.ROLE_LABEL: action.role}}}
+            return _version_in(response)
+        if isinstance(action, SetPodRole):
+            response = self.core.patch_namespaced_pod(
+                action.ref.name, action.ref.namespace, {"metadata": {"labels": {names.ROLE_LABEL: action.role}}}, **raw
             )
-        elif isinstance(action, CreateService):
+            return _version_in(response)
+        if isinstance(action, CreateService):
             self.core.create_namespaced_service(action.ref.namespace, cast(Any, dict(action.manifest)))
         elif isinstance(action, CreatePod):
-            self.core.create_namespaced_pod(action.ref.namespace, cast(Any, dict(action.manifest)))
+            response = self.core.create_namespaced_pod(action.ref.namespace, cast(Any, dict(action.manifest)), **raw)
             log.info("pod %s created", action.ref.key)
+            return _version_in(response)
         elif isinstance(action, ApplyDeployment):
             if action.create:
-                self.apps.create_namespaced_deployment(action.ref.namespace, cast(Any, dict(action.manifest)))
+                response = self.apps.create_namespaced_deployment(
+                    action.ref.namespace, cast(Any, dict(action.manifest)), **raw
+                )
             else:
                 replicas = action.manifest["spec"]["replicas"]
-                self.apps.patch_namespaced_deployment(
-                    action.ref.name, action.ref.namespace, {"spec": {"replicas": replicas}}
+                response = self.apps.patch_namespaced_deployment(
+                    action.ref.name, action.ref.namespace, {"spec": {"replicas": replicas}}, **raw
                 )
+            return _version_in(response)
         elif isinstance(action, Emit):
             self._event(action, now)
+        return ""
 
     def _event(self, action: Emit, now: float) -> None:
         self._fenced(action)
@@ -329,6 +380,27 @@ class FencedPool:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.pool, name)
+
+
+def _written_kind(action: Action) -> str:
+    """The kind of the object an action writes (what :meth:`ClusterCaches.wrote` files its version under)."""
+    if isinstance(action, SetNodeState):
+        return "Node"
+    if isinstance(action, CreatePod | DeletePod | SetPodRole):
+        return "Pod"
+    if isinstance(action, ApplyDeployment):
+        return "Deployment"
+    return action.ref.kind if isinstance(action, PatchStatus) else ""
+
+
+def _version_in(response: Any) -> str:
+    """The resourceVersion of the object a write's response (raw, not preloaded) carries ("" if none)."""
+    try:
+        body = json.loads(response.data)
+    except (AttributeError, TypeError, ValueError):
+        return ""
+    meta = body.get("metadata") if isinstance(body, dict) else None
+    return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
 
 
 def _already_exists(error: ApiException) -> bool:

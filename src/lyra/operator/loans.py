@@ -65,7 +65,10 @@ class LoanBook:
         self.changes = changes
         self.hooks = hooks
         self.now = world.now
-        self.inference_nodes = [n for n in world.nodes if n.pool is Pool.INFERENCE]
+        # A lost node (unhealthy past the grace) serves nobody: the cycle plans inference without it, and leaves it be.
+        self.inference_nodes = [
+            n for n in world.nodes if n.pool is Pool.INFERENCE and not n.lost(world.now, config.node_grace_s)
+        ]
         self.reasons: dict[str, str] = {}
         self.demand = dict(demand)
         self.users = users or {}
@@ -90,6 +93,7 @@ class LoanBook:
                 reclaim_started=node.reclaim_started if state is LoanState.RECLAIMING else None,
                 replicas=inference_on[node.name],
                 hosts_training=bool(self.training_on[node.name]),
+                healthy=node.healthy,
             )
             for node in self.inference_nodes
             for state in [node.state or (LoanState.SERVING if inference_on[node.name] else LoanState.IDLE)]

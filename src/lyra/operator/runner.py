@@ -1,13 +1,15 @@
-"""The running operator: kopf watches wake a reconcile loop that observes, decides and commits.
+"""The running operator: watch caches wake a reconcile loop that observes, decides and commits.
 
-kopf keeps list-and-watch streams on TrainingJobs, InferenceServices, Lyra's pods and pool nodes (reconnecting,
-with backoff); any event wakes the loop. The loop makes one pass at a time (coalescing the events that arrived
-meanwhile), and at least one every ``resync_s`` so that timed transitions (lend delay, reclaim deadline, gang
-timeout) happen without an event. A pass starts by holding the leader Lease (:mod:`lyra.operator.leader`); an
-operator that does not hold it stands by. Each pass lists afresh, so the operator holds no state of its own:
-killed at any point, a new one converges from what the API says. An API error on one object is confined to it (its
-own backoff, :mod:`lyra.operator.isolation`); errors that are not one object's (the API server unreachable, 401,
-429) end a pass, and the next one is retried with exponential backoff.
+The caches (:mod:`lyra.operator.caches`, on :mod:`lyra.kubewatch`) keep list-and-watch streams on pool nodes, pods,
+TrainingJobs, InferenceServices and Lyra's Deployments (resuming, with backoff); any change to an object they keep
+wakes the loop. The loop makes no pass before every cache has listed once (``/readyz`` is not ready meanwhile), then
+one pass at a time (coalescing the events that arrived meanwhile), and at least one every ``resync_s`` so that timed
+transitions (lend delay, reclaim deadline, gang timeout) happen without an event. A pass starts by holding the
+leader Lease (:mod:`lyra.operator.leader`); an operator that does not hold it stands by. A pass reads the caches,
+never lists, and reads only once they have seen its previous writes. The caches mirror the API, so killed at any
+point, a new operator converges from what the API says. An API error on one object is confined to it (its own
+backoff, :mod:`lyra.operator.isolation`); errors that are not one object's (the API server unreachable, 401, 429)
+end a pass, and the next one is retried with exponential backoff.
 
 With ``dry_run`` the loop decides and reports (log lines, one per new plan) and writes nothing.
 
@@ -22,17 +24,17 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import kopf
 from kubernetes import client
 
 from lyra import __version__
 from lyra.api import names
 from lyra.operator.actions import Decision, PatchStatus, SetNodeState
+from lyra.operator.caches import ClusterCaches
 from lyra.operator.commit import Cluster
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.endpoints import Health, serve
@@ -43,6 +45,7 @@ log = logging.getLogger("lyra.operator")
 
 MIN_PASS_INTERVAL_S = 0.25
 MAX_BACKOFF_S = 30.0
+SYNC_POLL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,16 @@ class Reconciler:
         self.metrics.pass_ended(SUCCEEDED)
         return decision
 
+    async def wait_synced(self, stop: asyncio.Event) -> None:
+        """Until every cache has listed once: no pass, and not ready (the loop is alive, it beats)."""
+        caches = self.cluster.caches
+        while caches is not None and not stop.is_set():
+            if await asyncio.to_thread(caches.wait_synced, SYNC_POLL_S):
+                return
+            self.health.beat(synced=False, problem="the watch caches have not listed every kind once yet")
+
     async def run(self, stop: asyncio.Event) -> None:
+        await self.wait_synced(stop)
         backoff = 1.0
         while not stop.is_set():
             started = time.monotonic()
@@ -209,26 +221,6 @@ async def _first(*events: asyncio.Event) -> None:
             waiter.cancel()
 
 
-def _login_as(cluster: Cluster) -> Callable[..., kopf.ConnectionInfo]:
-    """kopf's watches use the same credentials as the operator's own client (not kopf's kubeconfig search)."""
-
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        settings = cluster.api.configuration
-        keys = settings.api_key or {}
-        token = str(keys.get("BearerToken") or keys.get("authorization") or "")  # the client's two spellings
-        return kopf.ConnectionInfo(
-            server=settings.host,
-            ca_path=settings.ssl_ca_cert,
-            insecure=not settings.verify_ssl,
-            certificate_path=settings.cert_file,
-            private_key_path=settings.key_file,
-            scheme="Bearer" if token else None,
-            token=token.removeprefix("Bearer ").strip() or None,
-        )
-
-    return login
-
-
 def leader_lease(cluster: Cluster, options: RunOptions) -> LeaderLease:
     """The operator's Lease, on a client of its own (the Lease's writes are the renewals, never fenced), with the
     fence installed on the cluster's client. Every write of both names the lease identity in its user agent, so
@@ -244,50 +236,41 @@ def leader_lease(cluster: Cluster, options: RunOptions) -> LeaderLease:
 
 
 def run_operator(cluster: Cluster, options: RunOptions) -> None:
-    """Run until SIGINT/SIGTERM: kopf's watches and the reconcile loop in one event loop."""
-
-    registry = kopf.OperatorRegistry()
+    """Run until SIGINT/SIGTERM: the watch caches, the reconcile loop and the Lease's loop."""
     lease = leader_lease(cluster, options)
     reconciler = Reconciler(cluster, options, lease=lease)
+    caches = cluster.caches or ClusterCaches.on_api(cluster.api)
+    cluster.caches = caches
     server = (
         serve(options.http_address, options.http_port, reconciler.metrics, reconciler.health)
         if options.http_port
         else None
     )
 
-    def wake(**_: Any) -> None:
-        reconciler.wake.set()
-
-    kopf.on.event(names.GROUP, names.VERSION, names.TRAINING_JOB_PLURAL, registry=registry)(wake)
-    kopf.on.event(names.GROUP, names.VERSION, names.INFERENCE_SERVICE_PLURAL, registry=registry)(wake)
-    kopf.on.event("v1", "pods", labels={names.ROLE_LABEL: kopf.PRESENT}, registry=registry)(wake)
-    kopf.on.event("v1", "nodes", labels={names.POOL_LABEL: kopf.PRESENT}, registry=registry)(wake)
-    kopf.on.login(registry=registry)(_login_as(cluster))
-
-    settings = kopf.OperatorSettings()
-    settings.posting.enabled = False  # Lyra posts its own Events, with its own reasons
-    settings.watching.server_timeout = 300
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=names.GROUP)
-
     async def main() -> None:
+        loop = asyncio.get_running_loop()
         stop = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+
+        def wake() -> None:  # from a cache's thread
+            loop.call_soon_threadsafe(reconciler.wake.set)
+
+        caches.on_change = wake
+        caches.start()
         loop_task = asyncio.create_task(reconciler.run(stop))
         lease_task = asyncio.create_task(reconciler.keep_lease(stop))
-        try:
-            await kopf.operator(registry=registry, settings=settings, standalone=True, clusterwide=True)
-        finally:
-            stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task  # a pass under way finishes first: it is never cut between two writes
-            with contextlib.suppress(asyncio.CancelledError):
-                await lease_task
+        await stop.wait()
+        # A pass under way finishes first: it is never cut between two writes.
+        await asyncio.gather(loop_task, lease_task, return_exceptions=True)
 
     try:
         asyncio.run(main())
     except (KeyboardInterrupt, asyncio.CancelledError):
-        log.info("stopped")  # SIGINT/SIGTERM: a clean stop
+        pass
     finally:
+        log.info("stopped")
+        caches.stop()
         lease.release()  # a successor leads at once, not after the lease expires
         if server is not None:
             server.shutdown()

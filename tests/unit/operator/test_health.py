@@ -4,11 +4,17 @@ and owner references written as the kubelet, the node-lifecycle controller and t
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from types import SimpleNamespace
+from typing import Any, cast
 
-from lyra.operator.actions import CreatePod, DeletePod
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lyra.operator.actions import CreatePod, Decision, DeletePod
+from lyra.operator.commit import APPLIED, DEFERRED, Cluster, Outcome
 from lyra.operator.decide import OperatorConfig, decide
-from lyra.operator.observe import HealthMemory, format_time, read_world
+from lyra.operator.observe import HealthMemory, ObjectRef, format_time, read_world
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
 
@@ -213,6 +219,42 @@ def test_a_terminating_pod_on_an_unreachable_node_does_not_hold_up_admission_els
     assert cluster.job_status("late")["phase"] == "Running", "admission goes on beside the stuck pod"
 
 
+def test_an_idle_inference_server_that_stops_reporting_is_not_lent() -> None:
+    cluster = FakeCluster([node("t0", "inference", T4), node("t1", "inference", T4)])
+    cluster.add_service(inference_service("chat", 0))
+    kill_kubelet(cluster, "t1", since=cluster.now)
+    cluster.tick(CONFIG.lend_delay_s + 1)
+    settle(cluster, dead=frozenset({"t1"}))
+    cluster.tick(CONFIG.lend_delay_s + 1)
+    settle(cluster, dead=frozenset({"t1"}))
+    assert cluster.state("t0") == "loaned"
+    assert cluster.state("t1") != "loaned"
+    revive(cluster, "t1")
+    cluster.tick(CONFIG.lend_delay_s + 1)
+    settle(cluster)
+    assert cluster.state("t1") == "loaned", "lent once it reports again"
+
+
+def test_a_lost_serving_node_is_replaced_by_reclaiming_a_loaned_one() -> None:
+    cluster = FakeCluster([node("t0", "inference", T4), node("t1", "inference", T4), node("t2", "inference", T4)])
+    cluster.add_service(inference_service("chat", 1))
+    cluster.tick(CONFIG.lend_delay_s + 1)
+    settle(cluster)
+    cluster.tick(CONFIG.lend_delay_s + 1)
+    settle(cluster)
+    serving = [n for n in cluster.nodes if cluster.state(n) == "serving"]
+    assert len(serving) == 1
+    assert sorted(cluster.state(n) for n in cluster.nodes) == ["loaned", "loaned", "serving"]
+    kill_kubelet(cluster, serving[0], since=cluster.now)
+    cluster.tick(GRACE_S - 5)
+    settle(cluster, dead=frozenset(serving))
+    assert sorted(cluster.state(n) for n in cluster.nodes) == ["loaned", "loaned", "serving"], "not during the grace"
+    cluster.tick(10)
+    settle(cluster, dead=frozenset(serving))
+    others = [n for n in cluster.nodes if n != serving[0]]
+    assert "serving" in {cluster.state(n) for n in others}, "a loaned server came back to serve in its place"
+
+
 def test_an_allocatable_dip_must_last_the_grace_before_the_node_and_its_workers_go() -> None:
     cluster = two_training_nodes()
     cluster.add_job(training_job("elastic", 2, 16))
@@ -386,3 +428,45 @@ def test_a_deployment_of_an_earlier_service_of_the_same_name_is_not_the_services
     assert cluster.world().services[0].deployment_replicas == 1
     cluster.services["serve/chat"]["metadata"]["uid"] = "uid-chat-2"
     assert cluster.world().services[0].deployment_replicas is None
+
+
+class PodApiWithNamesake:
+    """The pod calls :class:`lyra.operator.commit.Cluster` makes, answering a create with 409 because a pod of that
+    name exists, owned by ``owner_uid``; deletions are recorded with their preconditions."""
+
+    def __init__(self, owner_uid: str) -> None:
+        self.owner_uid = owner_uid
+        self.deleted: list[tuple[str, str | None]] = []
+
+    def create_namespaced_pod(self, namespace: str, body: Any, **_: Any) -> Any:
+        raise ApiException(status=409, reason="Conflict")
+
+    def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> Any:
+        owner = {"apiVersion": "lyra.dev/v1alpha1", "kind": "TrainingJob", "uid": self.owner_uid, "controller": True}
+        body = {"metadata": {"name": name, "namespace": namespace, "uid": "old-pod", "ownerReferences": [owner]}}
+        return SimpleNamespace(data=json.dumps(body).encode())
+
+    def delete_namespaced_pod(self, name: str, namespace: str, body: client.V1DeleteOptions, **_: Any) -> None:
+        self.deleted.append((f"{namespace}/{name}", body.preconditions.uid if body.preconditions else None))
+
+
+def create_worker(owner_uid: str) -> tuple[Outcome, PodApiWithNamesake]:
+    cluster = Cluster(client.ApiClient())
+    api = PodApiWithNamesake(owner_uid)
+    cluster.core = cast(Any, api)
+    job = ObjectRef("TrainingJob", "ml", "again", "uid-new")
+    action = CreatePod(ObjectRef("Pod", "ml", "again-w0"), {"metadata": {"name": "again-w0"}}, job)
+    return cluster.apply(Decision((action,)), 0.0), api
+
+
+def test_a_409_on_creating_a_pod_whose_namesake_is_an_earlier_runs_deletes_it_and_is_not_success() -> None:
+    outcome, api = create_worker("uid-old")
+    assert outcome.results == (DEFERRED,)
+    assert outcome.applied == 0
+    assert api.deleted == [("ml/again-w0", "old-pod")], "deleted with its UID as precondition"
+
+
+def test_a_409_on_creating_a_pod_that_is_already_this_runs_is_success() -> None:
+    outcome, api = create_worker("uid-new")
+    assert outcome.results == (APPLIED,)
+    assert api.deleted == []

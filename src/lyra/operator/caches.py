@@ -1,0 +1,133 @@
+"""The operator's watch caches: the objects a pass reads, kept current by list-and-watch (:mod:`lyra.kubewatch`),
+so that no pass lists the cluster.
+
+Five caches: pool nodes, pods (only those that ask for GPUs or carry Lyra's labels are kept), TrainingJobs,
+InferenceServices and Lyra's Deployments. The runner starts them, makes no pass before every one has listed once
+(``/readyz`` says so meanwhile), and wakes its loop on every change they see.
+
+**Reading one's own writes.** A pass may start before the watch has delivered the previous pass's writes; deciding
+on such a view would, for example, create a pod again or write a status over one it has already replaced. So every
+write the commit makes records the resourceVersion the API server answered it with, per cache (:meth:`wrote`), and
+a pass reads only after each cache has seen at least that version (:meth:`catch_up`): the write's own event carries
+it. resourceVersions are etcd revisions, which grow with every write, so a cache that has seen a later event has
+seen the write too. A cache that has not seen it within :data:`CATCH_UP_S` lists again (a list is a consistent
+read, at or after the write); if even that does not reach it, the pass fails and the next one tries again. Writes
+whose event no cache receives (Events, a job's headless Service) record nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+
+from lyra.api import names
+from lyra.kubewatch import ApiSource, Source, WatchCache, list_all
+from lyra.kubewatch.cache import reached
+from lyra.kubewatch.kinds import DEPLOYMENTS, INFERENCE_SERVICES, NODES, PODS, TRAINING_JOBS, JsonObject, Kind
+
+#: How long a pass waits for a cache to see its previous writes before the cache lists again.
+CATCH_UP_S = 5.0
+
+#: The kinds a pass reads, by the name of ``read_world``'s argument.
+KINDS: Mapping[str, Kind] = {
+    "nodes": NODES,
+    "pods": PODS,
+    "jobs": TRAINING_JOBS,
+    "services": INFERENCE_SERVICES,
+    "deployments": DEPLOYMENTS,
+}
+_BY_RESOURCE_KIND = {
+    "Node": "nodes",
+    "Pod": "pods",
+    names.TRAINING_JOB_KIND: "jobs",
+    names.INFERENCE_SERVICE_KIND: "services",
+    "Deployment": "deployments",
+}
+
+
+class StaleCacheError(RuntimeError):
+    """A cache did not reach the version of a write the operator made, even after listing again."""
+
+
+def cache_of(kind: str) -> str | None:
+    """The cache (``read_world``'s argument) that receives writes to objects of ``kind`` (``None``: no cache)."""
+    return _BY_RESOURCE_KIND.get(kind)
+
+
+def list_once(api: client.ApiClient) -> dict[str, list[JsonObject]]:
+    """Every kind a pass reads, listed once (paginated, slimmed): for one-shot commands, which keep no cache."""
+    return {name: list_all(ApiSource(api, kind), kind)[0] for name, kind in KINDS.items()}
+
+
+class ClusterCaches:
+    """The five caches a pass reads, and the versions of the operator's own writes they must reach first."""
+
+    def __init__(
+        self,
+        sources: Mapping[str, Source],
+        *,
+        on_change: Callable[[], None] | None = None,
+        catch_up_s: float = CATCH_UP_S,
+    ) -> None:
+        self.on_change = on_change
+        self.catch_up_s = catch_up_s
+        self.caches = {
+            name: WatchCache(KINDS[name], source, on_change=self._changed) for name, source in sources.items()
+        }
+        self._written: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def on_api(cls, api: client.ApiClient, **options: Any) -> ClusterCaches:
+        return cls({name: ApiSource(api, kind) for name, kind in KINDS.items()}, **options)
+
+    def _changed(self, _key: str, _object: JsonObject | None) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def start(self) -> None:
+        for cache in self.caches.values():
+            cache.start()
+
+    def stop(self) -> None:
+        for cache in self.caches.values():
+            cache.stop()
+
+    @property
+    def synced(self) -> bool:
+        return all(cache.synced for cache in self.caches.values())
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        return all(cache.wait_synced(timeout_s) for cache in self.caches.values())
+
+    def wrote(self, kind: str, version: str) -> None:
+        """The operator wrote an object of ``kind`` (``Node``, ``Pod``, ...) and the API answered with ``version``."""
+        name = cache_of(kind)
+        if name is None or not version:
+            return
+        with self._lock:
+            if reached(self._written.get(name, ""), version):
+                return
+            self._written[name] = version
+
+    def catch_up(self) -> None:
+        """Wait until every cache has seen the operator's writes (see the module docstring)."""
+        with self._lock:
+            written = dict(self._written)
+        for name, version in sorted(written.items()):
+            cache = self.caches[name]
+            if cache.wait_for(version, self.catch_up_s):
+                continue
+            cache.relist()
+            if not cache.wait_for(version, self.catch_up_s):
+                raise StaleCacheError(
+                    f"the {cache.kind.name} cache is at version {cache.version or 'none'}, before the operator's "
+                    f"write at {version}, even after listing again"
+                )
+
+    def snapshot(self) -> dict[str, list[JsonObject]]:
+        """Each kind's objects now, by ``read_world``'s argument names."""
+        return {name: cache.snapshot() for name, cache in self.caches.items()}

@@ -1,0 +1,161 @@
+"""The list-and-watch cache against an in-memory API server: paginated list, events in order, resuming after the
+server ends a stream or refuses one, re-listing only on 410, bookmarks, and waiting for a version."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lyra.kubewatch import Kind, WatchCache
+from lyra.localcluster.waiting import wait_for
+from tests.unit.kubewatch.fake_server import FakeServer
+
+PLAIN = Kind("things", lambda api: api)
+TIMEOUT_S = 10.0
+
+
+def thing(name: str, value: int = 0, namespace: str = "ns") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"value": value}}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, int | None]] = []
+
+    def __call__(self, key: str, obj: dict[str, Any] | None) -> None:
+        self.changes.append((key, None if obj is None else obj["spec"]["value"]))
+
+
+@pytest.fixture
+def server() -> FakeServer:
+    return FakeServer()
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def cache(server: FakeServer, recorder: Recorder) -> Iterator[WatchCache]:
+    for i in range(7):
+        server.put(thing(f"t{i}", i))
+    watched = WatchCache(PLAIN, server, on_change=recorder, page_size=3, initial_backoff_s=0.01)
+    watched.start()
+    assert watched.wait_synced(TIMEOUT_S)
+    yield watched
+    watched.stop()
+
+
+def values(cache: WatchCache) -> dict[str, int]:
+    return {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["spec"]["value"] for o in cache.snapshot()}
+
+
+def settled(cache: WatchCache, server: FakeServer) -> bool:
+    expected = {key: obj["spec"]["value"] for key, obj in server.objects.items()}
+    return values(cache) == expected and cache.version == str(server.version)
+
+
+def test_the_first_list_is_paginated_and_fills_the_cache(cache: WatchCache, server: FakeServer) -> None:
+    assert values(cache) == {f"ns/t{i}": i for i in range(7)}
+    assert server.pages == 3  # 3 + 3 + 1
+    assert cache.lists == 1
+    assert cache.version == "7"
+
+
+def test_events_update_the_cache_in_order_and_report_each_change(
+    cache: WatchCache, server: FakeServer, recorder: Recorder
+) -> None:
+    recorder.changes.clear()
+    server.put(thing("t1", 10))
+    server.delete("ns/t2")
+    server.put(thing("new", 5))
+    wait_for(lambda: settled(cache, server), TIMEOUT_S, "the cache to follow the events")
+    assert recorder.changes == [("ns/t1", 10), ("ns/t2", None), ("ns/new", 5)]
+    assert cache.lists == 1
+
+
+def test_a_stream_the_server_ends_is_resumed_from_the_last_version_without_listing(
+    cache: WatchCache, server: FakeServer
+) -> None:
+    server.put(thing("t0", 100))
+    wait_for(lambda: settled(cache, server), TIMEOUT_S, "the first event")
+    server.end_streams()
+    wait_for(lambda: len(server.watches) >= 2, TIMEOUT_S, "a second watch")
+    server.put(thing("t3", 300))
+    wait_for(lambda: settled(cache, server), TIMEOUT_S, "the event after the resume")
+    assert server.watches[:2] == ["7", "8"]
+    assert cache.lists == 1
+
+
+def test_a_refused_watch_is_retried_from_the_same_version_without_listing(
+    cache: WatchCache, server: FakeServer
+) -> None:
+    server.refusing = 500
+    server.end_streams()
+    wait_for(lambda: cache.errors >= 2, TIMEOUT_S, "refused watches")
+    server.refusing = None
+    server.put(thing("t4", 400))
+    wait_for(lambda: settled(cache, server), TIMEOUT_S, "the event after the retries")
+    assert set(server.watches) == {"7"}
+    assert cache.lists == 1
+
+
+def test_410_gone_lists_again_and_reports_what_changed_meanwhile(
+    cache: WatchCache, server: FakeServer, recorder: Recorder
+) -> None:
+    server.refusing = 503  # watches are refused: the changes below happen while the cache is away
+    server.end_streams()
+    wait_for(lambda: cache.errors >= 1, TIMEOUT_S, "a refused watch")
+    recorder.changes.clear()
+    server.delete("ns/t5")
+    server.put(thing("t6", 60))
+    server.compact()  # and the server forgets them: the resumed watch gets 410
+    server.refusing = None
+    wait_for(lambda: cache.lists == 2 and settled(cache, server), TIMEOUT_S, "a second list")
+    assert ("ns/t5", None) in recorder.changes
+    assert ("ns/t6", 60) in recorder.changes
+    assert ("ns/t0", 0) not in recorder.changes  # unchanged objects are not reported again
+
+
+def test_a_bookmark_moves_the_version_on_and_a_waiter_sees_it(cache: WatchCache, server: FakeServer) -> None:
+    version = server.bookmark()
+    assert cache.wait_for(version, TIMEOUT_S)
+    assert values(cache) == {f"ns/t{i}": i for i in range(7)}
+
+
+def test_waiting_for_a_version_not_yet_seen_times_out(cache: WatchCache) -> None:
+    assert not cache.wait_for("1000", 0.05)
+    assert cache.wait_for("3", 0.05)  # an older version was seen long ago
+    assert cache.wait_for("", 0.05)
+
+
+def test_relist_on_request_lists_again(cache: WatchCache, server: FakeServer) -> None:
+    cache.relist()
+    wait_for(lambda: cache.lists == 2, TIMEOUT_S, "the requested list")
+    server.put(thing("t1", 11))
+    wait_for(lambda: settled(cache, server), TIMEOUT_S, "the watch after the list")
+
+
+def test_objects_the_kind_does_not_keep_are_dropped_and_forgotten_when_they_stop_qualifying(
+    server: FakeServer, recorder: Recorder
+) -> None:
+    big = Kind("big", lambda api: api, keep=lambda raw: raw["spec"]["value"] >= 10)
+    server.put(thing("small", 1))
+    server.put(thing("large", 20))
+    watched = WatchCache(big, server, on_change=recorder)
+    watched.start()
+    try:
+        assert watched.wait_synced(TIMEOUT_S)
+        assert values(watched) == {"ns/large": 20}
+        recorder.changes.clear()
+        version = server.put(thing("large", 2))  # no longer kept
+        server.put(thing("small", 1))  # never kept: no change to report
+        assert watched.wait_for(version, TIMEOUT_S)
+        wait_for(lambda: watched.version == str(server.version), TIMEOUT_S, "the last event")
+        assert values(watched) == {}
+        assert recorder.changes == [("ns/large", None)]
+    finally:
+        watched.stop()

@@ -1,0 +1,75 @@
+"""The operator reads its watch caches, never lists in a pass, and reads only once the caches have seen its own
+last writes (listing again when the watch does not bring them in time)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from lyra.operator.caches import KINDS, ClusterCaches, StaleCacheError
+from lyra.operator.commit import Cluster
+from tests.unit.kubewatch.fake_server import FakeServer
+from tests.unit.kubewatch.test_kinds import kubelet_node, kubelet_pod
+
+NOW = 1_800_000_000.0
+TIMEOUT_S = 10.0
+
+
+@pytest.fixture
+def servers() -> dict[str, FakeServer]:
+    made = {name: FakeServer() for name in KINDS}
+    made["nodes"].put(kubelet_node("t4-0", "inference", "idle"))
+    made["pods"].put(kubelet_pod("gpu-pod", {}, 1))
+    made["pods"].put(kubelet_pod("web", {}, 0))
+    return made
+
+
+@pytest.fixture
+def caches(servers: dict[str, FakeServer]) -> Iterator[ClusterCaches]:
+    made = ClusterCaches(dict(servers), catch_up_s=0.2)
+    made.start()
+    assert made.wait_synced(TIMEOUT_S)
+    yield made
+    made.stop()
+
+
+def test_a_pass_reads_the_caches_and_lists_nothing(servers: dict[str, FakeServer], caches: ClusterCaches) -> None:
+    pages = {name: server.pages for name, server in servers.items()}
+    world = Cluster(client.ApiClient(), caches=caches).observe(NOW)
+    assert [n.name for n in world.nodes] == ["t4-0"]
+    assert [p.ref.name for p in world.pods] == ["gpu-pod"]
+    assert {name: server.pages for name, server in servers.items()} == pages
+
+
+def test_a_pass_waits_for_its_own_write_to_come_back(servers: dict[str, FakeServer], caches: ClusterCaches) -> None:
+    version = servers["pods"].put(kubelet_pod("new-worker", {"lyra.dev/role": "base"}, 1))
+    caches.wrote("Pod", version)
+    world = Cluster(client.ApiClient(), caches=caches).observe(NOW)
+    assert "new-worker" in [p.ref.name for p in world.pods]
+    assert caches.caches["pods"].lists == 1  # the watch brought it: no list
+
+
+def test_a_cache_whose_watch_does_not_bring_the_write_lists_again(
+    servers: dict[str, FakeServer], caches: ClusterCaches
+) -> None:
+    servers["nodes"].refusing = 500  # the nodes watch is down
+    servers["nodes"].end_streams()
+    version = servers["nodes"].put(kubelet_node("t4-1", "inference", "serving"))
+    caches.wrote("Node", version)
+    world = Cluster(client.ApiClient(), caches=caches).observe(NOW)  # a list still works
+    assert [n.name for n in world.nodes] == ["t4-0", "t4-1"]
+    assert caches.caches["nodes"].lists == 2
+
+
+def test_a_pass_refuses_to_read_a_cache_that_never_reaches_its_write(caches: ClusterCaches) -> None:
+    caches.wrote("TrainingJob", "1000")
+    with pytest.raises(StaleCacheError, match="trainingjobs cache"):
+        caches.catch_up()
+
+
+def test_writes_no_cache_receives_are_not_waited_for(caches: ClusterCaches) -> None:
+    caches.wrote("Event", "1000")
+    caches.wrote("Service", "1000")
+    caches.catch_up()
