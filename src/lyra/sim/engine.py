@@ -402,7 +402,9 @@ class Simulation:
         when it ends they are freed and the job re-enters the queue (its queuing time counts from now)."""
         job.progress(t)
         if self.lose_work:
-            job.remaining += self.since_checkpoint(job, t) * job.rate
+            lost = self.since_checkpoint(job, t)
+            job.remaining += lost * job.rate
+            job.lost_gpu_s += lost * job.workers
         job.preemptions += 1
         job.restart_due = True
         if self.grace > 0:

@@ -42,6 +42,7 @@ class SimJob:
         "gpus",
         "index",
         "last",
+        "lost_gpu_s",
         "migrations",
         "mixes",
         "name",
@@ -89,6 +90,8 @@ class SimJob:
         self.queued_since = 0.0
         self.queue_s = 0.0
         self.preemptions = 0
+        #: GPU-seconds of work that preemptions threw away (run since the last checkpoint, then redone).
+        self.lost_gpu_s = 0.0
         self.resizes = 0
         self.migrations = 0
         self.restart_due = False
@@ -129,6 +132,7 @@ class JobRecord:
     preemptions: int
     resizes: int
     migrations: int = 0
+    lost_gpu_s: float = 0.0
 
     @property
     def jct_s(self) -> float:
@@ -148,4 +152,5 @@ def record_of(job: SimJob) -> JobRecord:
         preemptions=job.preemptions,
         resizes=job.resizes,
         migrations=job.migrations,
+        lost_gpu_s=job.lost_gpu_s,
     )

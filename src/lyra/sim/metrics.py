@@ -10,7 +10,8 @@ Definitions (the poster gives none; these are ours):
   servers) / (all GPUs x window). A serving inference server counts all its GPUs as used, a loaned one only
   those running training workers;
 * inference utilisation: GPUs of serving inference servers / inference GPUs (the poster's ~0.40);
-* preemption ratio: jobs preempted at least once / jobs;
+* preemption ratio: jobs preempted at least once / jobs; work lost: GPU-hours that preempted jobs had run since
+  their last checkpoint (thrown away and run again);
 * inference shortfall: server-seconds of inference demand not met, in all (``inference_short_server_s``) and the
   part that loaning caused (``reclaim_wait_server_s``: demand the inference pool could have met but its servers
   were loaned or still reclaiming; what exceeds the whole pool is not counted there), also as a share of the
@@ -44,6 +45,7 @@ class SchemeMetrics:
     preemption_ratio: float
     preempted_jobs: int
     preemptions: int
+    work_lost_gpu_h: float
     resizes: int
     reclaims: int
     reclaimed_servers: int
@@ -81,6 +83,7 @@ def summarise(result: SimulationResult) -> SchemeMetrics:
         preemption_ratio=preempted / jobs if jobs else 0.0,
         preempted_jobs=preempted,
         preemptions=sum(r.preemptions for r in records),
+        work_lost_gpu_h=sum(r.lost_gpu_s for r in records) / 3600.0,
         resizes=sum(r.resizes for r in records),
         reclaims=result.reclaims,
         reclaimed_servers=result.reclaimed_servers,

@@ -85,7 +85,8 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
     baseline = metrics.get("baseline")
     header = (
         f"{'scheme':<18} {'queue mean/median/p95 (s)':>27} {'JCT mean/median/p95 (s)':>27} "
-        f"{'usage tr/all':>12} {'lent used':>9} {'preempt':>8} {'inf. wait':>9} {'queue x':>8} {'JCT x':>6}"
+        f"{'usage tr/all':>12} {'lent used':>9} {'preempt':>8} {'lost GPU-h':>10} {'inf. wait':>9} {'queue x':>8} "
+        f"{'JCT x':>6}"
     )
     lines = [header, "-" * len(header)]
     for name, m in metrics.items():
@@ -98,6 +99,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
                 usage=(m.usage_training, m.usage_overall),
                 lent_used=m.loaned_usage if name in SCHEMES and SCHEMES[name].loaning else None,
                 preemption=m.preemption_ratio,
+                lost=m.work_lost_gpu_h,
                 wait=m.reclaim_wait_share,
                 queue_ratio=r["queue_mean_reduction"],
                 jct_ratio=r["jct_mean_reduction"],
@@ -118,6 +120,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
                     usage=(p["usage_training"], p["usage_overall"]),
                     lent_used=None,
                     preemption=p["preemption_ratio"],
+                    lost=None,
                     wait=None,
                     queue_ratio=base["queue_mean_s"] / p["queue_mean_s"],
                     jct_ratio=base["jct_mean_s"] / p["jct_mean_s"],
@@ -134,6 +137,7 @@ def _row(
     usage: Sequence[float],
     lent_used: float | None,
     preemption: float,
+    lost: float | None,
     wait: float | None,
     queue_ratio: float | None,
     jct_ratio: float | None,
@@ -147,9 +151,10 @@ def _row(
         return ">1000x" if value > 1000 else f"{value:.2f}x"
 
     lent = "-" if lent_used is None else f"{lent_used:.1%}"
+    lost_h = "-" if lost is None else f"{lost:.0f}"
     return (
         f"{name:<18} {triple(queue):>27} {triple(jct):>27} "
-        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {lent:>9} {preemption:>7.2%} {'-' if wait is None else f'{wait:.3%}':>9} "
+        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {lent:>9} {preemption:>7.2%} {lost_h:>10} {'-' if wait is None else f'{wait:.3%}':>9} "
         f"{times(queue_ratio):>8} {times(jct_ratio):>6}"
     )
 

@@ -154,6 +154,17 @@ def test_a_checkpoint_limits_the_lost_work() -> None:
     b = records(simulate("basic", B_ON_LOAN, load=RISING, setup=setup, length_s=3000))["job-1"]
     # Checkpoint at 501 s: 500 s x 3.2 = 1600 kept, the 99 s after it lost; 6400 left at pace 8 from 1000 s.
     assert b.finish_s == pytest.approx(1000 + 6400 / 8)
+    # The 99 s lost ran on 8 GPUs.
+    assert b.lost_gpu_s == pytest.approx(99 * 8)
+
+
+def test_the_work_lost_is_summed_in_gpu_hours() -> None:
+    result = simulate("basic", B_ON_LOAN, load=RISING, length_s=3000)
+    # No checkpoint: B's 599 s on 8 T4s are lost when inference takes the servers back at 600 s.
+    assert records(result)["job-1"].lost_gpu_s == pytest.approx(599 * 8)
+    assert summarise(result).work_lost_gpu_h == pytest.approx(599 * 8 / 3600)
+    free = simulate("lyra-exact-free", B_ON_LOAN, load=RISING, length_s=3000)
+    assert summarise(free).work_lost_gpu_h == 0.0
 
 
 def test_a_resize_is_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
