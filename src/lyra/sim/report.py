@@ -152,9 +152,10 @@ def _row(
 
     lent = "-" if lent_used is None else f"{lent_used:.1%}"
     lost_h = "-" if lost is None else f"{lost:.0f}"
+    waited = "-" if wait is None else f"{wait:.3%}"
     return (
         f"{name:<18} {triple(queue):>27} {triple(jct):>27} "
-        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {lent:>9} {preemption:>7.2%} {lost_h:>10} {'-' if wait is None else f'{wait:.3%}':>9} "
+        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {lent:>9} {preemption:>7.2%} {lost_h:>10} {waited:>9} "
         f"{times(queue_ratio):>8} {times(jct_ratio):>6}"
     )
 
