@@ -139,8 +139,8 @@ def _candidates(args: ExtenderArgs, view: ClusterView) -> list[NodeView]:
     """The nodes to score as core views, in request order: by name from the view (``nodeCacheCapable``), or from
     the Node objects sent. A node the view does not know (not Lyra's, or not seen yet) is left out: it scores 0."""
     if args.NodeNames is not None:
-        known = view.nodes
-        return [known[name] for name in args.NodeNames if name in known]
+        known = view.nodes  # looked up once per name: the view may change between two lookups
+        return [node for node in map(known.get, args.NodeNames) if node is not None]
     if args.Nodes is not None:
         return [judged for node in args.Nodes.items if (judged := _from_request(node, view)) is not None]
     return []

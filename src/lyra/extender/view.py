@@ -1,17 +1,26 @@
-"""The extender's picture of the cluster: an immutable view built from the nodes and pods that watches deliver.
+"""The extender's picture of the cluster: nodes and pods as the watches deliver them, kept current per event.
 
-A request never calls the API server. It reads the current :class:`ClusterView`, which the watcher
-(:mod:`lyra.extender.watch`) replaces whole whenever a node or pod changes; a view is never modified after it is
-built, so a request sees one consistent cluster even while a new view is being built.
+A request never calls the API server. It reads the :class:`ClusterView` of a :class:`LiveView`, which the watcher
+(:mod:`lyra.extender.watch`) updates one event at a time: a pod event changes its node's used GPUs and free GPUs
+and its job's count of workers on that node, a node event that node's entry, and nothing else is touched, so an
+event costs the same at 50 nodes as at 5,000. A request only looks entries up by key (a node by name, a pod by UID,
+a job's nodes by job); every entry is replaced whole, never changed in place, so a lookup always sees a whole
+entry. Two lookups of one request may straddle an event: what they decide (scores, preemption vetoes by role) is
+harmless when a fraction of a second old (docs/architecture.md, "Where a pod lands").
 
 What a view knows, per node: its pool and loan state (the labels the operator owns), its GPU product and count, the
 GPUs that bound, unfinished pods request, and its rank in the reclaim order (loaned nodes only: the order in which
 Lyra's reclaim greedy would take them back, from :func:`lyra.core.reclaim.reclaim_order` over the jobs' workers).
-Per pod: its UID, node, GPUs, role (inference, training base or flexible worker, or unmanaged) and job.
+The reclaim order depends on every loaned node and their jobs, so it is not recomputed per event:
+:meth:`LiveView.refresh_ranks` recomputes it when an event touched a loaned node or a job on one, and the watcher
+calls it at most a few times a second. Per pod: its UID, node, GPUs, role (inference, training base or flexible
+worker, or unmanaged) and job.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -23,18 +32,19 @@ from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJo
 from lyra.core.placement import NodeView, PodRequest, PodRole
 from lyra.core.reclaim import reclaim_order
 
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterView:
-    """Nodes by name (Lyra-managed GPU nodes only), bound pods by UID, and each job's workers per node."""
+    """Nodes by name (Lyra-managed GPU nodes only), bound pods by UID, each job's workers per node, and the GPUs
+    used on each node. Read-only mappings; those of a :class:`LiveView` follow its events."""
 
     nodes: Mapping[str, NodeView] = field(default_factory=lambda: MappingProxyType({}))
     pods: Mapping[str, PodFacts] = field(default_factory=lambda: MappingProxyType({}))
     job_nodes: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
     #: GPUs requested by the bound, unfinished pods of every node (Lyra's or not).
     used_gpus: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    #: Nodes the watcher saw that Lyra does not manage (no pool label or no GPUs).
-    other_nodes: frozenset[str] = frozenset()
 
     def request_for(self, pod: Pod) -> PodRequest:
         role = pod_role(pod)
@@ -44,9 +54,102 @@ class ClusterView:
             role=role,
             gpus=gpus_requested(pod),
             job=job,
-            job_nodes=self.job_nodes.get(job, MappingProxyType({})) if job else MappingProxyType({}),
+            job_nodes=self.job_nodes.get(job, _EMPTY) if job else _EMPTY,
             gpu_types=frozenset({product}) if product and role is not PodRole.INFERENCE else None,
         )
+
+
+class LiveView:
+    """A :class:`ClusterView` kept current one event at a time (see the module docstring). Writers (the watch
+    threads) take a lock; readers (requests) do not."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, NodeView] = {}
+        self._pods: dict[str, PodFacts] = {}  # by UID
+        self._pod_uids: dict[str, str] = {}  # pod key (namespace/name) -> UID, to find what a pod event replaces
+        self._job_nodes: dict[str, Mapping[str, int]] = {}
+        self._used: dict[str, int] = {}
+        self._ranks: dict[str, int] = {}
+        self._ranks_stale = False
+        self.view = ClusterView(
+            nodes=MappingProxyType(self._nodes),
+            pods=MappingProxyType(self._pods),
+            job_nodes=MappingProxyType(self._job_nodes),
+            used_gpus=MappingProxyType(self._used),
+        )
+
+    @property
+    def ranks_stale(self) -> bool:
+        """An event touched a loaned node or a job with a worker on one since the reclaim order was computed."""
+        return self._ranks_stale
+
+    def set_node(self, name: str, node: Node | None) -> None:
+        """A node was added or changed (``node``) or deleted (``None``)."""
+        with self._lock:
+            old = self._nodes.get(name)
+            new = node_view(node, self._used.get(name, 0)) if node is not None else None
+            if new is None:
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = dataclasses.replace(new, reclaim_rank=self._ranks.get(name, 0))
+            if LoanState.LOANED in (old.state if old else None, new.state if new else None):
+                self._ranks_stale = True
+
+    def set_pod(self, key: str, facts: PodFacts | None) -> None:
+        """A pod (``namespace/name``) now holds ``facts``, or nothing (deleted, finished or not bound)."""
+        with self._lock:
+            uid = self._pod_uids.pop(key, None)
+            old = self._pods.pop(uid, None) if uid is not None else None
+            if old is not None:
+                self._count(old, -1)
+            if facts is not None:
+                self._pod_uids[key] = facts.uid
+                self._pods[facts.uid] = facts
+                self._count(facts, +1)
+
+    def _count(self, pod: PodFacts, sign: int) -> None:
+        host = pod.node
+        used = self._used.get(host, 0) + sign * pod.gpus
+        if used:
+            self._used[host] = used
+        else:
+            self._used.pop(host, None)
+        known = self._nodes.get(host)
+        if known is not None:
+            self._nodes[host] = dataclasses.replace(known, free_gpus=max(known.gpus - used, 0))
+        if pod.job is None:
+            return
+        hosts = dict(self._job_nodes.get(pod.job, _EMPTY))  # a new mapping: readers may hold the old one
+        count = hosts.get(host, 0) + sign
+        if count > 0:
+            hosts[host] = count
+        else:
+            hosts.pop(host, None)
+        if hosts:
+            self._job_nodes[pod.job] = MappingProxyType(dict(sorted(hosts.items())))
+        else:
+            self._job_nodes.pop(pod.job, None)
+        if (known is not None and known.state is LoanState.LOANED) or any(
+            self._nodes.get(h) is not None and self._nodes[h].state is LoanState.LOANED for h in hosts
+        ):
+            self._ranks_stale = True
+
+    def refresh_ranks(self) -> None:
+        """Recompute the reclaim order of the loaned nodes and set each node's rank."""
+        with self._lock:
+            self._ranks_stale = False
+            views = dict(self._nodes)
+            facts = dict(self._pods)
+            job_nodes = dict(self._job_nodes)
+        ranks = _reclaim_ranks(views, facts, job_nodes)
+        with self._lock:
+            for name in self._ranks.keys() | ranks.keys():
+                known = self._nodes.get(name)
+                rank = ranks.get(name, 0)
+                if known is not None and known.reclaim_rank != rank:
+                    self._nodes[name] = dataclasses.replace(known, reclaim_rank=rank)
+            self._ranks = ranks
 
 
 def build_view(nodes: Iterable[Node], pods: Iterable[Pod]) -> ClusterView:
@@ -55,39 +158,14 @@ def build_view(nodes: Iterable[Node], pods: Iterable[Pod]) -> ClusterView:
 
 
 def view_of(nodes: Iterable[Node], pods: Iterable[PodFacts]) -> ClusterView:
-    """A view of ``nodes`` and of the pods' facts (:func:`pod_facts`)."""
-    facts: dict[str, PodFacts] = {}
-    used: dict[str, int] = {}
-    job_nodes: dict[str, dict[str, int]] = {}
+    """A view of ``nodes`` and of the pods' facts (:func:`pod_facts`), as the events of each would leave it."""
+    live = LiveView()
+    for node in sorted(nodes, key=lambda n: n.metadata.name):
+        live.set_node(node.metadata.name, node)
     for pod in pods:
-        facts[pod.uid] = pod
-        host = pod.node
-        used[host] = used.get(host, 0) + pod.gpus
-        job = pod.job
-        if job is not None:
-            hosts = job_nodes.setdefault(job, {})
-            hosts[host] = hosts.get(host, 0) + 1
-    views: dict[str, NodeView] = {}
-    others: set[str] = set()
-    for node in nodes:
-        view = node_view(node, used.get(node.metadata.name, 0))
-        if view is not None:
-            views[view.name] = view
-        else:
-            others.add(node.metadata.name)
-    ranks = _reclaim_ranks(views, facts, job_nodes)
-    if ranks:
-        views = {
-            name: NodeView(v.name, v.pool, v.state, v.gpus, v.free_gpus, ranks.get(name, 0), v.gpu_type)
-            for name, v in views.items()
-        }
-    return ClusterView(
-        nodes=MappingProxyType(dict(sorted(views.items()))),
-        pods=MappingProxyType(facts),
-        job_nodes=MappingProxyType({job: MappingProxyType(dict(sorted(h.items()))) for job, h in job_nodes.items()}),
-        used_gpus=MappingProxyType(used),
-        other_nodes=frozenset(others),
-    )
+        live.set_pod(f"{pod.namespace}/{pod.name}", pod)
+    live.refresh_ranks()
+    return live.view
 
 
 def _reclaim_ranks(

@@ -1,167 +1,109 @@
-"""Keeps the extender's view current from list-and-watch streams of nodes and pods.
+"""Keeps the extender's view current from list-and-watch caches of pool nodes and pods (:mod:`lyra.kubewatch`).
 
-Two threads (nodes, pods) list once, then watch from the list's resourceVersion, and relist when the server says
-the version is too old (410) or the stream breaks (with a capped exponential backoff). Every event updates a
-dictionary of objects and marks the view stale; a third thread rebuilds the view when it is stale, at most every
-``rebuild_interval_s``, and swaps it in with one assignment. Requests only ever read the last complete view.
-The source reports ``synced`` once both lists have completed.
+Each cache calls back once per change, from its own thread, and the change goes straight into the
+:class:`~lyra.extender.view.LiveView`: a node or pod is parsed once, when its event arrives, and only its own entries
+change (no rebuild of the view). A third thread recomputes the loaned nodes' reclaim ranks when an event has touched
+them, at most every ``rank_interval_s``. The source reports ``synced`` once both caches have listed and the ranks
+have been computed once; until then ``/readyz`` says so and ``prioritize`` scores nothing.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 from pydantic import ValidationError
 
-from lyra.api.convert import PodFacts, pod_facts
+from lyra.api.convert import pod_facts
 from lyra.api.objects import Node, Pod
-from lyra.extender.view import ClusterView, view_of
+from lyra.extender.view import ClusterView, LiveView
+from lyra.kubewatch import ApiSource, Source, WatchCache
+from lyra.kubewatch.kinds import NODES, PODS, JsonObject
 
 log = logging.getLogger("lyra.extender")
 
-_WATCH_TIMEOUT_S = 300
-_MAX_BACKOFF_S = 30.0
-
-
-class _RawWatch(watch.Watch):
-    """A watch that yields events as parsed JSON (``raw_object``) without building the client's model objects."""
-
-    def get_return_type(self, func: Any) -> None:
-        return None
+RANK_INTERVAL_S = 0.2
+SYNC_POLL_S = 0.05
 
 
 class WatchedView:
-    """A :class:`~lyra.extender.app.ViewSource` fed by watches of the API server."""
+    """A :class:`~lyra.extender.app.ViewSource` fed by watches of the API server (or, in tests, of any
+    :class:`~lyra.kubewatch.Source`: ``sources`` by kind, ``"nodes"`` and ``"pods"``)."""
 
-    def __init__(self, api: client.ApiClient, *, rebuild_interval_s: float = 0.2) -> None:
-        self._api = api
-        self._core = client.CoreV1Api(api)
-        self._nodes: dict[str, Node] = {}
-        #: Pods as the facts the view needs (parsed once per event); pods that hold nothing are not kept.
-        self._pods: dict[str, PodFacts] = {}
-        self._lock = threading.Lock()
-        self._stale = threading.Event()
+    def __init__(
+        self,
+        api: client.ApiClient | None = None,
+        *,
+        sources: Mapping[str, Source] | None = None,
+        rank_interval_s: float = RANK_INTERVAL_S,
+    ) -> None:
+        if sources is None:
+            if api is None:
+                raise ValueError("WatchedView needs an API client or sources")
+            sources = {"nodes": ApiSource(api, NODES), "pods": ApiSource(api, PODS)}
+        self.live = LiveView()
+        self.caches = {
+            "nodes": WatchCache(NODES, sources["nodes"], on_change=self._node_changed),
+            "pods": WatchCache(PODS, sources["pods"], on_change=self._pod_changed),
+        }
+        self._rank_interval_s = rank_interval_s
+        self._ranked = threading.Event()
         self._stop = threading.Event()
-        self._listed = {"nodes": threading.Event(), "pods": threading.Event()}
-        self._view = ClusterView()
-        self._rebuild_interval_s = rebuild_interval_s
-        self._threads: list[threading.Thread] = []
-        self.rebuilds = 0
+        self._thread: threading.Thread | None = None
+        self.rank_refreshes = 0
 
     @property
     def synced(self) -> bool:
-        return all(event.is_set() for event in self._listed.values()) and self.rebuilds > 0
+        return all(cache.synced for cache in self.caches.values()) and self._ranked.is_set()
 
     def current(self) -> ClusterView:
-        return self._view
+        return self.live.view
 
     def start(self) -> None:
-        self._threads = [
-            threading.Thread(target=self._follow, args=("nodes", self._core.list_node, Node), daemon=True),
-            threading.Thread(
-                target=self._follow, args=("pods", self._core.list_pod_for_all_namespaces, Pod), daemon=True
-            ),
-            threading.Thread(target=self._rebuild_loop, daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        for cache in self.caches.values():
+            cache.start()
+        self._thread = threading.Thread(target=self._rank_loop, name="extender-ranks", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._stale.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        for cache in self.caches.values():
+            cache.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
     def wait_synced(self, timeout_s: float) -> bool:
-        return all(event.wait(timeout_s) for event in self._listed.values())
-
-    def _store(self, kind: str) -> dict[str, Any]:
-        return self._nodes if kind == "nodes" else self._pods
+        return all(cache.wait_synced(timeout_s) for cache in self.caches.values()) and self._ranked.wait(timeout_s)
 
     @staticmethod
-    def _parse(model: type[Node] | type[Pod], raw: Any) -> Node | PodFacts | None:
+    def _parse(model: type[Node] | type[Pod], raw: JsonObject) -> Any:
         try:
-            parsed = model.model_validate(raw)
+            return model.model_validate(raw)
         except ValidationError as error:
             log.warning("ignoring a %s the extender cannot read: %s", model.__name__, error.errors()[:1])
             return None
-        return pod_facts(parsed) if isinstance(parsed, Pod) else parsed
 
-    @staticmethod
-    def _key(raw: Any) -> str:
-        meta = raw.get("metadata") if isinstance(raw, dict) else None
-        if not isinstance(meta, dict):
-            return ""
-        return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    def _node_changed(self, key: str, raw: JsonObject | None) -> None:
+        self.live.set_node(key, self._parse(Node, raw) if raw is not None else None)
 
-    def _follow(self, kind: str, lister: Callable[..., Any], model: type[Node] | type[Pod]) -> None:
-        """List, then watch from the list's version, on raw JSON: the client's model objects cost more than the
-        decision they feed (measured: about 1 ms per pod event)."""
-        backoff = 0.5
-        store = self._store(kind)
+    def _pod_changed(self, key: str, raw: JsonObject | None) -> None:
+        pod = self._parse(Pod, raw) if raw is not None else None
+        self.live.set_pod(key, pod_facts(pod) if pod is not None else None)
+
+    def _rank_loop(self) -> None:
+        synced: Callable[[], bool] = lambda: all(cache.synced for cache in self.caches.values())  # noqa: E731
+        while not self._stop.is_set() and not synced():
+            self._stop.wait(SYNC_POLL_S)
         while not self._stop.is_set():
-            try:
-                response = lister(_preload_content=False)
-                listing = json.loads(response.data)
-                fresh = {}
-                for raw in listing.get("items") or []:
-                    parsed = self._parse(model, raw)
-                    if parsed is not None:
-                        fresh[self._key(raw)] = parsed
-                with self._lock:
-                    store.clear()
-                    store.update(fresh)
-                self._stale.set()
-                self._listed[kind].set()
-                version = (listing.get("metadata") or {}).get("resourceVersion")
-                stream = _RawWatch()  # type: ignore[no-untyped-call]
-                events = stream.stream(lister, resource_version=version, timeout_seconds=_WATCH_TIMEOUT_S)  # type: ignore[no-untyped-call]
-                for event in events:
-                    if self._stop.is_set():
-                        stream.stop()  # type: ignore[no-untyped-call]
-                        return
-                    if event.get("type") == "ERROR":
-                        break  # relist (for example 410 Gone: the version is too old)
-                    raw = event.get("raw_object")
-                    key = self._key(raw)
-                    if not key:
-                        continue
-                    with self._lock:
-                        parsed = None if event["type"] == "DELETED" else self._parse(model, raw)
-                        if parsed is None:
-                            store.pop(key, None)
-                        else:
-                            store[key] = parsed
-                    self._stale.set()
-                backoff = 0.5
-            except ApiException as error:
-                log.warning("%s watch: API error %s, relisting in %.1f s", kind, error.status, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
-            except Exception as error:  # the watch must survive any network failure
-                log.warning("%s watch: %s, relisting in %.1f s", kind, error, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
-
-    def _rebuild_loop(self) -> None:
-        while not self._stop.is_set():
-            self._stale.wait()
-            if self._stop.is_set():
-                return
-            self._stale.clear()
-            with self._lock:
-                nodes = list(self._nodes.values())
-                pods = list(self._pods.values())
-            self._view = view_of(nodes, pods)
-            # Keep the cyclic collector off the long-lived objects (the view and the stores): scanning them made
-            # every hundredth request ~5x slower. A replaced view is freed by reference counting, frozen or not.
+            if self.live.ranks_stale or not self._ranked.is_set():
+                self.live.refresh_ranks()
+                self.rank_refreshes += 1
+                self._ranked.set()
+            # Keep the cyclic collector off the long-lived entries: scanning them made every hundredth request
+            # about 5x slower. Entries replaced later are freed by reference counting, frozen or not.
             gc.freeze()
-            self.rebuilds += 1
-            self._stop.wait(self._rebuild_interval_s)
+            self._stop.wait(self._rank_interval_s)
