@@ -64,8 +64,8 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         const="",
         metavar="KNOB[=V1,V2,...]",
         help="sensitivity sweep instead of the table: vary one assumption at a time (inference-speed, "
-        "elastic-share, scaling-overhead, fit-share; repeat the flag to choose several; bare --sweep: all, "
-        "with their default values) and report where lyra's gain holds",
+        "elastic-share, scaling-overhead, fit-share, fit-size-exponent; repeat the flag to choose several; bare "
+        "--sweep: all, with their default values) and report where lyra's gain holds",
     )
     parser.add_argument(
         "--jobs",

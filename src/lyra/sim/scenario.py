@@ -85,6 +85,10 @@ class Memory(_Strict):
     #: Share of the trace's jobs whose per-GPU memory need fits an inference GPU (seeded draw per job; Philly
     #: records no memory need). The others may only use training GPUs.
     inference_fit_share: float = Field(default=0.5, ge=0, le=1)
+    #: How the fit depends on the job: a job of n GPUs fits with probability ``inference_fit_share * n **
+    #: -size_exponent`` (0: the same for every job). Philly records no memory; users ask for more GPUs for larger
+    #: models, and data parallelism puts the whole model on every GPU, so a larger job is less likely to fit 16 GB.
+    size_exponent: float = Field(default=0.0, ge=0, le=4)
 
 
 class Scaling(_Strict):

@@ -63,6 +63,10 @@ def _fit_share(scenario: Scenario, value: float) -> Scenario:
     return scenario.model_copy(update={"memory": scenario.memory.model_copy(update={"inference_fit_share": value})})
 
 
+def _fit_size_exponent(scenario: Scenario, value: float) -> Scenario:
+    return scenario.model_copy(update={"memory": scenario.memory.model_copy(update={"size_exponent": value})})
+
+
 KNOBS: dict[str, Knob] = {
     knob.name: knob
     for knob in (
@@ -70,6 +74,7 @@ KNOBS: dict[str, Knob] = {
         Knob("elastic-share", "share of elastic jobs", (0.25, 0.5, 0.75), _elastic_share),
         Knob("scaling-overhead", "scaling overhead (e(w) = 1 / (1 + o (w - 1)))", (0.0, 0.02, 0.05), _scaling_overhead),
         Knob("fit-share", "share of jobs that fit an inference GPU", (0.25, 0.5, 0.75, 1.0), _fit_share),
+        Knob("fit-size-exponent", "fit falls with job size (share x n^-exponent)", (0.0, 0.5, 1.0), _fit_size_exponent),
     )
 }
 

@@ -12,9 +12,10 @@ Rules (all seeded, so one seed gives one workload for every scheme):
   ``u < elasticity.share``, and ``z`` (standard normal) gives the estimate error ``exp(sigma * z)``. Both are
   drawn for every job whatever the scenario says, so changing one knob does not reshuffle the others.
 * Two more per job from a second stream (``random.Random(f"{seed}/gpus")``), also drawn for every job: ``m``
-  (uniform) lets the job use the inference GPU type when ``m < memory.inference_fit_share`` (its memory fits; it
-  always may if both pools have the same type), and ``x`` (uniform) makes an elastic job mix GPU types when
-  ``x < elasticity.mixing_share``.
+  (uniform) lets a job of ``n`` GPUs use the inference GPU type when
+  ``m < memory.inference_fit_share * n ** -memory.size_exponent`` (its memory fits; larger jobs fit less often
+  when the exponent is above 0; it always may if both pools have the same type), and ``x`` (uniform) makes an
+  elastic job mix GPU types when ``x < elasticity.mixing_share``.
 * An elastic job that ran on ``n`` GPUs gets ``w_min = ceil(n * min_factor)`` and ``w_max = n * max_factor``
   (clamped to the training cluster). Schemes without elasticity run every job at exactly ``n``.
 """
@@ -96,6 +97,7 @@ def build_workload(trace: Trace, scenario: Scenario, window: Window) -> Workload
     cluster_gpus = scenario.training.servers * scenario.training.gpus_per_server
     sigma = scenario.durations.sigma if scenario.durations.knowledge is DurationKnowledge.NOISY else 0.0
     rule = scenario.elasticity
+    memory = scenario.memory
     jobs: list[JobSpec] = []
     clamped = 0
     end = window.start_s + window.length_s
@@ -123,7 +125,7 @@ def build_workload(trace: Trace, scenario: Scenario, window: Window) -> Workload
                 elastic_max=max(high, low) if elastic else gpus,
                 drawn_elastic=elastic,
                 estimate_factor=math.exp(sigma * z),
-                fits_inference_gpu=same_type or m < scenario.memory.inference_fit_share,
+                fits_inference_gpu=same_type or m < memory.inference_fit_share * row.num_gpus**-memory.size_exponent,
                 mixes_gpu_types=elastic and x < rule.mixing_share,
             )
         )

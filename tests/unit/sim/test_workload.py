@@ -62,6 +62,19 @@ def test_the_gpus_stream_gives_memory_fit_and_mixing() -> None:
     assert [j.mixes_gpu_types for j in jobs] == mixing
 
 
+def test_larger_jobs_fit_an_inference_gpu_less_often() -> None:
+    setup = scenario("memory: {inference_fit_share: 0.8, size_exponent: 1}\nseed: 3")
+    rng = random.Random("3/gpus")
+    draws = [(rng.random(), rng.random()) for _ in MANY.jobs]
+    jobs = jobs_of(setup)
+    # A job of n GPUs fits when its draw is below 0.8 / n: a 1-GPU job below 0.8, an 8-GPU job below 0.1.
+    assert [j.fits_inference_gpu for j in jobs] == [m < 0.8 / j.num_gpus for j, (m, _) in zip(jobs, draws, strict=True)]
+    small = [j.fits_inference_gpu for j in jobs if j.num_gpus == 1]
+    large = [j.fits_inference_gpu for j in jobs if j.num_gpus >= 4]
+    assert sum(small) / len(small) > 0.5
+    assert sum(large) / len(large) < 0.25
+
+
 def test_changing_the_fit_share_reshuffles_nothing_else() -> None:
     low = jobs_of(scenario("memory: {inference_fit_share: 0.25}\nelasticity: {share: 0.5, mixing_share: 0.5}"))
     high = jobs_of(scenario("memory: {inference_fit_share: 0.75}\nelasticity: {share: 0.5, mixing_share: 0.5}"))
