@@ -32,11 +32,14 @@ OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml (lyra.chart.r
 class Operator:
     """``lyra operator`` as a child process, its output in a log file shown when a test fails."""
 
-    def __init__(self, kubeconfig: Path, log: Path, *, resync_s: int = 1, http_port: int = 0) -> None:
+    def __init__(
+        self, kubeconfig: Path, log: Path, *, resync_s: int = 1, http_port: int = 0, options: tuple[str, ...] = ()
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
         self.resync_s = resync_s
         self.http_port = http_port  # 0: no metrics or health endpoints (tests run several operators at once)
+        self.options = options  # more of the operator's options, e.g. ("--node-grace", "10")
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self, *extra: str) -> list[str]:
@@ -45,7 +48,7 @@ class Operator:
             "--lend-delay", "2", "--resync", str(self.resync_s), "--gang-timeout", str(GANG_TIMEOUT_S),
             "--reclaim-deadline", str(RECLAIM_DEADLINE_S),
             "--lease-duration", str(max(4, 2 * self.resync_s)), "--lease-namespace", OPERATOR_NAMESPACE,
-            "--http-port", str(self.http_port), *extra,
+            "--http-port", str(self.http_port), *self.options, *extra,
         ]  # fmt: skip
 
     def start(self) -> None:

@@ -103,7 +103,8 @@ PREEMPTIONS = MetricSpec(
     "lyra_preemptions_total",
     COUNTER,
     "TrainingJobs preempted (stopped and re-queued), by reason: reclaim (its servers went back to inference), "
-    "allocation (its GPUs went to other jobs), lost_base (base workers were lost)",
+    "allocation (its GPUs went to other jobs), lost_base (base workers were lost), node_lost (its workers' node was "
+    "lost), disruption (Kubernetes evicted or disrupted its workers)",
     ("reason",),
 )
 SCALED_IN_WORKERS = MetricSpec(

@@ -9,9 +9,9 @@ Health is read here too (docs/reliability.md, "Node and pod health"): a node is 
 is not True, while it carries the node-lifecycle controller's ``unreachable`` or ``not-ready`` taint, or while its
 allocatable GPUs are below its capacity (a device plugin restarting). Kubernetes records since when for the first
 two (the condition's transition time); a dip in allocatable GPUs has no time of its own, so :class:`HealthMemory`
-remembers when a running operator first saw it. Ownership is by UID: a worker pod whose controller reference names
-another TrainingJob than the one of its name (an earlier run, deleted and re-created) is nobody's worker, listed in
-:attr:`World.stale`.
+remembers when a running operator first saw it. Ownership is by UID: a worker pod whose controller reference is not
+the TrainingJob of its name (an earlier run, deleted and re-created, or a pod orphaned by a deletion that kept its
+dependants) is nobody's worker, listed in :attr:`World.stale`.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ class World:
     jobs: tuple[JobRecord, ...]
     services: tuple[ServiceRecord, ...]
     unreadable: tuple[Unreadable, ...] = ()
-    #: Worker pods of an earlier run of a job: their job label names a TrainingJob that now has another UID.
+    #: Worker pods of an earlier run of a job: their job label names a TrainingJob that is not their controller.
     stale: tuple[PodRecord, ...] = field(default=(), init=False)
     _by_owner: Mapping[str, tuple[PodRecord, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _versions: Mapping[ObjectRef, str] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -222,8 +222,8 @@ class World:
             if pod.owner is None:
                 continue
             uid = job_uids.get(pod.owner, "") if pod.role is not PodRole.INFERENCE else ""
-            if uid and pod.owner_uid and pod.owner_uid != uid:
-                stale.append(pod)  # an earlier run's: not this job's worker, whatever its name says
+            if uid and pod.owner_uid != uid:
+                stale.append(pod)  # an earlier run's (or orphaned): not this job's worker, whatever its name says
                 continue
             by_owner.setdefault(pod.owner, []).append(pod)
         object.__setattr__(self, "_by_owner", {owner: tuple(pods) for owner, pods in by_owner.items()})

@@ -470,3 +470,15 @@ def test_a_409_on_creating_a_pod_that_is_already_this_runs_is_success() -> None:
     outcome, api = create_worker("uid-new")
     assert outcome.results == (APPLIED,)
     assert api.deleted == []
+
+
+def test_a_worker_orphaned_by_its_jobs_deletion_is_not_the_new_runs() -> None:
+    cluster = FakeCluster([node("a0", "training", A100)])
+    cluster.add_job(training_job("again", 1, 1))
+    settle(cluster)
+    for pod in cluster.pods.values():
+        del pod["metadata"]["ownerReferences"]  # deleted with propagationPolicy Orphan: the reference is removed
+    recreate(cluster, "again", "uid-again-2")
+    world = cluster.world()
+    assert [p.ref.key for p in world.stale] == ["ml/again-w0"]
+    assert world.pods_of("ml/again") == ()
