@@ -17,7 +17,7 @@ from lyra.cli.arguments import add_kubeconfig_argument
 from lyra.cli.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from lyra.operator.observe import World
+    from lyra.operator.observe import JobRecord, World
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -47,8 +47,7 @@ def render(world: World) -> str:
         state = node.state.value if node.state is not None else ("-" if node.pool is Pool.TRAINING else "new")
         pools[(node.pool.value, node.gpu_type, state)] += 1
     server_rows = [(pool, gpu, state, count) for (pool, gpu, state), count in sorted(pools.items())]
-    queued = [j for j in world.jobs if j.status.phase is JobPhase.QUEUED]
-    queued.sort(key=lambda j: (-j.spec.priority, j.spec.expected_duration, j.status.queued_at or "", j.ref.key))
+    queued = admission_order(world)
     queue_rows = []
     for position, job in enumerate(queued, start=1):
         reason = next((c.message for c in job.status.conditions if c.type == "Running"), "not decided yet")
@@ -78,6 +77,19 @@ def render(world: World) -> str:
     if problems:
         parts += ["", table(("PROBLEM", "OBJECT", "REASON", "MESSAGE"), problems)]
     return "\n".join(parts)
+
+
+def admission_order(world: World) -> list[JobRecord]:
+    """The queued jobs in the order the operator's allocator admits them (:func:`lyra.core.ordering.admission_order`
+    over the snapshot a pass would decide on); queued jobs the snapshot leaves out (refused, held back) follow, by
+    name."""
+    from lyra.api.resources import JobPhase
+    from lyra.core.ordering import admission_order as core_admission_order
+    from lyra.operator.decide import live_snapshot
+
+    queued = {j.ref.key: j for j in world.jobs if j.status.phase is JobPhase.QUEUED}
+    ordered = [queued.pop(name) for name in core_admission_order(live_snapshot(world)) if name in queued]
+    return ordered + [queued[key] for key in sorted(queued)]
 
 
 def problem_rows(world: World) -> list[tuple[str, str, str, str]]:

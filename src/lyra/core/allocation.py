@@ -46,6 +46,7 @@ from types import MappingProxyType
 from lyra.core.errors import InvalidClusterError
 from lyra.core.fluid import FluidJob, FluidModel, fastest_first
 from lyra.core.model import ClusterSnapshot, LoanState, Pool, TrainingJob
+from lyra.core.ordering import admission_key
 from lyra.core.packing import Layout, Move, Slot
 
 #: Default phase-2 search budget, in fluid-simulated jobs (see module docstring).
@@ -79,11 +80,6 @@ class AllocationPlan:
     capacity_gpus: int = 0
     fluid_average_jct: float = 0.0
     evaluations: int = 0
-
-
-def admission_key(job: TrainingJob, best_speed: float) -> tuple[int, float, float, str]:
-    """Phase 1's order: priority, shortest time at base on the job's fastest type, submit time, name."""
-    return (-job.priority, job.time_at(job.min_workers, best_speed), job.submit_time, job.name)
 
 
 def allocate_workers(
@@ -248,6 +244,7 @@ class _Problem:
                     speeds,
                     job.priority,
                     job.scaling_overhead,
+                    job.submit_time,
                 )
             )
         self.index = {job.name: i for i, job in enumerate(self.jobs)}

@@ -27,6 +27,9 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from lyra.core.model import pace
+from lyra.core.ordering import queue_key
+
 
 @dataclass(frozen=True, slots=True)
 class FluidJob:
@@ -39,11 +42,10 @@ class FluidJob:
     speeds: tuple[float, ...]
     priority: int = 0
     overhead: float = 0.0
+    submit_time: float = 0.0
 
     def pace(self, workers: int, speed: float) -> float:
-        if workers <= 0:
-            return 0.0
-        return workers * speed / (1.0 + self.overhead * (workers - 1))
+        return pace(workers, speed, self.overhead)
 
     @property
     def best_type(self) -> int:
@@ -63,8 +65,11 @@ class FluidJob:
 
 
 def queue_order(jobs: Sequence[FluidJob]) -> list[int]:
-    """Indices of ``jobs`` in start order: higher priority first, then shortest time at base, then index."""
-    return sorted(range(len(jobs)), key=lambda i: (-jobs[i].priority, jobs[i].time_at_base, i))
+    """Indices of ``jobs`` in start order, the admission order (:func:`lyra.core.ordering.queue_key`: higher priority
+    first, then shortest time at base, then submit time), the index last (jobs come in name order)."""
+    return sorted(
+        range(len(jobs)), key=lambda i: queue_key(jobs[i].priority, jobs[i].time_at_base, jobs[i].submit_time, i)
+    )
 
 
 Start = Sequence[Sequence[int]]
@@ -110,14 +115,14 @@ class FluidModel:
         ]
         self.order = sorted(
             (i for i in range(len(self.jobs)) if self.preference_key[i]),
-            key=lambda i: (-self.jobs[i].priority, at_base[i], i),
+            key=lambda i: queue_key(self.jobs[i].priority, at_base[i], self.jobs[i].submit_time, i),
         )
         self.position = [0] * len(self.jobs)
         for rank, i in enumerate(self.order):
             self.position[i] = rank
 
     def _pace(self, i: int, workers: int, speed: float) -> float:
-        return workers * speed / (1.0 + self.overhead[i] * (workers - 1))
+        return pace(workers, speed, self.overhead[i])
 
     def completion_times(self, start: Start) -> list[float]:
         """Completion time of every job from ``start[i][t]`` workers of job i on type t."""

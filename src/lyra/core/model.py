@@ -125,6 +125,15 @@ class Server:
         return self.pool is Pool.TRAINING or self.state in TRAINING_STATES
 
 
+def pace(workers: int, speed: float, overhead: float = 0.0) -> float:
+    """The pace of a data-parallel job, written once for the allocator, the fluid model, the simulator and the
+    operator: reference worker-seconds per second of ``workers`` workers whose slowest GPU has ``speed``, with the
+    scaling efficiency ``e(w) = 1 / (1 + overhead * (w - 1))`` (1 under linear scaling)."""
+    if workers <= 0:
+        return 0.0
+    return workers * speed / (1.0 + overhead * (workers - 1))
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingJob:
     """An elastic (or, with ``min_workers == max_workers``, inelastic) data-parallel training job.
@@ -254,9 +263,7 @@ class TrainingJob:
 
     def pace(self, workers: int, speed: float = 1.0) -> float:
         """Reference worker-seconds per second with ``workers`` workers whose slowest GPU has ``speed``."""
-        if workers <= 0:
-            return 0.0
-        return workers * speed * self.efficiency(workers)
+        return pace(workers, speed, self.scaling_overhead)
 
     def time_at(self, workers: int, speed: float = 1.0) -> float:
         """Remaining running time with ``workers`` workers whose slowest GPU has ``speed``."""

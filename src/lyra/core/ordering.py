@@ -17,12 +17,19 @@ from typing import Protocol, TypeVar
 
 from lyra.core.model import ClusterSnapshot, LoanState, TrainingJob
 
+T = TypeVar("T", str, int)
 AdmissionKey = tuple[int, float, float, str]
+
+
+def queue_key(priority: int, time_at_base: float, submit_time: float, tie: T) -> tuple[int, float, float, T]:
+    """The admission order from its parts, for callers that hold a job as numbers (the fluid model, the simulator's
+    queue): ``tie`` is the job's name, or its index where jobs come in name order."""
+    return (-priority, time_at_base, submit_time, tie)
 
 
 def admission_key(job: TrainingJob, best_speed: float) -> AdmissionKey:
     """Where ``job`` stands in the queue: ``best_speed`` is its speed on the fastest GPU type it may use."""
-    return (-job.priority, job.time_at(job.min_workers, best_speed), job.submit_time, job.name)
+    return queue_key(job.priority, job.time_at(job.min_workers, best_speed), job.submit_time, job.name)
 
 
 def admission_order(snapshot: ClusterSnapshot) -> tuple[str, ...]:

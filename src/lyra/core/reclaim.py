@@ -43,6 +43,7 @@ from types import MappingProxyType
 
 from lyra.core.errors import InvalidClusterError
 from lyra.core.model import ClusterSnapshot, LoanState, TrainingJob
+from lyra.core.ordering import idle_first
 
 
 class ReclaimError(InvalidClusterError):
@@ -173,7 +174,7 @@ def plan_reclaim(
     elif strategy is ReclaimStrategy.POSTER:
         chosen = _greedy(instance, count, elastic=False)
     elif strategy is ReclaimStrategy.LEAST_GPUS_USED:
-        chosen = sorted(instance.candidates, key=lambda s: (instance.used_gpus[s], s))[:count]
+        chosen = idle_first(instance.candidates, instance.used_gpus)[:count]
     else:
         chosen = random.Random(seed).sample(instance.candidates, count)
     return _plan(instance, chosen, strategy)
@@ -301,7 +302,7 @@ def _lyra(instance: _Instance, count: int) -> list[str]:
     best_key = instance.evaluate(best)[0].key()
     for start in (
         _greedy(instance, count, elastic=False),
-        sorted(instance.candidates, key=lambda s: (instance.used_gpus[s], s))[:count],
+        idle_first(instance.candidates, instance.used_gpus)[:count],
     ):
         found = _local_search(instance, start)
         key = instance.evaluate(found)[0].key()
@@ -376,7 +377,7 @@ def _local_search(instance: _Instance, chosen: list[str]) -> list[str]:
         return (p, round(lost, 6), scaled)
 
     small = len(instance.candidates) <= 64
-    standalone = sorted(instance.candidates, key=lambda s: (instance.used_gpus[s], s))
+    standalone = idle_first(instance.candidates, instance.used_gpus)
     for _ in range(4 * len(instance.candidates)):
         improved = False
         for out in sorted(current):

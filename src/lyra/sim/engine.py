@@ -35,7 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from lyra.core.model import TrainingJob
+from lyra.core.model import TrainingJob, pace
+from lyra.core.ordering import queue_key
 from lyra.sim.cluster import SimCluster
 from lyra.sim.context_policies import context_policy
 from lyra.sim.decisions import CoreDecisions
@@ -135,6 +136,10 @@ class Simulation:
         ]
         self.n = len(self.jobs)
         self.overhead = scenario.scaling.overhead
+        #: The speed of the fastest GPU type each set of GPU types a job may use holds (the admission order's).
+        self.best_speed = {
+            types: max(scenario.speed_of(t) for t in types) for types in {job.gpu_types for job in self.jobs}
+        }
         self.queue = JobQueue()
 
         cost = scenario.preemption
@@ -283,7 +288,13 @@ class Simulation:
             return (job.submit, 0.0, job.name, job.index)
         if admission is Admission.LAS:
             return (float(self.las_level(job.attained)), job.submit, job.name, job.index)
-        return (job.estimate / job.wmin, job.submit, job.name, job.index)
+        # The core's admission order (lyra.core.ordering.queue_key): every simulated job has priority 0, so its
+        # entry is the rest of the key, the time at base on the fastest type the job may use first.
+        speed = self.best_speed[job.gpu_types]
+        _, at_base, submitted, name = queue_key(
+            0, job.estimate / pace(job.wmin, speed, self.overhead), job.submit, job.name
+        )
+        return (at_base, submitted, name, job.index)
 
     def las_level(self, attained: float) -> int:
         return bisect_left(self.scenario.scheduler.las_thresholds_gpu_s, attained)
@@ -307,11 +318,8 @@ class Simulation:
         job.queue_s += t - job.queued_since
 
     def pace(self, job: SimJob, workers: int, speed: float) -> float:
-        """The pace model of :meth:`lyra.core.model.TrainingJob.pace`, inlined for the hot path (a unit test
-        checks that the two agree)."""
-        if workers <= 0:
-            return 0.0
-        return workers * speed / (1.0 + self.overhead * (workers - 1))
+        """The core's pace (:func:`lyra.core.model.pace`) with the scenario's scaling overhead."""
+        return pace(workers, speed, self.overhead)
 
     def _reschedule(self, job: SimJob, t: float) -> None:
         job.version += 1

@@ -214,3 +214,16 @@ def test_an_empty_window_stalls_nothing() -> None:
     result = simulate("lyra", trace((500, 10, 1)), length_s=100)
     assert result.records == ()
     assert math.isclose(result.window_s, 100)
+
+
+def test_the_queue_is_in_the_cores_admission_order() -> None:
+    # Inelastic jobs with a scaling overhead of 0.5: each one's time at base on a V100 is its trace duration (its
+    # work is sized so that the trace duration holds at its size). Shortest first, then submit time, then name:
+    # job-0 (100 s), job-3 (100 s, submitted later), job-1 (120 s on 4 workers; a key of work per base worker, 48,
+    # would put it first), job-2 (300 s).
+    setup = scenario("scaling: {overhead: 0.5}")
+    workload = build_workload(trace((0, 100, 1), (0, 120, 4), (0, 300, 2), (5, 100, 1)), setup, Window(0.0, 10.0))
+    sim = Simulation(workload, setup, SCHEMES["lyra"], flat_load(0.0))
+    for job in sim.jobs:
+        sim.enqueue(job, job.submit)
+    assert [sim.jobs[entry[3]].name for entry in sim.queue.ordered()] == ["job-0", "job-3", "job-1", "job-2"]

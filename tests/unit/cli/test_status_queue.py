@@ -1,0 +1,25 @@
+"""`lyra status` lists the queue in the order the operator's allocator admits jobs."""
+
+from __future__ import annotations
+
+from lyra.cli.status_commands import render
+from lyra.operator.config import OperatorConfig
+from lyra.operator.decide import decide
+from tests.unit.operator.fake_cluster import A100, T4, FakeCluster, node, training_job
+
+
+def test_the_status_queue_is_the_admission_order() -> None:
+    # An 8-GPU A100 server (speed 1.0) and an 8-GPU T4 server (speed 0.4), lent at once; every job needs 20 workers,
+    # so all wait. Admission: "urgent" first (priority 1); then by time at base on the fastest type each may use:
+    # "long" 200 s on an A100, "t4-only" 100 s / 0.4 = 250 s on a T4; "same" ties "long" and follows it by name.
+    # (Sorting by expected duration alone would put "t4-only" before "long".)
+    cluster = FakeCluster([node("a0", "training", A100), node("t0", "inference", T4)])
+    cluster.add_job(training_job("t4-only", 20, 20, duration=100, gpuTypes=[T4]))
+    cluster.add_job(training_job("long", 20, 20, duration=200))
+    cluster.add_job(training_job("same", 20, 20, duration=200))
+    cluster.add_job(training_job("urgent", 20, 20, duration=1000, priority=1))
+    for _ in range(3):
+        cluster.apply(decide(cluster.world(), OperatorConfig(lend_delay_s=0)))
+    assert cluster.state("t0") == "loaned"
+    queue = render(cluster.world()).split("QUEUE")[1].split("\n\n")[0].splitlines()[1:]
+    assert [line.split()[1] for line in queue] == ["ml/urgent", "ml/long", "ml/same", "ml/t4-only"]
