@@ -15,22 +15,19 @@ They are not Lyra's policy, so they live in the driver, but they place workers b
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
 
+from lyra.sim.driver import Decider, Driver
 from lyra.sim.jobs import QueueEntry, SimJob, Status
 from lyra.sim.schemes import Admission
 
-if TYPE_CHECKING:
-    from lyra.sim.engine import Decider, Simulation
 
-
-def context_policy(sim: Simulation, admission: Admission) -> Decider:
+def context_policy(sim: Driver, admission: Admission) -> Decider:
     if admission is Admission.LAS:
         return LeastAttainedService(sim)
     return GreedyAdmission(sim, fifo=admission is Admission.FIFO)
 
 
-def start_on_training_gpus(sim: Simulation, job: SimJob, t: float) -> bool:
+def start_on_training_gpus(sim: Driver, job: SimJob, t: float) -> bool:
     """Start a queued job with its base on the training pool's GPUs, placed by the core's rule."""
     cluster = sim.cluster
     layout = cluster.layout
@@ -50,7 +47,7 @@ class GreedyAdmission:
 
     allocator_calls = 0
 
-    def __init__(self, sim: Simulation, *, fifo: bool) -> None:
+    def __init__(self, sim: Driver, *, fifo: bool) -> None:
         self.sim = sim
         self.fifo = fifo
 
@@ -73,7 +70,7 @@ class GreedyAdmission:
 class LeastAttainedService:
     allocator_calls = 0
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Driver) -> None:
         self.sim = sim
         self.dirty = False
         self.next_full = 0.0

@@ -30,20 +30,17 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
 
 from lyra.core.allocation import allocate_workers
 from lyra.core.model import ClusterSnapshot, Server, TrainingJob
+from lyra.sim.driver import Driver
 from lyra.sim.jobs import SimJob, Status
-
-if TYPE_CHECKING:
-    from lyra.sim.engine import Simulation
 
 
 class CoreDecisions:
     """The scheduler of every scheme whose admission is the core's (:data:`lyra.sim.schemes.SCHEMES`)."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Driver) -> None:
         self.sim = sim
         scheduler = sim.scenario.scheduler
         self.view_jobs = scheduler.view_jobs
@@ -201,7 +198,7 @@ class CoreDecisions:
     # ------------------------------------------------------------------------------------------ the core
 
     def _core_job(self, job: SimJob, t: float) -> TrainingJob:
-        """The core's view of a job (:meth:`Simulation.core_job`); a queued job's view is kept until it changes."""
+        """The core's view of a job (:meth:`Driver.core_job`); a queued job's view is kept until it changes."""
         if job.status is Status.QUEUED and isinstance(job.view, TrainingJob):
             return job.view
         view = self.sim.core_job(job, t)

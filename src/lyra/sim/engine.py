@@ -33,13 +33,13 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from lyra.core.model import TrainingJob, pace
 from lyra.core.ordering import queue_key
 from lyra.sim.cluster import SimCluster
 from lyra.sim.context_policies import context_policy
 from lyra.sim.decisions import CoreDecisions
+from lyra.sim.driver import Decider
 from lyra.sim.jobs import JobRecord, QueueEntry, SimJob, Status, record_of
 from lyra.sim.load import LoadSeries
 from lyra.sim.loans import LoanKeeper
@@ -88,17 +88,6 @@ class SimulationResult:
     reclaimed_servers: int
     migrations: int
     wall_seconds: float
-
-
-class Decider(Protocol):
-    """Who decides which jobs run: the core's allocation (:mod:`lyra.sim.decisions`) or a context policy."""
-
-    allocator_calls: int
-
-    def decide(self, t: float) -> None: ...
-
-    def mark_dirty(self) -> None:
-        """Something changed (a job queued, started, resized, ended): the next periodic rebalance is due."""
 
 
 class Simulation:

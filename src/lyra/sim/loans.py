@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from lyra.core.loan_cycle import InferenceServer, LoanCycle, LoanSettings, Transition, plan_loan_cycle
 from lyra.core.model import ClusterSnapshot, LoanState
 from lyra.core.reclaim import ReclaimStrategy
+from lyra.sim.driver import Driver
 from lyra.sim.jobs import SimJob, Status
-
-if TYPE_CHECKING:
-    from lyra.sim.engine import Simulation
 
 
 class LoanKeeper:
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Driver) -> None:
         self.sim = sim
         scenario = sim.scenario
         cluster = sim.cluster
