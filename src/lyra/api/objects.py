@@ -134,6 +134,8 @@ class Taint(_Kube):
     key: str
     value: str = ""
     effect: str = ""
+    #: When a NoExecute taint was added (the API server sets it), kept when the operator rewrites a node's taints.
+    time_added: str | None = Field(default=None, alias="timeAdded")
 
 
 class NodeSpec(_Kube):

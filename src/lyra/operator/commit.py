@@ -269,7 +269,7 @@ class Cluster:
                     "labels": {names.STATE_LABEL: action.state.value},
                     "annotations": annotations,
                 },
-                "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in action.taints]},
+                "spec": {"taints": [t.model_dump(by_alias=True, exclude_none=True) for t in action.taints]},
             }
             response = self.core.patch_node(action.node, body, **raw)
             log.info("node %s -> %s (%s)", action.node, action.state.value, action.reason)

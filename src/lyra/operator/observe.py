@@ -8,10 +8,10 @@ reason, and the decision goes on without it.
 Health is read here too (docs/reliability.md, "Node and pod health"): a node is unhealthy while its Ready condition
 is not True, while it carries the node-lifecycle controller's ``unreachable`` or ``not-ready`` taint, or while its
 allocatable GPUs are below its capacity (a device plugin restarting). Kubernetes records since when for the first
-two (the condition's transition time); a dip in allocatable GPUs has no time of its own, so :class:`HealthMemory`
-remembers when a running operator first saw it. Ownership is by UID: a worker pod whose controller reference is not
-the TrainingJob of its name (an earlier run, deleted and re-created, or a pod orphaned by a deletion that kept its
-dependants) is nobody's worker, listed in :attr:`World.stale`.
+two (the condition's transition time, the NoExecute taint's ``timeAdded``); what has no time of its own (a dip in
+allocatable GPUs) is dated by :class:`HealthMemory`, from when a running operator first saw it. Ownership is by UID:
+a worker pod whose controller reference is not the TrainingJob of its name (an earlier run, deleted and re-created,
+or a pod orphaned by a deletion that kept its dependants) is nobody's worker, listed in :attr:`World.stale`.
 """
 
 from __future__ import annotations
@@ -306,17 +306,18 @@ def _first_error(error: ValidationError) -> str:
 
 
 class HealthMemory:
-    """When a running operator first saw each node's allocatable GPUs below its capacity (the API records no time for
-    it). Lost on restart: a new operator sees the dip begin again, which only delays dropping the node."""
+    """When a running operator first saw each node unhealthy, for what the API dates nowhere (a dip in allocatable
+    GPUs, a health taint without ``timeAdded`` on a node that reports Ready). Lost on restart: a new operator starts
+    the clock again, which only delays dropping the node."""
 
     def __init__(self) -> None:
-        self._dips: dict[str, float] = {}
+        self._first_seen: dict[str, float] = {}
 
-    def dip_since(self, node: str, now: float) -> float:
-        return self._dips.setdefault(node, now)
+    def first_seen(self, node: str, now: float) -> float:
+        return self._first_seen.setdefault(node, now)
 
     def forget_all_but(self, nodes: set[str]) -> None:
-        self._dips = {name: since for name, since in self._dips.items() if name in nodes}
+        self._first_seen = {name: since for name, since in self._first_seen.items() if name in nodes}
 
 
 def _read_node(
@@ -381,20 +382,27 @@ def _read_node(
 def _node_health(
     node: ObservedNode, allocatable: int, capacity: int, now: float, memory: HealthMemory
 ) -> tuple[float | None, str]:
-    """Since when the node is unhealthy and why (``None, ""`` while healthy): the earliest of its problems."""
+    """Since when the node is unhealthy and why (``None, ""`` while healthy): the earliest of its problems, each dated
+    by the API where it can be (the Ready condition's transition, a taint's ``timeAdded``), else by ``memory``."""
     problems: list[tuple[float, str]] = []
     ready = next((c for c in node.status.conditions if c.type == names.NODE_READY_CONDITION), None)
+    not_ready_since: float | None = None
     if ready is not None and ready.status != names.CONDITION_TRUE:
-        since = parse_time(ready.last_transition_time)
+        not_ready_since = parse_time(ready.last_transition_time)
         why = f"{names.NODE_READY_CONDITION}={ready.status or '?'}" + (f" ({ready.reason})" if ready.reason else "")
-        problems.append((since if since is not None else 0.0, why))
-    tainted = sorted({t.key for t in node.spec.taints if t.key in names.HEALTH_TAINTS})
+        problems.append((not_ready_since if not_ready_since is not None else 0.0, why))
+    tainted = [t for t in node.spec.taints if t.key in names.HEALTH_TAINTS]
     if tainted:
-        since = parse_time(ready.last_transition_time) if ready is not None else None
-        problems.append((since if since is not None else 0.0, f"tainted {', '.join(tainted)}"))
+        added = [when for t in tainted if (when := parse_time(t.time_added)) is not None]
+        since = min(added) if added else not_ready_since
+        since = since if since is not None else memory.first_seen(node.metadata.name, now)
+        problems.append((since, f"tainted {', '.join(sorted({t.key for t in tainted}))}"))
     if allocatable < capacity:
         problems.append(
-            (memory.dip_since(node.metadata.name, now), f"{allocatable} of {capacity} {names.GPU_RESOURCE} allocatable")
+            (
+                memory.first_seen(node.metadata.name, now),
+                f"{allocatable} of {capacity} {names.GPU_RESOURCE} allocatable",
+            )
         )
     if not problems:
         return None, ""

@@ -79,19 +79,27 @@ def test_ready_conditions_taints_and_gpu_dips_are_read_with_since_when() -> None
     ]
     tainted = node("n", "training", A100)
     tainted["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
+    dated = node("t", "training", A100)
+    dated["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"}]
+    dated["spec"]["taints"] = [
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]
     dipped = node("d", "training", A100)
     dipped["status"]["capacity"] = {"nvidia.com/gpu": "8"}
     dipped["status"]["allocatable"] = {"nvidia.com/gpu": "0"}
     ready = node("r", "training", A100)
     ready["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     memory = HealthMemory()
-    first = read_world(100.0, nodes=[unknown, tainted, dipped, ready], pods=[], jobs=[], services=[], memory=memory)
+    first = read_world(
+        100.0, nodes=[unknown, tainted, dated, dipped, ready], pods=[], jobs=[], services=[], memory=memory
+    )
     by_name = {n.name: n for n in first.nodes}
     assert by_name["r"].healthy
     assert by_name["r"].unhealthy_since is None
     assert by_name["u"].unhealthy_since == 1767225600.0
     assert "Ready=Unknown (NodeStatusUnknown)" in by_name["u"].health
-    assert by_name["n"].unhealthy_since == 0.0, "tainted with no recorded time: unhealthy since long ago"
+    assert by_name["n"].unhealthy_since == 100.0, "tainted with no recorded time: since first seen"
+    assert by_name["t"].unhealthy_since == 1767225600.0, "a NoExecute taint is dated by its timeAdded"
     assert by_name["d"].gpus == 8, "a dip keeps the node at its capacity"
     assert by_name["d"].unhealthy_since == 100.0
     later = read_world(150.0, nodes=[dipped], pods=[], jobs=[], services=[], memory=memory)
