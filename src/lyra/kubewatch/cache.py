@@ -20,9 +20,11 @@ every write across all kinds); a version that is not an integer is reached only 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -150,7 +152,14 @@ class ApiSource:
     def close(self) -> None:
         with self._lock:
             response = self._open
-        if response is not None:
+        if response is None:
+            return
+        # Closing a socket does not wake a thread blocked reading it; shutting it down does.
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):
             response.close()
 
 
@@ -230,12 +239,14 @@ class WatchCache:
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.kind.name}", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop the thread: at once between events, or when the stream under way closes (waited for up to
+        ``timeout_s``; the thread is a daemon either way)."""
         self._stop.set()
         self._relist.set()  # ends a backoff under way
         self._source.close()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=timeout_s)
 
     def relist(self) -> None:
         """List again now (a reader that waited in vain for its write to come back): ends the watch under way."""

@@ -94,7 +94,9 @@ class ClusterCaches:
 
     def stop(self) -> None:
         for cache in self.caches.values():
-            cache.stop()
+            cache.stop(timeout_s=0)  # all of them asked first, then waited for together
+        for cache in self.caches.values():
+            cache.stop(timeout_s=1.0)
 
     @property
     def synced(self) -> bool:

@@ -269,9 +269,9 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     finally:
-        log.info("stopped")
-        caches.stop()
         lease.release()  # a successor leads at once, not after the lease expires
         if server is not None:
             server.shutdown()
             server.server_close()
+        caches.stop()  # the watch threads are daemons: a stream slow to close does not hold the exit up
+        log.info("stopped")
