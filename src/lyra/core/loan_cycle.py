@@ -18,13 +18,13 @@ evictions a reclaim causes. The adapters only apply them. Its steps, in order:
    reclaiming server with no training left on it returns to ``serving``; one that still hosts training
    ``reclaim_deadline_s`` after its reclaim began is *forced* (its training pods go without grace).
 
-**Hysteresis: the lend delay.** An idle server is lent only once it has been idle for ``lend_delay_s``; reclaiming
-never waits. The operator keeps this state where it keeps all its state, on the node (the ``idle-since``
-annotation), so a restarted or failed-over operator goes on where the last one stopped; a window of past demand
-(the simulator's former rule, a "recent peak") would need a history that no object holds. The two rules lend the
-same servers: with the deterministic serve order of step 1, a server idle for the whole delay is one that the
-peak demand of the last ``lend_delay_s`` did not need. They differ only in the headroom (kept on top of the peak by
-that rule, within it by this one) and in which servers a rise promotes (docs/policies.md).
+**Hysteresis: the lend delay.** An idle server is lent only once it has been idle for ``lend_delay_s``, and the
+headroom is kept among the servers idle that long; reclaiming never waits. This is the rule the simulator had as
+"a recent peak" (lend only what ``max(demand, peak of the last window) + headroom`` leaves), stated per server: with
+the deterministic serve order of step 1, the servers idle for the whole delay are those the peak demand of the last
+``lend_delay_s`` did not need. Stated per server, it needs no history: the operator keeps the idle time where it
+keeps all its state, on the node (the ``idle-since`` annotation), so a restarted or failed-over operator goes on
+where the last one stopped (docs/policies.md).
 
 The training side is asked for (``training``) only when a server is reclaimed or reclaiming: building it costs a
 scan of the jobs, which the simulator does not pay at every load step.
@@ -41,7 +41,7 @@ from types import MappingProxyType
 from lyra.core.errors import InvalidClusterError
 from lyra.core.loaning import LoanPlan, plan_loans
 from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState, Pool, Server
-from lyra.core.ordering import serve_order
+from lyra.core.ordering import lend_order, serve_order
 from lyra.core.reclaim import ReclaimPlan, ReclaimStrategy, plan_reclaim
 
 
@@ -287,11 +287,16 @@ class _Turn:
 
     def lend_or_reclaim(self, gpu_type: str, needed: int) -> Balance:
         settings = self.settings
+        servers = self.of_type(gpu_type, *LoanState)
+        # Hysteresis: only servers idle for the lend delay may be lent, and the headroom stays among them too (the
+        # last of them in the lend order are held), so a dip lends no more than the peak of the delay leaves idle.
+        lendable = lend_order(s for s in servers if self.lendable(s))
+        may_lend = {s.name for s in lendable[: max(len(lendable) - settings.headroom, 0)]}
         views = []
-        for server in self.of_type(gpu_type, *LoanState):
+        for server in servers:
             state = server.state
-            if state is LoanState.IDLE and not self.lendable(server):
-                state = LoanState.SERVING  # not idle for long enough yet: held, not lendable (hysteresis)
+            if state is LoanState.IDLE and server.name not in may_lend:
+                state = LoanState.SERVING  # held: not idle for the lend delay yet, or kept as headroom
             views.append(Server(server.name, Pool.INFERENCE, gpu_type, server.gpus, state))
         plan = plan_loans(ClusterSnapshot(tuple(views)), InferenceDemand(needed), headroom=settings.headroom)
         for name in plan.lend:

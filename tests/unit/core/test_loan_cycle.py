@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -203,3 +204,53 @@ def test_the_cycles_evictions_agree_with_plan_reclaim() -> None:
 def test_bad_input_is_refused_with_its_name(build: object, message: str) -> None:
     with pytest.raises(InvalidClusterError, match=message):
         build()  # type: ignore[operator]
+
+
+def test_headroom_is_kept_among_the_servers_idle_for_the_delay() -> None:
+    # Demand 3 of 4 servers, then 1: the two servers given up ("b", "c") are not idle for the delay yet, and "a", the
+    # only one that is, is kept as the headroom (demand 1 + headroom 1 would leave 2 to lend; the peak of the delay,
+    # 3, plus the headroom leave none).
+    servers: Sequence[InferenceServer] = [server("a", IDLE, idle_since=0.0)] + [server(n, SERVING) for n in "bcd"]
+    settings = LoanSettings(headroom=1, lend_delay_s=60.0)
+    cycle = turn(servers, 3, now=100.0, settings=settings)
+    cycle = turn(cycle.servers, 1, now=110.0, settings=settings)
+    assert cycle.changed(Transition.LEND) == ()
+    cycle = turn(cycle.servers, 1, now=170.0, settings=settings)
+    assert cycle.changed(Transition.LEND) == ("a", "b")  # all idle for 60 s: "c", lent last, is the headroom
+
+
+def window_rule(loads: Sequence[int], servers: int, headroom: int, delay: float, step: float) -> list[int]:
+    """The oracle: servers loaned after each load step by the rule "keep max(demand, peak) + headroom", where the peak
+    is the highest demand in force over [now - delay, now] (none before time 0); reclaim what demand + headroom
+    lacks."""
+    loaned = 0
+    seen: list[int] = []
+    for k, demand in enumerate(loads):
+        now = k * step
+        in_force_at_start = max((i for i in range(k + 1) if i * step <= now - delay), default=None)
+        first = in_force_at_start if in_force_at_start is not None else 0
+        peak = max(loads[first : k + 1])
+        held = servers - loaned
+        if demand + headroom > held:
+            loaned -= min(demand + headroom - held, loaned)
+        else:
+            loaned += max(0, held - max(demand, peak) - headroom)
+        seen.append(loaned)
+    return seen
+
+
+def test_the_lend_delay_lends_what_the_peak_of_the_delay_leaves_idle() -> None:
+    # Servers of one size without replicas: the per-server rule and the window rule agree at every step.
+    rng = random.Random(18)
+    for _ in range(200):
+        size, headroom = rng.randint(2, 10), rng.randint(0, 2)
+        delay, step = rng.choice([0.0, 300.0, 600.0, 900.0, 1000.0]), 300.0
+        loads = [rng.randint(0, size + 1) for _ in range(30)]
+        servers: Sequence[InferenceServer] = [server(f"s{i:02d}", IDLE, idle_since=-delay) for i in range(size)]
+        settings = LoanSettings(headroom=headroom, lend_delay_s=delay)
+        loaned = []
+        for k, demand in enumerate(loads):
+            cycle = turn(servers, demand, now=k * step, settings=settings, jobs=[])
+            servers = cycle.servers
+            loaned.append(sum(s.state is LOANED for s in servers))
+        assert loaned == window_rule(loads, size, headroom, delay, step), (size, headroom, delay, loads)
