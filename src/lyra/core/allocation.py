@@ -10,8 +10,11 @@ count as gone (a running job left below its base by them is restarted like a que
 Queued jobs are admitted in order of priority (higher first), shortest time at base on the fastest GPU type they may
 use, submit time, name. Each base gang goes, all or nothing, to the fastest type it may use that has room for it,
 on the slower type if that is what is free; if no type has room, flexible workers of running jobs on the fastest
-type that can make room are scaled in to make it (flexible workers come second). A job whose base does not fit
-anywhere stays queued with the reason (backfilling: smaller gangs behind it may start).
+type that can make room are scaled in to make it (flexible workers come second). When that puts a base on a slower
+type while a faster one has flexible workers, a second opinion scales those in for it instead, kept if the phase-2
+objective prefers it: a slow GPU for a job's whole life can be worse than a fast one taken from another job's
+surplus. A job whose base does not fit anywhere stays queued with the reason (backfilling: smaller gangs behind it
+may start).
 
 **Phase 2, flexible demand and GPU types** (minimises running time). Candidate allocations are scored by the sum of
 completion times in the typed fluid model (:mod:`lyra.core.fluid`: slowest-worker pace, reallocation at
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from lyra.core.errors import InvalidClusterError
-from lyra.core.fluid import FluidJob, FluidModel, fastest_first
+from lyra.core.fluid import QUEUED, SPREAD, FluidJob, FluidModel, fastest_first
 from lyra.core.model import ClusterSnapshot, LoanState, Pool, TrainingJob
 from lyra.core.ordering import admission_key
 from lyra.core.packing import Layout, Move, Slot
@@ -55,9 +58,10 @@ DEFAULT_SEARCH_BUDGET = 16_000
 #: Stand-in completion time for a job that never starts in the fluid model (1,000 years).
 _NEVER = 3.2e10
 
-#: Kinds of a job in the search: queued, or on several types; otherwise the index of its one GPU type.
-_QUEUED = -1
-_MIXED = -2
+#: Kinds of a job in the search: queued, or on several types; otherwise the index of its one GPU type (the fluid
+#: model's encoding, written there once).
+_QUEUED = QUEUED
+_MIXED = SPREAD
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,23 +112,32 @@ def allocate_workers(
     search = _Search(problem, search_budget, restart_cost_s)
     best, layout = search.run()
     chosen = (problem, best, layout, search)
-    if len(snapshot.jobs) <= _SECOND_OPINION_JOBS and len(problem.started) > 1:
+    slowed = problem.slowed_bases()
+    if len(snapshot.jobs) <= _SECOND_OPINION_JOBS and (len(problem.started) > 1 or slowed):
         # Phase 1 in shortest-first order gives the fastest types to the shortest jobs; a long job admitted last
         # may land on the slow type, and the search's moves need room to undo that. Other starts for the search:
-        # the same admissions made longest-first (within each priority) and, when few started jobs could use
-        # another type, every assignment of types to them. An alternative is kept only if it starts every job
-        # the first one did and scores better.
+        # the same admissions made longest-first (within each priority); when a base went to a slower type while
+        # the faster one had flexible workers, the admissions that scale those in first (a slow GPU for a job's
+        # whole life may be worse than a fast one taken from another job's surplus: the objective decides); and,
+        # when few started jobs could use another type, every assignment of types to them. An alternative is kept
+        # only if it starts every job the first one did and scores better.
         admitted = {problem.jobs[i].name for i in problem.started}
         flexible = [i for i in problem.started if len(problem.preference[i]) > 1]
-        alternatives: list[tuple[bool, dict[int, int]]] = [(True, {})]
+        alternatives: list[tuple[bool, dict[int, int], bool]] = []
+        if len(problem.started) > 1:
+            alternatives.append((True, {}, False))
+        if slowed:
+            alternatives.append((False, {}, True))
         # Types matter for packing only where workers have several GPUs: one-GPU workers always fit by counts,
         # and the search's type moves reach those assignments anyway.
         if 1 <= len(flexible) <= _PINNED_JOBS and any(problem.jobs[i].gpus_per_worker > 1 for i in problem.started):
             choices = [problem.preference[i] for i in flexible]
-            alternatives += [(False, dict(zip(flexible, pins, strict=True))) for pins in itertools.product(*choices)]
-        for longest_first, pinned in alternatives:
+            alternatives += [
+                (False, dict(zip(flexible, pins, strict=True)), False) for pins in itertools.product(*choices)
+            ]
+        for longest_first, pinned, fast_first in alternatives:
             other = _Problem(snapshot, held)
-            other.admit_bases(longest_first=longest_first, pinned=pinned)
+            other.admit_bases(longest_first=longest_first, pinned=pinned, fast_type_first=fast_first)
             if not admitted <= {other.jobs[i].name for i in other.started}:
                 continue
             other_search = _Search(other, search_budget, restart_cost_s)
@@ -276,8 +289,12 @@ class _Problem:
         """The types job ``i`` may use, fastest first (then by name)."""
         return self.preference[i]
 
-    def admit_bases(self, *, longest_first: bool, pinned: Mapping[int, int] | None = None) -> None:
-        """Phase 1: queued bases in admission order, each on the fastest type with room, else making room."""
+    def admit_bases(
+        self, *, longest_first: bool, pinned: Mapping[int, int] | None = None, fast_type_first: bool = False
+    ) -> None:
+        """Phase 1: queued bases in admission order, each on the fastest type with room, else making room. With
+        ``fast_type_first``, room made by scaling in flexible workers on a faster type comes before free room on a
+        slower one."""
         layout = self.layout
         # Flexible workers that bases may displace, per type: {job: spare workers}, and their GPUs in all.
         self.spare: list[dict[str, int]] = [{} for _ in self.types]
@@ -288,6 +305,7 @@ class _Problem:
             if kind >= 0 and extra > 0:
                 self.spare[kind][other.name] = extra
                 self.spare_gpus[kind] += extra * other.gpus_per_worker
+        self.spare_at_start = list(self.spare_gpus)
         # The smallest base (in workers, per type and worker size) known not to fit even by displacing: free room
         # and flexible workers only shrink during phase 1, so any base at least as large fails too.
         self.no_room: dict[tuple[int, int], int] = {}
@@ -315,6 +333,9 @@ class _Problem:
                     self._dirty.setdefault(t, set()).update(server for server, _ in moves)
                     self.kind[i] = t
                     break
+                if fast_type_first and self._place_displacing(i, t):
+                    self.kind[i] = t
+                    break
             else:
                 for t in preference:
                     if self._place_displacing(i, t) or self._place_repacking(i, t) or self._place_relocating(i, t):
@@ -329,6 +350,13 @@ class _Problem:
                         self.kind[i] = next(iter(kinds)) if len(kinds) == 1 else _MIXED
             if self.kind[i] != _QUEUED:
                 self.started.append(i)
+
+    def slowed_bases(self) -> bool:
+        """Whether phase 1 started a base on a type slower than its fastest while flexible workers were there."""
+        return any(
+            0 <= self.kind[i] != self.preference[i][0] and self.spare_at_start[self.preference[i][0]] > 0
+            for i in self.started
+        )
 
     def _place_relocating(self, i: int, t: int) -> bool:
         """Place job ``i``'s base on type ``t`` by moving bases this plan started there to another type they may

@@ -7,7 +7,8 @@ Decisions are made on a *view*, so that a decision costs what it touches, not th
   jobs in the scheme's order, where ``A`` is what those types offer a base (free GPUs plus flexible workers).
   Within a bucket the allocator admits a prefix of that order, so this is a superset of whom it can admit; at
   most ``4 * view_jobs`` of them, in admission order (the next decision offers the rest);
-* running elastic jobs: when a queued base needs flexible workers, those on its GPU type holding the most, enough
+* running elastic jobs: when a queued base needs flexible workers on a GPU type it may use (even if a slower type
+  has free room: the allocator may make room on the faster type instead), those on that type holding the most, enough
   to make room and two more (at most ``view_jobs`` per type); when free
   GPUs are left over, the ``view_jobs`` that could grow with the shortest estimated remaining time (the fluid
   model grows those first);
@@ -102,8 +103,12 @@ class CoreDecisions:
             return
         if sim.queue.could_start(self._available):
             queued = self._queued()
-            # Free GPUs suffice for some base: offer jobs that could grow; otherwise jobs that could give way.
-            running = self._receivers(t) if sim.queue.could_start(self._free) else self._donors()
+            # Jobs that could give way wherever a base needs flexible workers (also on a faster type when a slower
+            # one has free room: the allocator may make room there instead); if free GPUs suffice for some base,
+            # also jobs that could grow.
+            running = self._donors()
+            if sim.queue.could_start(self._free):
+                running = sorted(set(running).union(self._receivers(t)), key=lambda i: sim.jobs[i].name)
         elif self._can_grow():
             queued, running = [], self._receivers(t)
         else:
