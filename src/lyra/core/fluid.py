@@ -80,7 +80,8 @@ def fastest_first(speeds: Sequence[float]) -> list[int]:
     return sorted((t for t, s in enumerate(speeds) if s > 0), key=lambda t: (-speeds[t], t))
 
 
-#: A job's kind in :meth:`FluidModel.run`: queued, on several types (its ``spread``), or its one type's index.
+#: A job's kind, the one encoding of the allocator's search, the fluid model (:meth:`FluidModel.run`) and the
+#: simulator's running totals: queued (not running), on several types (its ``spread``), or its one type's index.
 QUEUED = -1
 SPREAD = -2
 

@@ -37,7 +37,8 @@ class Driver(Protocol):
     cluster: SimCluster
     jobs: list[SimJob]
     queue: JobQueue
-    #: Per job: -1 not running, -2 on several GPU types, else its one type's index.
+    #: Per job: not running (:data:`lyra.core.fluid.QUEUED`), on several GPU types (``SPREAD``), else its one
+    #: type's index.
     kind: list[int]
     #: Per GPU type: flexible workers, and GPUs elastic jobs could still grow by.
     flexible: list[int]

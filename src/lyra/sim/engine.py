@@ -34,6 +34,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from lyra.core.fluid import QUEUED, SPREAD
 from lyra.core.model import TrainingJob, pace
 from lyra.core.ordering import queue_key
 from lyra.sim.cluster import SimCluster
@@ -145,7 +146,7 @@ class Simulation:
         self.growable = [0] * types
         self.running: set[int] = set()
         self.running_elastic: set[int] = set()
-        self.kind = [-1] * self.n  # -1 not running, -2 on several types, else its one type index
+        self.kind = [QUEUED] * self.n  # not running, on several types (SPREAD), else its one type's index
         self.on_type: list[set[int]] = [set() for _ in range(types)]
         #: Each running elastic job's contribution to ``flexible`` and ``growable`` (to take it back exactly).
         self.elastic_counted: dict[int, tuple[int, int]] = {}
@@ -451,13 +452,13 @@ class Simulation:
         old = self.kind[job.index]
         if old >= 0:
             self.on_type[old].discard(job.index)
-        elif old == -2:
+        elif old == SPREAD:
             for t in range(len(self.on_type)):
                 self.on_type[t].discard(job.index)
         if job.elastic:
             self._count_elastic(job, old, -1)
         kinds = set() if leaving else {self.cluster.type_of[s] for s in job.placement}
-        new = -1 if not kinds else (next(iter(kinds)) if len(kinds) == 1 else -2)
+        new = QUEUED if not kinds else (next(iter(kinds)) if len(kinds) == 1 else SPREAD)
         self.kind[job.index] = new
         for t in kinds:
             self.on_type[t].add(job.index)
