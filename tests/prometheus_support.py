@@ -102,6 +102,17 @@ class Prometheus:
         result: list[dict[str, Any]] = answer["data"]["result"]
         return result
 
+    def query_range(self, expression: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        """The range vector ``expression`` evaluates to from ``start`` to ``end`` (``/api/v1/query_range``)."""
+        parameters = {"query": expression, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        status, body = get(f"{self.url}/api/v1/query_range?{urllib.parse.urlencode(parameters)}")
+        answer = json.loads(body)
+        assert status == 200, f"{expression}: {answer}"
+        assert answer["status"] == "success", f"{expression}: {answer}"
+        assert answer["data"]["resultType"] == "matrix", f"{expression}: {answer}"
+        result: list[dict[str, Any]] = answer["data"]["result"]
+        return result
+
     def value(self, expression: str) -> float | None:
         """The value of a query that yields at most one series (``None``: no series)."""
         result = self.query(expression)

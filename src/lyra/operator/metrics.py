@@ -34,7 +34,13 @@ from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
 from lyra.operator.actions import Decision, DeletePod, PatchStatus, SetNodeState
 from lyra.operator.commit import APPLIED
-from lyra.operator.jobs import PREEMPTED_SUMMARY, SCALED_IN
+from lyra.operator.jobs import (
+    PREEMPTED_BY_ALLOCATION,
+    PREEMPTED_BY_RECLAIM,
+    PREEMPTED_LOST_BASE,
+    PREEMPTED_SUMMARY,
+    SCALED_IN,
+)
 from lyra.operator.observe import World, parse_time
 from lyra.operator.services import RECLAIM_WAITS_SUMMARY
 
@@ -356,6 +362,13 @@ class OperatorMetrics:
             for spec in METRICS
             if spec.kind == HISTOGRAM
         }
+        self._zeroed: set[tuple[str, Pool]] = set()
+        for reason in (PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE):
+            self._counters[PREEMPTIONS.name].labels(reason)
+        for result in (SUCCEEDED, FAILED):
+            self._counters[PASSES.name].labels(result)
+        for phase in (OBSERVE, DECIDE, COMMIT):
+            self._histograms[PASS_DURATION.name].labels(phase)
         self._leader = PromGauge(LEADER.name, LEADER.help, registry=self.registry)
         self._leader.set_function(lambda: 1.0 if self.acts() else 0.0)
         PromGauge(BUILD_INFO.name, BUILD_INFO.help, BUILD_INFO.labels, registry=self.registry).labels(version).set(1)
@@ -373,7 +386,22 @@ class OperatorMetrics:
     def leading(self, world: World) -> None:
         """This operator leads and observed ``world``."""
         self._state.gauges = state_gauges(world)
+        self._zero_gpu_types(world)
         self._acting = True
+
+    def _zero_gpu_types(self, world: World) -> None:
+        """Each GPU type's counters and histograms exist, at zero, from the first pass that sees the type (the
+        reasons, results and phases from the start): Prometheus' ``rate()`` and ``increase()`` see no increase in a
+        series that first appears already counting, so without this a type's first reclaim would never show."""
+        for gpu_type, pool in sorted({(node.gpu_type, node.pool) for node in world.nodes} - self._zeroed):
+            self._counters[SCALED_IN_WORKERS.name].labels(gpu_type)
+            if pool is Pool.INFERENCE:
+                self._counters[LOANS.name].labels(gpu_type)
+                for outcome in (DRAINED, FORCED):
+                    self._counters[RECLAIMS.name].labels(gpu_type, outcome)
+                for spec in (RECLAIM_DURATION, INFERENCE_RECLAIM_WAIT):
+                    self._histograms[spec.name].labels(gpu_type)
+            self._zeroed.add((gpu_type, pool))
 
     def standing_by(self) -> None:
         """This operator does not lead (or only shadows): no state gauges."""

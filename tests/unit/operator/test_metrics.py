@@ -232,6 +232,30 @@ def test_a_leader_whose_lease_fence_closes_stops_exporting_state_before_its_next
     assert "lyra_servers" not in lapsed
 
 
+def test_counters_and_histograms_start_at_zero_so_prometheus_sees_the_first_event() -> None:
+    """rate() and increase() miss an event that a series is born counting: every series a dashboard reads exists at
+    zero before its first event (GPU types from the first pass that sees them, inference types for loans)."""
+    metrics = OperatorMetrics()
+    before = samples(metrics.exposition())
+    assert {labels["reason"] for labels, value in before["lyra_preemptions_total"] if value == 0} == {
+        "reclaim",
+        "allocation",
+        "lost_base",
+    }
+    assert {labels["result"] for labels, _ in before["lyra_reconcile_passes_total"]} == {"succeeded", "failed"}
+    assert "lyra_loans_total" not in before
+
+    metrics.leading(small_cluster().world())
+    zeroed = samples(metrics.exposition())
+
+    assert zeroed["lyra_loans_total"] == [({"gpu_type": T4}, 0.0)]
+    assert sorted(labels["outcome"] for labels, _ in zeroed["lyra_reclaims_total"]) == ["drained", "forced"]
+    assert zeroed["lyra_reclaim_duration_seconds_count"] == [({"gpu_type": T4}, 0.0)]
+    assert zeroed["lyra_inference_reclaim_wait_seconds_count"] == [({"gpu_type": T4}, 0.0)]
+    assert sorted(labels["gpu_type"] for labels, _ in zeroed["lyra_workers_scaled_in_total"]) == [A100, T4]
+    assert all(value == 0 for labels, value in zeroed["lyra_workers_scaled_in_total"])
+
+
 def test_every_metric_is_exported_under_its_documented_name() -> None:
     cluster = small_cluster()
     metrics = OperatorMetrics()
