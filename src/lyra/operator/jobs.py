@@ -94,6 +94,7 @@ class JobBook:
             j.ref.key: JobState(j, world.pods_of(j.ref.key), j.status)
             for j in world.jobs
             if not (j.status.phase in _DONE and not any(p.is_live for p in world.pods_of(j.ref.key)))
+            and not j.deleting  # the garbage collector removes (or orphans) its pods; nothing is decided for it
         }
         self.refused: list[JobState] = []
         now = changes.now

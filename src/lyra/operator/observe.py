@@ -174,6 +174,8 @@ class JobRecord:
     generation: int
     created: float
     resource_version: str = ""  # the status write is conditional on it
+    #: Being deleted (``deletionTimestamp`` set; the garbage collector is removing or orphaning its pods).
+    deleting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +217,7 @@ class World:
         versions = {job.ref: job.resource_version for job in self.jobs}
         versions.update({service.ref: service.resource_version for service in self.services})
         object.__setattr__(self, "_versions", versions)
-        job_uids = {job.ref.key: job.ref.uid for job in self.jobs}
+        job_uids = {job.ref.key: job.ref.uid for job in self.jobs if not job.deleting}
         by_owner: dict[str, list[PodRecord]] = {}
         stale: list[PodRecord] = []
         for pod in self.pods:
@@ -474,6 +476,7 @@ def _read_job(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> JobRecord
         generation=meta.generation,
         created=parse_time(meta.creation_timestamp) or 0.0,
         resource_version=meta.resource_version,
+        deleting=meta.deletion_timestamp is not None,
     )
 
 

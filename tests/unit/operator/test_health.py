@@ -490,3 +490,16 @@ def test_a_worker_orphaned_by_its_jobs_deletion_is_not_the_new_runs() -> None:
     world = cluster.world()
     assert [p.ref.key for p in world.stale] == ["ml/again-w0"]
     assert world.pods_of("ml/again") == ()
+
+
+def test_a_job_being_deleted_is_left_to_the_garbage_collector() -> None:
+    cluster = FakeCluster([node("a0", "training", A100)])
+    cluster.add_job(training_job("going", 2, 2))
+    settle(cluster)
+    cluster.jobs["ml/going"]["metadata"]["deletionTimestamp"] = format_time(cluster.now)
+    for pod in cluster.pods.values():
+        del pod["metadata"]["ownerReferences"]  # propagationPolicy Orphan: the references go before the job
+    cluster.pods.pop("ml/going-w1")
+    world = cluster.world()
+    assert world.stale == (), "its pods are no earlier run's"
+    assert decide(world, CONFIG).is_noop, "no worker deleted, none created, no status written"

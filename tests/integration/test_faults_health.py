@@ -1,0 +1,364 @@
+"""Node and pod faults on the local control plane, with the real operator (as its ServiceAccount): each scenario
+breaks something the way Kubernetes would see it break, checks that Lyra carries on, puts the cluster back, and ends
+with ``lyra check`` clean and every job accounted for (docs/reliability.md, "Node and pod health", "Ownership by
+UID").
+
+* **Dead kubelet.** KWOK manages a fake node only while it holds the node's Lease (``kube-node-lease``); the test
+  holds it under another identity, so KWOK stops reporting the node and finishing its pods' deletions, and writes
+  what the node-lifecycle controller writes once a kubelet falls silent (``Ready=Unknown``, the ``unreachable``
+  NoSchedule and NoExecute taints) without waiting its grace period. (Removing KWOK's node annotation does not stop
+  it: a node it has seen stays managed while it holds the Lease.) The job on the node is re-queued, not failed, and
+  restarts elsewhere while its old worker stays ``Terminating``; another job is admitted meanwhile. Released, the
+  Lease expires and KWOK takes it back: the node reports Ready and the deletion finishes.
+* **Node deleted** while it hosts a worker: the job is scaled in and runs on; the node is created again afterwards.
+* **Worker deleted by hand**: the job gets its worker back and runs on.
+* **Job re-created under its name** while the old run's pods still exist (deleted with ``propagationPolicy:
+  Orphan``, so the garbage collector leaves them): they are not the new run's; the operator deletes them and the new
+  run runs with pods owned by its own UID.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lyra.api import names
+from lyra.localcluster import populate
+from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.waiting import wait_for
+from tests.operator_support import (
+    A100,
+    DEADLINE_S,
+    REPOSITORY,
+    Operator,
+    assert_check_clean,
+    create_job,
+    custom,
+    job,
+    running,
+    service_account_kubeconfig,
+    workers,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
+
+NODE_GRACE_S = 10
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+ONE_NODE = {"minWorkers": 1, "maxWorkers": 1, "gpusPerWorker": 8, "gpuTypes": [A100]}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    crds = REPOSITORY / "manifests" / "crds"
+    with session_control_plane(tmp_path_factory.mktemp("faults-health"), crd_dir=crds) as control_plane:
+        yield control_plane
+
+
+@pytest.fixture(scope="module")
+def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
+    with populate.admin_api(cluster.kubeconfig) as api_client:
+        yield api_client
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(cluster: ControlPlane, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return service_account_kubeconfig(cluster, api, tmp_path_factory.mktemp("operator-account"))
+
+
+@pytest.fixture
+def operator(operator_kubeconfig: Path, tmp_path: Path) -> Iterator[Operator]:
+    running_operator = Operator(
+        operator_kubeconfig,
+        tmp_path / "operator.log",
+        options=("--node-grace", str(NODE_GRACE_S)),
+    )
+    running_operator.start()
+    try:
+        yield running_operator
+    except BaseException:
+        print("--- operator ---\n" + running_operator.tail(150))
+        raise
+    finally:
+        running_operator.stop()
+
+
+def now_text() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def core(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+def pod_or_none(api: client.ApiClient, namespace: str, name: str) -> client.V1Pod | None:
+    try:
+        return core(api).read_namespaced_pod(name, namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def all_schedulable(api: client.ApiClient) -> bool:
+    nodes = [n.metadata.name for n in core(api).list_node(label_selector=names.POOL_LABEL).items]
+    return len(nodes) == 12 and len(populate.schedulable_nodes(api, nodes)) == 12
+
+
+def never_failed(api: client.ApiClient, namespace: str, name: str) -> None:
+    events = core(api).list_namespaced_event(namespace).items
+    mine = [e for e in events if e.involved_object.name == name and e.involved_object.kind == names.TRAINING_JOB_KIND]
+    assert not [e.reason for e in mine if e.reason in ("WorkerFailed", "InvalidSpec")], "the job never failed"
+    assert job(api, namespace, name)["status"]["phase"] != "Failed"
+
+
+class StolenNodeLease:
+    """Holds a node's Lease (``kube-node-lease``) under another identity, renewing it every ``RENEW_S``: KWOK manages
+    only the nodes whose Lease it holds, so it stops heartbeating the node and finishing its pods' deletions, as a
+    dead kubelet would. While stolen it also keeps the node-lifecycle controller's verdict written (``Ready=Unknown``
+    since ``since``). Released, the Lease expires within ``DURATION_S`` and KWOK takes it back."""
+
+    HOLDER = "lyra-test-dead-kubelet"
+    DURATION_S = 15
+    RENEW_S = 3.0
+
+    def __init__(self, api: client.ApiClient, node: str, since: str) -> None:
+        self.api = api
+        self.node = node
+        self.since = since
+        self.stop = threading.Event()
+        self.renewals = 0
+        self.rewrites = 0  # how often the Ready condition had to be written again (KWOK's last heartbeat)
+        self.thread = threading.Thread(target=self.run, name=f"lease-{node}", daemon=True)
+
+    def renew(self) -> None:
+        leases = client.CoordinationV1Api(self.api)
+        lease = leases.read_namespaced_lease(self.node, NODE_LEASE_NAMESPACE)
+        lease.spec.holder_identity = self.HOLDER
+        lease.spec.lease_duration_seconds = self.DURATION_S
+        lease.spec.renew_time = datetime.now(UTC)
+        leases.replace_namespaced_lease(self.node, NODE_LEASE_NAMESPACE, lease)
+        self.renewals += 1
+
+    def hold_verdict(self) -> None:
+        conditions = core(self.api).read_node_status(self.node).status.conditions or []
+        ready = next((c for c in conditions if c.type == "Ready"), None)
+        if ready is not None and ready.status == "Unknown":
+            return
+        verdict = {
+            "type": "Ready",
+            "status": "Unknown",
+            "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+            "lastHeartbeatTime": self.since,
+            "lastTransitionTime": self.since,
+        }
+        core(self.api).patch_node_status(self.node, {"status": {"conditions": [verdict]}})
+        self.rewrites += 1
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.renew()
+                self.hold_verdict()
+            except ApiException as error:
+                if error.status != 409:  # a conflict is retried at the next renewal
+                    raise
+            self.stop.wait(self.RENEW_S)
+
+    def __enter__(self) -> StolenNodeLease:
+        self.renew()
+        self.hold_verdict()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+@contextmanager
+def dead_kubelet(api: client.ApiClient, node: str) -> Iterator[StolenNodeLease]:
+    """The kubelet of ``node`` stops reporting, and the node-lifecycle controller's verdict is written at once
+    (``Ready=Unknown``, the ``unreachable`` taints) instead of after its grace period; afterwards the node is revived
+    and waited for until it is schedulable again."""
+    api_core = core(api)
+    since = now_text()
+    with StolenNodeLease(api, node, since) as lease:
+        taints = [t.to_dict() for t in api_core.read_node(node).spec.taints or []]
+        kept = [
+            {k: v for k, v in t.items() if v is not None} for t in taints if not t["key"].startswith("node.kubernetes")
+        ]
+        unreachable = [
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": since},
+        ]
+        api_core.patch_node(node, {"spec": {"taints": kept + unreachable}})
+        yield lease
+    wait_for(lambda: populate.schedulable_nodes(api, [node]) == [node], DEADLINE_S * 2, f"node {node} revived")
+
+
+def test_a_dead_kubelet_requeues_its_job_and_admission_goes_on(
+    cluster: ControlPlane, api: client.ApiClient, operator: Operator
+) -> None:
+    wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
+    with temporary_namespace(api, "faults-dead-kubelet") as namespace:
+        create_job(api, namespace, "stuck", **ONE_NODE)
+        wait_for(lambda: running(api, namespace, "stuck", 1), DEADLINE_S, "the job running")
+        [old] = workers(api, namespace, "stuck")
+        dead = old.spec.node_name
+        with dead_kubelet(api, dead) as lease:
+
+            def requeued_elsewhere() -> bool:
+                pods = workers(api, namespace, "stuck")
+                return running(api, namespace, "stuck", 1) and pods[0].spec.node_name != dead
+
+            wait_for(requeued_elsewhere, DEADLINE_S, "the stuck job running on another node")
+            status = job(api, namespace, "stuck")["status"]
+            assert status["preemptions"] == 1
+            events = core(api).list_namespaced_event(namespace).items
+            preempted = [e.message for e in events if e.reason == "Preempted" and e.involved_object.name == "stuck"]
+            assert any(f"node {dead} lost (" in m and "unreachable" in m for m in preempted), preempted
+            leaving = pod_or_none(api, namespace, old.metadata.name)
+            assert leaving is not None, "no kubelet finishes the deletion"
+            assert leaving.metadata.deletion_timestamp is not None
+            assert leaving.metadata.uid == old.metadata.uid
+
+            create_job(api, namespace, "other", **ONE_NODE)
+            wait_for(lambda: running(api, namespace, "other", 1), DEADLINE_S, "another job admitted meanwhile")
+            assert pod_or_none(api, namespace, old.metadata.name) is not None, "still terminating on the dead node"
+            print(f"dead kubelet: lease renewed {lease.renewals} times, Ready=Unknown rewritten {lease.rewrites} times")
+        wait_for(
+            lambda: pod_or_none(api, namespace, old.metadata.name) is None,
+            DEADLINE_S,
+            "the revived node's kubelet finishing the deletion",
+        )
+        for name in ("stuck", "other"):
+            never_failed(api, namespace, name)
+            assert running(api, namespace, name, 1)
+        assert_check_clean(cluster.kubeconfig)
+
+
+def test_a_node_deleted_under_a_worker_scales_its_job_in(
+    cluster: ControlPlane, api: client.ApiClient, operator: Operator
+) -> None:
+    wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
+    with temporary_namespace(api, "faults-node-deleted") as namespace:
+        create_job(api, namespace, "spread", minWorkers=2, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100])
+        wait_for(lambda: running(api, namespace, "spread", 4), DEADLINE_S, "the job on the four A100 nodes")
+        victim = sorted(workers(api, namespace, "spread"), key=lambda p: p.metadata.name)[-1]
+        gone = victim.spec.node_name
+        saved = core(api).read_node(gone)
+        body = api.sanitize_for_serialization(saved)
+        try:
+            core(api).delete_node(gone)
+
+            def scaled_in() -> bool:
+                status = job(api, namespace, "spread").get("status", {})
+                return status.get("scaleIns", 0) >= 1 and running(api, namespace, "spread", 3)
+
+            wait_for(scaled_in, DEADLINE_S, "the job scaled in to the three nodes left")
+            assert job(api, namespace, "spread")["status"]["preemptions"] == 0
+            wait_for(
+                lambda: pod_or_none(api, namespace, victim.metadata.name) is None,
+                DEADLINE_S * 2,
+                "the pod of the deleted node removed (pod garbage collection)",
+            )
+        finally:
+            _recreate_node(api, body)
+        wait_for(lambda: all_schedulable(api), DEADLINE_S, "the node back")
+        wait_for(lambda: running(api, namespace, "spread", 4), DEADLINE_S, "the job grown back onto it")
+        never_failed(api, namespace, "spread")
+        assert_check_clean(cluster.kubeconfig)
+
+
+def _recreate_node(api: client.ApiClient, saved: dict[str, Any]) -> None:
+    body = copy.deepcopy(saved)
+    metadata = body["metadata"]
+    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields"):
+        metadata.pop(key, None)
+    body["spec"] = {k: v for k, v in body.get("spec", {}).items() if k != "taints"}
+    body["status"] = {k: body["status"][k] for k in ("capacity", "allocatable", "nodeInfo") if k in body["status"]}
+    try:
+        core(api).create_node(cast(Any, body))
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
+def test_a_worker_deleted_by_hand_is_replaced(cluster: ControlPlane, api: client.ApiClient, operator: Operator) -> None:
+    wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
+    with temporary_namespace(api, "faults-pod-deleted") as namespace:
+        create_job(api, namespace, "elastic", minWorkers=1, maxWorkers=2, gpusPerWorker=8, gpuTypes=[A100])
+        wait_for(lambda: running(api, namespace, "elastic", 2), DEADLINE_S, "the job with two workers")
+        flexible = next(
+            p for p in workers(api, namespace, "elastic") if p.metadata.labels[names.ROLE_LABEL] == names.ROLE_FLEXIBLE
+        )
+        core(api).delete_namespaced_pod(flexible.metadata.name, namespace)
+
+        def replaced() -> bool:
+            pods = workers(api, namespace, "elastic")
+            return running(api, namespace, "elastic", 2) and flexible.metadata.uid not in {p.metadata.uid for p in pods}
+
+        wait_for(replaced, DEADLINE_S, "the worker replaced")
+        status = job(api, namespace, "elastic")["status"]
+        assert status["phase"] == "Running"
+        assert status["preemptions"] == 0
+        never_failed(api, namespace, "elastic")
+        assert_check_clean(cluster.kubeconfig)
+
+
+def test_a_job_recreated_under_its_name_does_not_adopt_the_old_runs_pods(
+    cluster: ControlPlane, api: client.ApiClient, operator: Operator
+) -> None:
+    wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
+    with temporary_namespace(api, "faults-recreated") as namespace:
+        create_job(api, namespace, "again", minWorkers=2, maxWorkers=2, gpusPerWorker=4, gpuTypes=[A100])
+        wait_for(lambda: running(api, namespace, "again", 2), DEADLINE_S, "the first run running")
+        old_uids = {p.metadata.uid for p in workers(api, namespace, "again")}
+        first_uid = job(api, namespace, "again")["metadata"]["uid"]
+        custom(api).delete_namespaced_custom_object(
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            names.TRAINING_JOB_PLURAL,
+            "again",
+            body=client.V1DeleteOptions(propagation_policy="Orphan"),
+        )
+
+        def deleted() -> bool:
+            try:
+                job(api, namespace, "again")
+            except ApiException as error:
+                return error.status == 404
+            return False
+
+        wait_for(deleted, DEADLINE_S, "the first run's TrainingJob gone")
+        assert {p.metadata.uid for p in workers(api, namespace, "again")} == old_uids, "its pods are still there"
+        create_job(api, namespace, "again", minWorkers=2, maxWorkers=2, gpusPerWorker=4, gpuTypes=[A100])
+        second_uid = job(api, namespace, "again")["metadata"]["uid"]
+        assert second_uid != first_uid
+
+        def new_run_only() -> bool:
+            pods = workers(api, namespace, "again")
+            owners = {ref.uid for p in pods for ref in p.metadata.owner_references or [] if ref.controller}
+            uids = {p.metadata.uid for p in pods}
+            return running(api, namespace, "again", 2) and owners == {second_uid} and not uids & old_uids
+
+        wait_for(new_run_only, DEADLINE_S, "the new run running on pods of its own")
+        wait_for(
+            lambda: not {p.metadata.uid for p in core(api).list_namespaced_pod(namespace).items} & old_uids,
+            DEADLINE_S,
+            "the old run's pods deleted",
+        )
+        never_failed(api, namespace, "again")
+        assert_check_clean(cluster.kubeconfig)
