@@ -103,6 +103,19 @@ class Operator(Strict):
     gang_timeout_seconds: int = Field(
         120, ge=1, alias="gangTimeoutSeconds", description="a base gang not placed whole by then is re-queued"
     )
+    node_grace_seconds: int = Field(
+        60,
+        ge=0,
+        alias="nodeGraceSeconds",
+        description="a node NotReady, unreachable or short of GPUs takes no new work at once, and is dropped with "
+        "its workers after this long (--node-grace)",
+    )
+    start_timeout_seconds: int = Field(
+        300,
+        ge=1,
+        alias="startTimeoutSeconds",
+        description="a started job whose base workers are not all running by then is re-queued (--start-timeout)",
+    )
     resync_seconds: int = Field(10, ge=1, le=60, alias="resyncSeconds", description="a pass at least this often")
     lease_duration_seconds: int = Field(
         15,
