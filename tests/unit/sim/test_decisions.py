@@ -75,15 +75,15 @@ def test_without_migration_the_job_stays_on_t4(scheme: str, setup: Scenario) -> 
 
 
 def test_a_job_on_t4_moves_to_the_v100s_by_displacing_flexible_workers() -> None:
-    """The periodic rebalance offers B as a mover and A as its donor; the allocator, asked, moves B. The
-    everyone-fits shortcut must not answer for it (nothing is free on the V100s, so not everyone "fits" as the
-    allocator sees it)."""
+    """Asked about B running on T4s, the allocator moves it to the V100s, scaling A in (a migration that pays for
+    its restart). In the simulator B never lands on the T4s: at its start the allocator's second opinion already
+    takes the V100s from A's flexible workers, since a slow GPU for B's whole life is worse. The everyone-fits
+    shortcut must not answer for it (nothing is free on the V100s)."""
     # Every job elastic. A (4 GPUs x 10000 s = 40000; w_min 2, w_max 8) takes all 8 V100s. B (1 GPU x 2000 s =
-    # 2000; w_min 1, w_max 2) starts at 1 s on 2 T4s, pace 0.8. At the rebalance at 600 s, B's base fits in A's 6
-    # flexible workers.
+    # 2000; w_min 1, w_max 2) arrives at 1 s: 2 free T4s would run it at pace 0.8 (2500 s), 2 V100s at pace 2.
     setup = scenario("elasticity: {share: 1}\npreemption: {restart_cost_s: 60}")
-    # What the allocator answers on that state (B has 2000 - 599 x 0.8 = 1520.8 left, A 40000 - 600 x 8 = 35200):
-    # B on 2 V100s, A scaled in to 6.
+    # What the allocator answers with B on 2 T4s since 1 s (at 600 s B has 2000 - 599 x 0.8 = 1520.8 left, A
+    # 40000 - 600 x 8 = 35200): B on 2 V100s, A scaled in to 6.
     servers = (
         Server("infer-0000", Pool.INFERENCE, "T4", 8, LoanState.LOANED),
         Server("train-0000", Pool.TRAINING, "V100", 8),
@@ -95,10 +95,10 @@ def test_a_job_on_t4_moves_to_the_v100s_by_displacing_flexible_workers() -> None
     plan = allocate_workers(ClusterSnapshot(servers, (a, b), catalog), search_budget=8, restart_cost_s=60)
     assert dict(plan.placement) == {"job-0": {"train-0000": 6}, "job-1": {"train-0000": 2}}
     result = simulate("lyra", trace((0, 10_000, 4), (1, 2000, 1)), setup=setup, length_s=8000)
-    moved = records(result)["job-1"]
-    # So B moves at 600 s: 1520.8 left plus the restart, 60 s at its new pace 2 (120): 1640.8 / 2 = 820.4 s.
-    assert moved.migrations == 1
-    assert moved.finish_s == pytest.approx(600 + 820.4)
+    started = records(result)["job-1"]
+    # B starts at 1 s on 2 V100s (A scaled in to 6) and runs 2000 / 2 = 1000 s, never migrating.
+    assert (started.first_start_s, started.migrations) == (1.0, 0)
+    assert started.finish_s == pytest.approx(1001)
 
 
 # ------------------------------------------------------------------------------------------------ elasticity
@@ -115,15 +115,16 @@ def test_lyra_scales_an_elastic_job_to_its_maximum_when_alone() -> None:
 
 @pytest.mark.parametrize(("resize_cost_s", "finish_s"), [(0, 4402), (20, 4422)])
 def test_lyra_scales_in_rather_than_preempts_on_a_reclaim(resize_cost_s: float, finish_s: float) -> None:
-    # Two 8-GPU V100 servers, so an 8-GPU elastic job has w_min 4 and w_max 16. A (20000 s) takes all 16 V100s;
-    # B (2000 s: 16000) starts at 1 s on both lent T4 servers with 16 workers (pace 16 x 0.4 = 6.4). At 600 s
-    # inference needs one server: the reclaim takes one of B's servers and B goes on with 8 workers (pace 3.2).
+    # Two 8-GPU V100 servers and w_min = n: an 8-GPU elastic job has w_min 8 and w_max 16. A (16 GPUs: w_min 16, so
+    # nothing to scale in) takes all 16 V100s; B (2000 s: 16000) starts at 1 s on both lent T4 servers with 16
+    # workers (pace 16 x 0.4 = 6.4). At 600 s inference needs one server: the reclaim takes one of B's servers and
+    # B goes on with 8 workers (pace 3.2).
     setup = scenario(
-        f"training: {{servers: 2}}\nelasticity: {{share: 1}}\nscheduler: {{migration: false}}\n"
+        f"training: {{servers: 2}}\nelasticity: {{share: 1, min_factor: 1}}\nscheduler: {{migration: false}}\n"
         f"preemption: {{resize_cost_s: {resize_cost_s}}}"
     )
     result = simulate(
-        "lyra", trace((0, 20_000, 8), (1, 2000, 8)), load=stepped_load(0, 100), setup=setup, length_s=8000
+        "lyra", trace((0, 20_000, 16), (1, 2000, 8)), load=stepped_load(0, 100), setup=setup, length_s=8000
     )
     b = records(result)["job-1"]
     assert (b.preemptions, b.resizes) == (0, 1)

@@ -177,12 +177,12 @@ def test_a_resize_is_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
         lost.append((job.name, t, job.remaining - done))
 
     monkeypatch.setattr(Simulation, "preempt", spy)
-    # Two V100 servers. A (elastic, w_max 16) takes them all; B (8 GPUs, w_min 4, w_max 16) runs 16 workers on
-    # both lent T4s. Inference needs one server from 600 s (B is scaled in to 8: a checkpoint) and both from
-    # 1200 s (B is preempted). Checkpoints are otherwise every 10^6 s: B loses only the 600 s since the resize,
-    # at pace 8 x 0.4 = 3.2.
-    setup = scenario("training: {servers: 2}\nelasticity: {share: 1}\nscheduler: {migration: false}")
-    jobs = trace((0, 20_000, 8), (1, 2000, 8))
+    # Two V100 servers. A (16 GPUs, w_min 16: nothing to scale in) takes them all; B (8 GPUs, w_min 8, w_max 16)
+    # runs 16 workers on both lent T4s. Inference needs one server from 600 s (B is scaled in to 8: a checkpoint)
+    # and both from 1200 s (B is preempted). Checkpoints are otherwise every 10^6 s: B loses only the 600 s since
+    # the resize, at pace 8 x 0.4 = 3.2.
+    setup = scenario("training: {servers: 2}\nelasticity: {share: 1, min_factor: 1}\nscheduler: {migration: false}")
+    jobs = trace((0, 20_000, 16), (1, 2000, 8))
     simulate("lyra", jobs, load=stepped_load(0, 100, 200), setup=setup, length_s=8000)
     ((name, when, work),) = lost
     assert (name, when) == ("job-1", 1200)

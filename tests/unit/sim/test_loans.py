@@ -99,14 +99,14 @@ def test_a_job_that_saves_on_the_signal_loses_no_work() -> None:
 
 
 def test_a_server_that_lyra_scales_in_also_waits_for_grace_and_drain() -> None:
-    # Two V100 servers: A (8 GPUs, elastic: w_max 16) takes them all; B (8 GPUs x 2000 s = 16000, w_min 4, w_max
-    # 16) runs on both T4 servers with 16 workers. At 600 s inference needs one server: B is scaled in to 8 (no
-    # preemption) and the returned server serves at 690 s: one server short for 90 s.
+    # Two V100 servers: A (16 GPUs, w_min 16: nothing to scale in) takes them all; B (8 GPUs x 2000 s = 16000, w_min
+    # 8, w_max 16) runs on both T4 servers with 16 workers. At 600 s inference needs one server: B is scaled in to 8
+    # (no preemption) and the returned server serves at 690 s: one server short for 90 s.
     setup = scenario(
-        "training: {servers: 2}\nelasticity: {share: 1}\nscheduler: {migration: false}\n"
+        "training: {servers: 2}\nelasticity: {share: 1, min_factor: 1}\nscheduler: {migration: false}\n"
         "preemption: {checkpoint_grace_s: 60}\nloaning: {drain_s: 30}"
     )
-    result = run("lyra", trace((0, 20_000, 8), (1, 2000, 8)), setup=setup, load=stepped_load(0, 100))
+    result = run("lyra", trace((0, 20_000, 16), (1, 2000, 8)), setup=setup, load=stepped_load(0, 100))
     b = records(result)["job-1"]
     assert (b.preemptions, b.resizes) == (0, 1)
     assert result.short_server_s == pytest.approx(90)
