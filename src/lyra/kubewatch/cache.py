@@ -304,11 +304,12 @@ class WatchCache:
         for event in self._source.watch(resource_version=self.version, timeout_s=random.randint(low, high)):
             if self._stop.is_set() or self._relist.is_set():
                 return delivered
-            self._apply(event)
+            self.apply(event)
             delivered = True
         return delivered
 
-    def _apply(self, event: Mapping[str, Any]) -> None:
+    def apply(self, event: Mapping[str, Any]) -> None:
+        """Apply one watch event (the cache's thread does, for each event of its stream; thread-safe)."""
         kind = event.get("type")
         raw = event.get("object")
         if not isinstance(raw, Mapping):

@@ -158,7 +158,8 @@ _UNAUDITED_USERS = ("lyra-kwok",)
 
 def audit_policy() -> dict[str, Any]:
     """The API server's audit policy: every write (who, which object, when, with which status code), at the Metadata
-    level, except KWOK's. Tests use it to prove what a component did not do (a fenced leader's writes)."""
+    level, except KWOK's, and every list and watch by a ServiceAccount. Tests use it to prove what a component did not
+    do (a fenced leader's writes, a pass's list)."""
     return {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
@@ -166,6 +167,8 @@ def audit_policy() -> dict[str, Any]:
         "rules": [
             {"level": "None", "users": list(_UNAUDITED_USERS)},
             {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+            # Lists and watches by ServiceAccounts (Lyra's components run as theirs): tests count the operator's.
+            {"level": "Metadata", "verbs": ["list", "watch"], "userGroups": ["system:serviceaccounts"]},
             {"level": "None"},
         ],
     }
