@@ -1,0 +1,472 @@
+"""What the operator costs at cluster scale, on its watch caches: an event, a pass, and the memory the caches hold.
+
+``uv run python -m bench --only operator_scale_bench`` times, at 500, 1,000 and 5,000 nodes:
+
+* ``event``: the pods cache applying 1,000 watch events (70% about pods Lyra does not keep, dropped after a look
+  at their labels and containers; 30% a kubelet status update of a GPU pod, slimmed and stored);
+* ``read``: a pass reading the caches (a snapshot of each) into a World (``read_world``);
+* ``decide``: one decide pass on that World;
+
+and ``uv run python -m bench.operator_scale_bench --memory`` measures, in a fresh process per size, the resident
+memory the five caches hold after their first list (the objects are generated page by page, so the generator's
+garbage is not counted).
+
+The cluster at N nodes is generated from a fixed seed, as kubelets, controllers and the operator would have left it,
+with objects shaped like the API server's (managed fields, tens of node labels, images, conditions, container
+statuses, environment and volumes): 25% training nodes (8 A100), 75% inference nodes (8 T4: 30% serving, 40%
+loaned, 30% idle); 10 pods per node of which 30% GPU pods (N/25 InferenceServices of 30 one-GPU replicas on the
+serving nodes, their Deployments, and 0.4 N TrainingJobs, every other one running with 3-18 workers of 1-4 GPUs on
+training and loaned nodes, statuses as the operator wrote them) and 70% other pods (DaemonSet and web pods). At
+5,000 nodes: 50,000 pods, 15,000 of them GPU pods, 2,000 TrainingJobs, 200 InferenceServices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from bench import Benchmark
+from bench.__main__ import load_average, machine
+from lyra.kubewatch import WatchCache
+from lyra.kubewatch.kinds import Kind
+from lyra.operator.caches import KINDS
+from lyra.operator.decide import decide
+from lyra.operator.observe import World, read_world
+
+SEED = 20261124
+SIZES = (500, 1_000, 5_000)
+NOW = 1_800_000_000.0
+STAMP = "2027-01-15T08:00:00Z"
+A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4"
+PODS_PER_NODE = 10
+REPLICAS_PER_SERVICE = 30
+EVENTS_PER_CALL = 1_000
+PASS_TARGET_MS = 1_000.0
+WORKER_TEMPLATE = {"spec": {"containers": [{"name": "trainer", "image": "registry.example/trainer:1"}]}}
+REPLICA_TEMPLATE = {"spec": {"containers": [{"name": "server", "image": "registry.example/server:1"}]}}
+
+
+def _managed(manager: str) -> list[dict[str, Any]]:
+    return [
+        {"manager": manager, "operation": "Update", "apiVersion": "v1", "time": STAMP, "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:labels": {f"f:l{i}": {} for i in range(12)}},
+                      "f:status": {"f:conditions": {f'k:{{"type":"C{i}"}}': {".": {}} for i in range(6)}}}},
+    ]  # fmt: skip
+
+
+def kubelet_node(name: str, pool: str, product: str, state: str | None) -> dict[str, Any]:
+    labels = {
+        "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": "p4d.24xlarge" if pool == "training" else "g4dn.metal",
+        "topology.kubernetes.io/region": "eu-west-1", "topology.kubernetes.io/zone": "eu-west-1a",
+        "lyra.dev/pool": pool, "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": "8",
+        "nvidia.com/gpu.memory": "81920" if product == A100 else "15360", "nvidia.com/cuda.driver.major": "550",
+        **{f"feature.node.kubernetes.io/cpu-cpuid.{flag}": "true" for flag in
+           ("ADX", "AESNI", "AVX", "AVX2", "AVX512F", "AVX512BW", "FMA3", "SHA", "VAES", "VPCLMULQDQ")},
+        **{f"feature.node.kubernetes.io/kernel-config.{k}": "true" for k in ("NO_HZ", "NO_HZ_IDLE", "PREEMPT")},
+    }  # fmt: skip
+    taints = []
+    annotations = {
+        "node.alpha.kubernetes.io/ttl": "0",
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "csi.volume.kubernetes.io/nodeid": '{"ebs.csi.aws.com":"i-0123456789abcdef0"}',
+    }
+    if state is not None:
+        labels["lyra.dev/state"] = state
+        taints.append({"key": "lyra.dev/state", "value": state, "effect": "NoSchedule"})
+        if state == "idle":
+            annotations["lyra.dev/idle-since"] = STAMP
+    conditions = [
+        {"type": kind, "status": "False", "lastHeartbeatTime": STAMP, "lastTransitionTime": STAMP,
+         "reason": f"KubeletHasNo{kind}", "message": f"kubelet has no {kind.lower()}"}
+        for kind in ("MemoryPressure", "DiskPressure", "PIDPressure")
+    ] + [{"type": "Ready", "status": "True", "lastHeartbeatTime": STAMP, "lastTransitionTime": STAMP,
+          "reason": "KubeletReady", "message": "kubelet is posting ready status"}]  # fmt: skip
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1000", "creationTimestamp": STAMP,
+                     "labels": labels, "annotations": annotations, "managedFields": _managed("kubelet")},
+        "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"], "providerID": f"aws:///eu-west-1a/{name}",
+                 "taints": taints},
+        "status": {
+            "capacity": {"cpu": "96", "ephemeral-storage": "1966788624Ki", "hugepages-1Gi": "0",
+                         "memory": "1176944088Ki", "nvidia.com/gpu": "8", "pods": "110"},
+            "allocatable": {"cpu": "95690m", "ephemeral-storage": "1812563979437", "hugepages-1Gi": "0",
+                            "memory": "1163424728Ki", "nvidia.com/gpu": "8", "pods": "110"},
+            "conditions": conditions,
+            "addresses": [{"type": "InternalIP", "address": "10.0.1.2"}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"machineID": "0" * 32, "systemUUID": "0" * 36, "bootID": "0" * 36,
+                         "kernelVersion": "6.8.0-1015-aws", "osImage": "Ubuntu 24.04.1 LTS",
+                         "containerRuntimeVersion": "containerd://1.7.22", "kubeletVersion": "v1.34.4",
+                         "kubeProxyVersion": "v1.34.4", "operatingSystem": "linux", "architecture": "amd64"},
+            "images": [{"names": [f"registry.example/image-{i}@sha256:{i:064x}", f"registry.example/image-{i}:1"],
+                        "sizeBytes": 1_000_000_000 + i} for i in range(25)],
+        },
+    }  # fmt: skip
+
+
+def kubelet_pod(
+    namespace: str, name: str, labels: Mapping[str, str], node: str, gpus: int, *, owner: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": "2", "memory": "8Gi"}
+    limits: dict[str, str] = {"memory": "8Gi"}
+    if gpus:
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
+    kind, owner_name = owner or ("ReplicaSet", f"{name.rsplit('-', 1)[0]}-6d4cf56db6")
+    return {
+        "metadata": {
+            "name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "resourceVersion": "2000",
+            "creationTimestamp": STAMP, "generateName": f"{name.rsplit('-', 1)[0]}-",
+            "labels": {"app.kubernetes.io/name": name.rsplit("-", 1)[0], "app.kubernetes.io/part-of": "platform",
+                       "pod-template-hash": "6d4cf56db6", **labels},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": STAMP, "prometheus.io/scrape": "true",
+                            "prometheus.io/port": "9090"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": owner_name,
+                                 "uid": f"uid-{owner_name}", "controller": True, "blockOwnerDeletion": True}],
+            "managedFields": _managed("kube-controller-manager") + _managed("kubelet"),
+        },
+        "spec": {
+            "nodeName": node, "schedulerName": "default-scheduler", "serviceAccountName": "default",
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "containers": [{
+                "name": "main", "image": "registry.example/app:1.2.3", "imagePullPolicy": "IfNotPresent",
+                "args": ["--port=8080", "--log-level=info"],
+                "env": [{"name": f"SETTING_{i}", "value": f"value-{i}"} for i in range(12)],
+                "ports": [{"containerPort": 8080, "protocol": "TCP", "name": "http"}],
+                "resources": {"requests": requests, "limits": limits},
+                "volumeMounts": [{"name": "kube-api-access", "readOnly": True,
+                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                                 {"name": "data", "mountPath": "/data"}],
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 10},
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+            }],
+            "volumes": [{"name": "data", "emptyDir": {}},
+                        {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        ]}}],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300}],
+        },
+        "status": {
+            "phase": "Running", "hostIP": "10.0.1.2", "podIP": "10.244.1.7", "podIPs": [{"ip": "10.244.1.7"}],
+            "startTime": STAMP, "qosClass": "Burstable",
+            "conditions": [{"type": kind, "status": "True", "lastTransitionTime": STAMP}
+                           for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                        "PodScheduled")],
+            "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0, "started": True,
+                                   "image": "registry.example/app:1.2.3", "imageID": f"sha256:{0:064x}",
+                                   "containerID": f"containerd://{1:064x}",
+                                   "state": {"running": {"startedAt": STAMP}}}],
+        },
+    }  # fmt: skip
+
+
+@functools.cache
+def cluster(nodes: int, seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
+    """The generated cluster at ``nodes`` nodes, by ``read_world``'s argument names (see the module docstring)."""
+    rng = random.Random(seed)
+    training = nodes // 4
+    inference = nodes - training
+    node_objects = [kubelet_node(f"a100-{i:05d}", "training", A100, None) for i in range(training)]
+    serving, loaned = int(inference * 0.3), int(inference * 0.4)
+    states = ["serving"] * serving + ["loaned"] * loaned + ["idle"] * (inference - serving - loaned)
+    node_objects += [kubelet_node(f"t4-{i:05d}", "inference", T4, state) for i, state in enumerate(states)]
+    free = {n["metadata"]["name"]: 8 for n in node_objects}
+    serving_hosts = [f"t4-{i:05d}" for i in range(serving)]
+    training_hosts = [n["metadata"]["name"] for n in node_objects[:training]]
+    loaned_hosts = [f"t4-{i:05d}" for i in range(serving, serving + loaned)]
+    pods: list[dict[str, Any]] = []
+    services: list[dict[str, Any]] = []
+    deployments: list[dict[str, Any]] = []
+    cursor = {"serving": 0, "training": 0, "loaned": 0}
+
+    def place(hosts: list[str], pool: str, gpus: int) -> str | None:
+        for _ in range(len(hosts)):
+            host = hosts[cursor[pool] % len(hosts)]
+            if free[host] >= gpus:
+                free[host] -= gpus
+                return host
+            cursor[pool] += 1
+        return None
+
+    for s in range(max(nodes // 25, 1)):
+        name = f"svc-{s:04d}"
+        services.append({
+            "metadata": {"name": name, "namespace": "serve", "uid": f"uid-{name}", "generation": 1,
+                         "resourceVersion": "3000", "creationTimestamp": STAMP},
+            "spec": {"replicas": REPLICAS_PER_SERVICE, "gpusPerReplica": 1, "minReplicas": 1, "maxReplicas": 64,
+                     "gpuType": T4, "template": REPLICA_TEMPLATE},
+            "status": {"replicas": REPLICAS_PER_SERVICE, "readyReplicas": REPLICAS_PER_SERVICE},
+        })  # fmt: skip
+        deployments.append({
+            "metadata": {"name": name, "namespace": "serve", "labels": {"lyra.dev/service": name}, "generation": 1,
+                         "resourceVersion": "3001", "managedFields": _managed("lyra-operator")},
+            "spec": {"replicas": REPLICAS_PER_SERVICE, "template": REPLICA_TEMPLATE},
+            "status": {"replicas": REPLICAS_PER_SERVICE, "readyReplicas": REPLICAS_PER_SERVICE,
+                       "availableReplicas": REPLICAS_PER_SERVICE, "observedGeneration": 1},
+        })  # fmt: skip
+        for r in range(REPLICAS_PER_SERVICE):
+            host = place(serving_hosts, "serving", 1)
+            if host is not None:
+                labels = {"lyra.dev/role": "inference", "lyra.dev/service": name}
+                pods.append(kubelet_pod("serve", f"{name}-{r:03d}", labels, host, 1, owner=("ReplicaSet", name)))
+    jobs: list[dict[str, Any]] = []
+    for j in range(int(nodes * 0.4)):
+        name = f"job-{j:05d}"
+        gpus = rng.choice((1, 1, 2, 4))
+        on_t4 = rng.random() < 0.4
+        low = rng.randint(3, 9)
+        high = low * 2
+        spec = {"minWorkers": low, "maxWorkers": high, "gpusPerWorker": gpus, "gpuTypes": [T4 if on_t4 else A100],
+                "expectedDuration": rng.expovariate(1 / 3600) + 60, "template": WORKER_TEMPLATE}  # fmt: skip
+        status: dict[str, Any] = {"phase": "Queued", "queuedAt": STAMP}
+        meta = {"name": name, "namespace": "ml", "uid": f"uid-{name}", "generation": 1, "resourceVersion": "4000",
+                "creationTimestamp": STAMP}  # fmt: skip
+        if j % 2 == 0:
+            hosts, pool = (loaned_hosts, "loaned") if on_t4 else (training_hosts, "training")
+            placement: dict[str, int] = {}
+            made: list[dict[str, Any]] = []
+            for w in range(rng.randint(low, high)):
+                host = place(hosts, pool, gpus)
+                if host is None:
+                    break
+                placement[host] = placement.get(host, 0) + 1
+                role = "base" if w < low else "flexible"
+                labels = {"lyra.dev/role": role, "lyra.dev/job": name}
+                made.append(kubelet_pod("ml", f"{name}-w{w}", labels, host, gpus, owner=("TrainingJob", name)))
+            placed = sum(placement.values())
+            if placed >= low:
+                pods += made
+                workers = {"current": placed, "target": placed, "base": low, "flexible": placed - low}
+                status = {"phase": "Running", "queuedAt": STAMP, "startedAt": STAMP, "workDone": 0.0,
+                          "workAsOf": STAMP, "gpuType": T4 if on_t4 else A100, "placements": placement,
+                          "workers": workers}  # fmt: skip
+            else:
+                for host, count in placement.items():
+                    free[host] += count * gpus
+        jobs.append({"metadata": meta, "spec": spec, "status": status})
+    hosts = [n["metadata"]["name"] for n in node_objects]
+    others = nodes * PODS_PER_NODE - len(pods)
+    for i in range(others):
+        host = hosts[i % len(hosts)]
+        kind = "daemon" if i < 2 * len(hosts) else "web"
+        pods.append(kubelet_pod("platform", f"{kind}-{i:06d}", {"tier": kind}, host, 0))
+    return {"nodes": node_objects, "pods": pods, "jobs": jobs, "services": services, "deployments": deployments}
+
+
+class IdleSource:
+    """A :class:`~lyra.kubewatch.Source` whose list is the generated objects (in pages) and whose watch stays open,
+    quiet, until closed: the benchmark applies the events itself."""
+
+    def __init__(self, objects: list[dict[str, Any]]) -> None:
+        self.objects = objects
+        self._event = threading.Event()
+
+    def list_page(self, *, limit: int, continue_token: str) -> Mapping[str, Any]:
+        start = int(continue_token or 0)
+        more = start + limit < len(self.objects)
+        meta: dict[str, Any] = {"resourceVersion": "5000"}
+        if more:
+            meta["continue"] = str(start + limit)
+        return {"metadata": meta, "items": self.objects[start : start + limit]}
+
+    def watch(self, *, resource_version: str, timeout_s: int) -> Iterator[Mapping[str, Any]]:
+        self._event.wait()
+        return iter(())
+
+    def close(self) -> None:
+        self._event.set()
+
+
+def filled_caches(nodes: int) -> dict[str, WatchCache]:
+    objects = cluster(nodes)
+    caches = {name: WatchCache(KINDS[name], IdleSource(objects[name])) for name in KINDS}
+    for cache in caches.values():
+        cache.start()
+    for cache in caches.values():
+        cache.wait_synced(600)
+    return caches
+
+
+def _events(nodes: int) -> Callable[[], object]:
+    objects = cluster(nodes)
+    caches = filled_caches(nodes)
+    pods = caches["pods"]
+    rng = random.Random(SEED)
+    gpu_pods = [p for p in objects["pods"] if PODS_KIND.keep(p)]
+    other_pods = [p for p in objects["pods"] if not PODS_KIND.keep(p)]
+    events = []
+    for i in range(EVENTS_PER_CALL):
+        source = rng.choice(gpu_pods) if i % 10 < 3 else rng.choice(other_pods)
+        events.append({"type": "MODIFIED", "object": source})
+    return lambda: [pods.apply(event) for event in events]
+
+
+PODS_KIND: Kind = KINDS["pods"]
+
+
+def world_of(caches: Mapping[str, WatchCache]) -> World:
+    snapshot = {name: cache.snapshot() for name, cache in caches.items()}
+    return read_world(
+        NOW,
+        nodes=snapshot["nodes"],
+        pods=snapshot["pods"],
+        jobs=snapshot["jobs"],
+        services=snapshot["services"],
+        deployments=snapshot["deployments"],
+    )
+
+
+def _read(nodes: int) -> Callable[[], object]:
+    caches = filled_caches(nodes)
+    return lambda: world_of(caches)
+
+
+def _decide(nodes: int) -> Callable[[], object]:
+    world = world_of(filled_caches(nodes))
+    return lambda: decide(world)
+
+
+def _size(nodes: int) -> str:
+    objects = cluster(nodes)
+    gpu = sum(1 for p in objects["pods"] if PODS_KIND.keep(p))
+    return (
+        f"{nodes:,} nodes, {len(objects['pods']):,} pods ({gpu:,} GPU), {len(objects['jobs']):,} jobs, "
+        f"{len(objects['services'])} services"
+    )
+
+
+def benchmarks() -> list[Benchmark]:
+    made = []
+    for nodes in SIZES:
+        repeats = 5 if nodes >= 5_000 else 7
+        made += [
+            Benchmark(
+                f"operator-scale/event/{nodes}-nodes",
+                functools.partial(_events, nodes),
+                f"the pods cache applies {EVENTS_PER_CALL:,} watch events (30% GPU pods): ms per call = us per "
+                f"event; {_size(nodes)}",
+                repeats=repeats,
+            ),
+            Benchmark(
+                f"operator-scale/read/{nodes}-nodes",
+                functools.partial(_read, nodes),
+                f"a pass reads the caches into a World: {_size(nodes)}",
+                repeats=repeats,
+            ),
+            Benchmark(
+                f"operator-scale/decide/{nodes}-nodes",
+                functools.partial(_decide, nodes),
+                f"one decide pass on that World: {_size(nodes)}",
+                target_ms=PASS_TARGET_MS if nodes == SIZES[-1] else None,
+                repeats=repeats,
+            ),
+        ]
+    return made
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status", encoding="utf-8") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def write_pages(nodes: int, directory: Path, page_size: int = 500) -> None:
+    """The generated cluster as the API server would page it: ``<kind>-<page>.json`` list bodies."""
+    objects = cluster(nodes)
+    for name, items in objects.items():
+        for page, start in enumerate(range(0, max(len(items), 1), page_size)):
+            body = {"metadata": {"resourceVersion": "5000"}, "items": items[start : start + page_size]}
+            if start + page_size < len(items):
+                body["metadata"]["continue"] = str(page + 1)
+            (directory / f"{name}-{page:05d}.json").write_text(json.dumps(body))
+
+
+class PageFiles(IdleSource):
+    """A source whose list reads pages written by :func:`write_pages` (parsed as the API client does, per page)."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        super().__init__([])
+        self.directory = directory
+        self.name = name
+
+    def list_page(self, *, limit: int, continue_token: str) -> Mapping[str, Any]:
+        page = int(continue_token or 0)
+        parsed: Mapping[str, Any] = json.loads((self.directory / f"{self.name}-{page:05d}.json").read_bytes())
+        return parsed
+
+
+def memory_held(directory: Path) -> tuple[float, dict[str, int]]:
+    """In this (fresh) process: the resident memory (MiB) the five caches add by their first list of the pages in
+    ``directory``, and how many objects each keeps."""
+    gc.collect()
+    before = _rss_kib()
+    caches = {name: WatchCache(KINDS[name], PageFiles(directory, name)) for name in KINDS}
+    for cache in caches.values():
+        cache.start()
+        cache.wait_synced(3600)
+    gc.collect()
+    return (_rss_kib() - before) / 1024, {name: len(cache) for name, cache in caches.items()}
+
+
+def memory_table() -> str:
+    lines = [
+        "| nodes | objects listed | nodes and pods kept | RSS the caches hold (MiB) | target |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    for nodes in SIZES:
+        with tempfile.TemporaryDirectory() as scratch:
+            command = [sys.executable, "-m", "bench.operator_scale_bench"]
+            listed = subprocess.run(
+                [*command, "--write-pages", str(nodes), scratch], capture_output=True, text=True, check=True
+            ).stdout.strip()
+            held, kept = subprocess.run(
+                [*command, "--memory-of", scratch], capture_output=True, text=True, check=True
+            ).stdout.split()
+        lines.append(f"| {nodes:,} | {int(listed):,} | {int(kept):,} | {float(held):.0f} | <= 1,024 |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.operator_scale_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--memory", action="store_true", help="measure the caches' memory at each size")
+    parser.add_argument("--write-pages", nargs=2, metavar=("NODES", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--memory-of", type=Path, metavar="DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.write_pages is not None:
+        nodes = int(args.write_pages[0])
+        write_pages(nodes, Path(args.write_pages[1]))
+        print(sum(len(items) for items in cluster(nodes).values()))
+        return 0
+    if args.memory_of is not None:
+        held, kept = memory_held(args.memory_of)
+        print(f"{held:.1f} {kept['nodes'] + kept['pods']}")
+        return 0
+    if args.memory:
+        print(f"Machine: {machine()}")
+        print(memory_table())
+        print(f"load average at the end {load_average()}")
+        return 0
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
