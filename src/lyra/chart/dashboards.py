@@ -16,6 +16,7 @@ from lyra.chart.grafana import (
     PER_HOUR,
     PER_SECOND,
     SECONDS,
+    ColorStep,
     Dashboard,
     HelmValue,
     Panel,
@@ -211,10 +212,11 @@ INTERNALS = Dashboard(
         ),
         Panel(
             "Leader",
-            "Operator replicas holding the leader Lease and acting: exactly 1 when healthy.",
+            "Operator replicas holding the leader Lease and acting: exactly 1 when healthy (green), red otherwise.",
             (Query(summed(series(metrics.LEADER), metrics.LEADER), "leading replicas"),),
             COUNT,
             kind=PanelKind.STAT,
+            colors=(ColorStep(None, "red"), ColorStep(1, "green"), ColorStep(2, "red")),
             width=6,
         ),
         Panel(

@@ -83,6 +83,14 @@ class Threshold:
 
 
 @dataclass(frozen=True, slots=True)
+class ColorStep:
+    """From ``value`` up (``None``: from the lowest), a stat panel shows its value in ``color``."""
+
+    value: float | None
+    color: str
+
+
+@dataclass(frozen=True, slots=True)
 class Panel:
     title: str
     description: str
@@ -91,10 +99,17 @@ class Panel:
     kind: PanelKind = PanelKind.TIMESERIES
     stacked: bool = False
     threshold: Threshold | None = None
+    colors: tuple[ColorStep, ...] = ()
     width: int = 12
     height: int = 8
 
     def __post_init__(self) -> None:
+        if self.colors:
+            rising = [step.value for step in self.colors[1:] if step.value is not None]
+            if self.colors[0].value is not None or len(rising) != len(self.colors) - 1 or rising != sorted(set(rising)):
+                raise ValueError(f"panel {self.title!r}: colours start from None, then strictly rising values")
+            if self.threshold is not None:
+                raise ValueError(f"panel {self.title!r}: a threshold line or colours, not both")
         if not self.queries:
             raise ValueError(f"panel {self.title!r} has no query")
         if not 1 <= self.width <= GRID_COLUMNS:
@@ -179,7 +194,9 @@ def layout(panels: tuple[Panel, ...]) -> list[dict[str, int]]:
 def _panel(
     panel: Panel, panel_id: int, position: dict[str, int], resolve: Callable[[HelmValue], Any]
 ) -> dict[str, Any]:
-    steps: list[dict[str, Any]] = [{"color": "green", "value": None}]
+    steps: list[dict[str, Any]] = [{"color": step.color, "value": step.value} for step in panel.colors] or [
+        {"color": "green", "value": None}
+    ]
     custom: dict[str, Any] = {}
     if panel.threshold is not None:
         value = panel.threshold.value

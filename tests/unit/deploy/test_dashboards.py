@@ -174,5 +174,21 @@ def test_the_model_refuses_what_grafana_would_not_take() -> None:
         grafana.Dashboard("Lyra Loans", "t", "", (panel,))
     with pytest.raises(ValueError, match="share a title"):
         grafana.Dashboard("d", "t", "", (panel, panel))
+    with pytest.raises(ValueError, match="strictly rising"):
+        grafana.Panel("p", "", (query,), grafana.COUNT, colors=(grafana.ColorStep(1, "red"),))
+    falling = (grafana.ColorStep(None, "red"), grafana.ColorStep(2, "green"), grafana.ColorStep(1, "red"))
+    with pytest.raises(ValueError, match="strictly rising"):
+        grafana.Panel("p", "", (query,), grafana.COUNT, colors=falling)
     with pytest.raises(ValueError, match="values path"):
         grafana.HelmValue("operator.{{ evil }}", 1)
+
+
+def test_the_leader_stat_is_green_only_at_exactly_one() -> None:
+    [leader] = [p for p in dashboards.INTERNALS.document()["panels"] if p["title"] == "Leader"]
+    steps = leader["fieldConfig"]["defaults"]["thresholds"]["steps"]
+
+    def colour(value: float) -> str:
+        return str([step["color"] for step in steps if step["value"] is None or value >= step["value"]][-1])
+
+    assert [colour(v) for v in (0, 1, 2, 3)] == ["red", "green", "red", "red"]
+    assert leader["fieldConfig"]["defaults"]["color"] == {"mode": "thresholds"}
