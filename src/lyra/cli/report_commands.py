@@ -12,6 +12,7 @@ import re
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +41,24 @@ def prometheus_url(text: str) -> str:
     return text
 
 
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
-    if not 0 < value <= 600:
-        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 600, got {text[:40]}")
-    return value
+def seconds_up_to(limit: float) -> Callable[[str], float]:
+    """An argument type: seconds, more than 0 and at most ``limit``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
+        if not 0 < value <= limit:
+            raise argparse.ArgumentTypeError(f"expected seconds between 0 and {limit:g}, got {text[:40]}")
+        return value
+
+    return parse
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register the `report` command."""
-    from lyra.chart.dashboards import DASHBOARDS
+    from lyra.chart.dashboards import DASHBOARDS, RECLAIM_DEADLINE
 
     report = commands.add_parser(
         "report", help="plot the Grafana dashboards' panels to PNG files from Prometheus", description=__doc__
@@ -73,12 +79,19 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         choices=[dashboard.uid for dashboard in DASHBOARDS],
         help="only this dashboard (repeatable; default: all)",
     )
-    report.add_argument("--timeout", type=positive_seconds, default=30.0, help="seconds per query (default 30)")
+    report.add_argument("--timeout", type=seconds_up_to(600), default=30.0, help="seconds per query (default 30)")
+    report.add_argument(
+        "--reclaim-deadline",
+        type=seconds_up_to(86_400),
+        default=RECLAIM_DEADLINE.default,
+        metavar="SECONDS",
+        help=f"the operator's --reclaim-deadline, drawn on the reclaim panel (default {RECLAIM_DEADLINE.default:g})",
+    )
     report.set_defaults(run=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from lyra.chart.dashboards import DASHBOARDS
+    from lyra.chart.dashboards import DASHBOARDS, RECLAIM_DEADLINE
     from lyra.cli.report_panels import PrometheusApi, PrometheusError, Window, write_report
 
     out: Path = args.out_dir
@@ -91,7 +104,8 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         version = api.version()
         print(f"Prometheus {version} at {api.url}; the last {args.since:g} s, a point every {window.step:g} s")
-        plots, failures = write_report(api, chosen, out, window, lambda line: print(line, flush=True))
+        values = {RECLAIM_DEADLINE.path: args.reclaim_deadline}
+        plots, failures = write_report(api, chosen, out, window, lambda line: print(line, flush=True), values=values)
     except PrometheusError as error:
         print(f"lyra report: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lyra.chart.grafana import Dashboard, Panel, PanelKind, Query
+from lyra.chart.grafana import Dashboard, HelmValue, Panel, PanelKind, Query
 
 #: Points per series a plot asks for (the step is the range divided by this, at least a second).
 POINTS = 300
@@ -144,12 +144,28 @@ class PanelPlot:
     path: Path
     series: int
     points: int
+    threshold: float | None
+
+
+def threshold_of(panel: Panel, values: Mapping[str, float]) -> float | None:
+    """The panel's threshold: a chart value's from ``values`` (by its path) if given there, else its default."""
+    if panel.threshold is None:
+        return None
+    value = panel.threshold.value
+    return values.get(value.path, value.default) if isinstance(value, HelmValue) else value
 
 
 def plot_panel(
-    path: Path, dashboard: Dashboard, panel: Panel, answers: Sequence[tuple[Query, list[Series]]], window: Window
+    path: Path,
+    dashboard: Dashboard,
+    panel: Panel,
+    answers: Sequence[tuple[Query, list[Series]]],
+    window: Window,
+    *,
+    values: Mapping[str, float] | None = None,
 ) -> PanelPlot:
-    """One PNG: every series of every query of ``panel`` against time, the threshold as a dashed line."""
+    """One PNG: every series of every query of ``panel`` against time, the threshold as a dashed line (``values``:
+    the chart values a threshold reads, e.g. ``operator.reclaimDeadlineSeconds``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -163,8 +179,8 @@ def plot_panel(
             axes.plot(minutes, series.values, label=legend(query.legend, series.labels), linewidth=1.4)
             count += 1
             points += sum(1 for v in series.values if not math.isnan(v))
-    if panel.threshold is not None:
-        limit = panel.threshold.default
+    limit = threshold_of(panel, values or {})
+    if panel.threshold is not None and limit is not None:
         axes.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"{panel.threshold.label} ({limit:g})")
     if points == 0:
         axes.text(0.5, 0.5, "no data in this range", transform=axes.transAxes, ha="center", va="center", alpha=0.6)
@@ -182,7 +198,7 @@ def plot_panel(
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
-    return PanelPlot(dashboard, panel, path, count, points)
+    return PanelPlot(dashboard, panel, path, count, points, limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +214,8 @@ def write_report(
     out_dir: Path,
     window: Window,
     progress: Callable[[str], None],
+    *,
+    values: Mapping[str, float] | None = None,
 ) -> tuple[list[PanelPlot], list[Failure]]:
     """Every panel of ``dashboards``, in order, plotted into ``out_dir``. A panel whose query Prometheus refuses is
     reported and skipped; an unreachable Prometheus ends the report (:class:`PrometheusError`)."""
@@ -214,7 +232,8 @@ def write_report(
             failures.append(Failure(dashboard, panel, str(error)))
             progress(f"{where}: FAILED: {error}")
             continue
-        plot = plot_panel(out_dir / file_name(dashboard, index, panel), dashboard, panel, answers, window)
+        path = out_dir / file_name(dashboard, index, panel)
+        plot = plot_panel(path, dashboard, panel, answers, window, values=values)
         plots.append(plot)
         data = f"{plot.series} series, {plot.points} points" if plot.points else "no data"
         progress(f"{where}: {data} -> {plot.path}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pytest
 
 from lyra.chart.dashboards import DASHBOARDS
 from lyra.cli import main
+from lyra.cli.report_panels import PrometheusApi, Window, write_report
 from lyra.localcluster.ports import allocate_ports
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -113,6 +115,24 @@ def test_one_png_per_panel_over_the_asked_range(
     assert f"wrote {panel_count()} plots" in printed.out
 
 
+def test_the_reclaim_deadline_line_follows_the_flag(prometheus: tuple[str, FakePrometheus], tmp_path: Path) -> None:
+    url, _ = prometheus
+    loans = next(d for d in DASHBOARDS if d.uid == "lyra-loans")
+    api = PrometheusApi(url)
+    window = Window.ending(time.time(), 600)
+
+    default, _ = write_report(api, [loans], tmp_path / "default", window, lambda _: None)
+    chosen, _ = write_report(
+        api, [loans], tmp_path / "chosen", window, lambda _: None, values={"operator.reclaimDeadlineSeconds": 45}
+    )
+
+    assert [(p.panel.title, p.threshold) for p in default if p.threshold is not None] == [
+        ("p95 reclaim time against the deadline", 300)
+    ]
+    assert [p.threshold for p in chosen if p.threshold is not None] == [45]
+    assert main(["report", "--prometheus", url, "--out-dir", str(tmp_path), "--reclaim-deadline", "45"]) == 0
+
+
 def test_a_refused_query_fails_its_panel_only_with_prometheus_reason(
     prometheus: tuple[str, FakePrometheus], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -163,6 +183,7 @@ def test_a_server_that_is_not_prometheus_is_named(
         (["--prometheus", "http://127.0.0.1:9090", "--since", "10s"], "between 1m and 90d"),
         (["--prometheus", "http://127.0.0.1:9090", "--dashboard", "lyra-gpus"], "invalid choice: 'lyra-gpus'"),
         (["--prometheus", "http://127.0.0.1:9090", "--timeout", "0"], "between 0 and 600"),
+        (["--prometheus", "http://127.0.0.1:9090", "--reclaim-deadline", "-5"], "between 0 and 86400"),
     ],
 )
 def test_bad_flags_are_refused_with_exit_2(
