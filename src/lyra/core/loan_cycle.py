@@ -33,6 +33,7 @@ scan of the jobs, which the simulator does not pay at every load step.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -86,8 +87,7 @@ class InferenceServer:
     healthy: bool = True
 
     def __post_init__(self) -> None:
-        # The core's own checks of a name, GPU type and size (an inference server needs a loan state).
-        Server(self.name, Pool.INFERENCE, self.gpu_type, self.gpus, self.state)
+        _server_view(self.name, self.gpu_type, self.gpus, self.state)  # the core's checks of a server, memoised
         for label, value in (("idle_since", self.idle_since), ("reclaim_started", self.reclaim_started)):
             if value is not None and not (isinstance(value, int | float) and math.isfinite(value)):
                 raise InvalidClusterError(f"server {self.name}: {label} must be a finite time, got {value!r}")
@@ -96,7 +96,14 @@ class InferenceServer:
 
     @property
     def view(self) -> Server:
-        return Server(self.name, Pool.INFERENCE, self.gpu_type, self.gpus, self.state)
+        return _server_view(self.name, self.gpu_type, self.gpus, self.state)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _server_view(name: str, gpu_type: str, gpus: int, state: LoanState) -> Server:
+    """The core's :class:`Server` of an inference server, checked once per value: the simulator turns the cycle
+    thousands of times over the same servers."""
+    return Server(name, Pool.INFERENCE, gpu_type, gpus, state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +246,10 @@ class _Turn:
             if server.state is LoanState.RECLAIMING:
                 started = server.reclaim_started if server.reclaim_started is not None else now
                 self.reclaiming_since[server.name] = started
-            self.servers[server.name] = replace(server, idle_since=idle_since, reclaim_started=started)
+            unchanged = (idle_since, started) == (server.idle_since, server.reclaim_started)
+            self.servers[server.name] = (
+                server if unchanged else replace(server, idle_since=idle_since, reclaim_started=started)
+            )
 
     def change(self, name: str, transition: Transition, reason: str) -> None:
         state = _AFTER[transition]
@@ -297,7 +307,7 @@ class _Turn:
             state = server.state
             if state is LoanState.IDLE and server.name not in may_lend:
                 state = LoanState.SERVING  # held: not idle for the lend delay yet, or kept as headroom
-            views.append(Server(server.name, Pool.INFERENCE, gpu_type, server.gpus, state))
+            views.append(_server_view(server.name, gpu_type, server.gpus, state))
         plan = plan_loans(ClusterSnapshot(tuple(views)), InferenceDemand(needed), headroom=settings.headroom)
         for name in plan.lend:
             self.change(name, Transition.LEND, f"idle for {settings.lend_delay_s:g} s, not needed")
@@ -315,7 +325,10 @@ class _Turn:
         """The training side with the inference servers in this turn's states."""
         if self.snapshot is None:
             given = self.training()
-            servers = tuple(self.servers[s.name].view if s.name in self.servers else s for s in given.servers)
+            mine = self.servers
+            servers = tuple(
+                mine[s.name].view if s.name in mine and s.state is not mine[s.name].state else s for s in given.servers
+            )
             self.snapshot = ClusterSnapshot(servers, given.jobs, given.gpus)
         return self.snapshot
 
@@ -325,11 +338,12 @@ class _Turn:
         reclaiming = [s for _, s in sorted(self.servers.items()) if s.state is LoanState.RECLAIMING]
         if not reclaiming:
             return Evictions()
-        names = {s.name for s in reclaiming}
+        # Only a server that hosts training pods can have workers to evict.
+        names = {s.name for s in reclaiming if s.hosts_training}
         scaled_in: dict[str, Mapping[str, int]] = {}
         preempted: list[str] = []
         leaving_from: set[str] = set()
-        for job in self.training_snapshot().jobs:
+        for job in self.training_snapshot().jobs if names else ():
             leaving = {server: n for server, n in job.placement.items() if server in names}
             if not leaving:
                 continue

@@ -73,14 +73,10 @@ def lend_order(servers: Iterable[S]) -> list[S]:
 def serve_order(servers: Iterable[L]) -> list[L]:
     """Empty inference servers in the order they are kept for inference: those already serving first, then the
     reverse of the lend order (fewest GPUs, then the name backwards)."""
-    return sorted(servers, key=lambda s: (s.state is not LoanState.SERVING, s.gpus, _backwards(s.name)))
+    by_name_backwards = sorted(servers, key=lambda s: s.name, reverse=True)
+    return sorted(by_name_backwards, key=lambda s: (s.state is not LoanState.SERVING, s.gpus))  # stable
 
 
 def idle_first(servers: Iterable[str], used_gpus: Mapping[str, int]) -> list[str]:
     """Servers by the GPUs training uses on them, fewest (idle) first, then by name."""
     return sorted(servers, key=lambda s: (used_gpus[s], s))
-
-
-def _backwards(name: str) -> tuple[int, ...]:
-    """A key that sorts names in reverse order (a prefix after the longer name, as ``reverse=True`` would)."""
-    return (*(-ord(c) for c in name), 1)
