@@ -43,7 +43,7 @@ from lyra.operator.actions import (
     SetPodRole,
 )
 from lyra.operator.caches import ClusterCaches, list_once
-from lyra.operator.isolation import Backoff, Failure, describe, key_of, needs_of, subject_of
+from lyra.operator.isolation import TRANSIENT_STATUSES, Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.observe import HealthMemory, World, format_time, read_world
 
@@ -169,7 +169,8 @@ class Cluster:
                     results.append(DEFERRED)
                     continue
                 failed.add(key)
-                failure = self.backoff.record(action, _status_reason(error), reason, now)
+                transient = error.status in TRANSIENT_STATUSES
+                failure = self.backoff.record(action, _status_reason(error), reason, now, transient=transient)
                 failures.append(failure)
                 log.warning("%s %s: %s", subject.kind, subject.key, failure.message)
                 self._report(failure, now)

@@ -12,9 +12,13 @@ state (a node is tainted before its pods go) and for its owner's status (a job's
 change). A pod action whose node or owner failed in the pass, or is held back, is skipped.
 
 A subject whose write failed is held back with exponential backoff (10 s, doubling, at most 5 min): its changes are
-not retried every pass. What is held depends on what failed: after a failed status write, everything of the object;
-after a failed change (a pod, a Deployment, a node's state), only its changes, so its status still says why (the
-``Applied`` condition, written by the next decision). A conflict (409 on a node whose resourceVersion moved) and an
+not retried every pass. A server error (500, 502, 503, 504: etcd timed out, the server is overloaded or starting)
+says nothing about the object and is retried sooner (1 s, doubling, at most 30 s): a job whose status write failed
+holds its pods back, those of a reclaim included, and 10 s of backoff after each of a few transient errors in a row
+kept servers from inference past the reclaim deadline (tests/integration/test_api_faults.py). What is held depends
+on what failed: after a failed status write, everything of the object; after a failed change (a pod, a Deployment,
+a node's state), only its changes, so its status still says why (the ``Applied`` condition, written by the next
+decision). A conflict (409 on a node whose resourceVersion moved) and an
 object that is gone (404) are not failures of the object: the pass skips its dependants and the next one reads afresh.
 
 The backoff is kept in the memory of the running operator, not in status. A restart or a new leader retries each
@@ -45,6 +49,10 @@ from lyra.operator.observe import ObjectRef
 
 FIRST_DELAY_S = 10.0
 MAX_DELAY_S = 300.0
+#: API statuses that say the server failed the write, not that it refused the object: retried sooner.
+TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
+TRANSIENT_FIRST_DELAY_S = 1.0
+TRANSIENT_MAX_DELAY_S = 30.0
 
 
 class Stage(StrEnum):
@@ -146,8 +154,9 @@ class Backoff:
             return None
         return failure
 
-    def record(self, action: Action, reason: str, error: str, now: float) -> Failure:
-        """A refused write of ``action``'s subject: the next try waits twice as long as the last (capped)."""
+    def record(self, action: Action, reason: str, error: str, now: float, *, transient: bool = False) -> Failure:
+        """A refused write of ``action``'s subject: the next try waits twice as long as the last (capped); from
+        1 s rather than 10 s, capped at 30 s, when the server failed (``transient``, :data:`TRANSIENT_STATUSES`)."""
         subject = subject_of(action)
         key = key_of(subject)
         before = self._failures.get(key)
@@ -155,7 +164,8 @@ class Backoff:
         stage = stage_of(action)
         if before is not None and before.stage is Stage.STATUS:
             stage = Stage.STATUS  # a status that could not be written stays the stronger hold
-        delay = min(self.first_s * 2 ** (attempts - 1), self.cap_s)
+        first, cap = (TRANSIENT_FIRST_DELAY_S, TRANSIENT_MAX_DELAY_S) if transient else (self.first_s, self.cap_s)
+        delay = min(first * 2 ** (attempts - 1), cap)
         message = f"{describe(action)} failed: {error}; retrying in {delay:g} s (attempt {attempts})"
         failure = Failure(subject, stage, reason, message, attempts, now, now + delay)
         self._failures[key] = failure

@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,6 +124,9 @@ class LeaderLease:
         self._renewed_at: float | None = None  # monotonic start of the last successful create or renewal
         self._observed: tuple[object, ...] | None = None  # the Lease record last seen
         self._observed_at = 0.0  # monotonic time it was first seen
+        #: One attempt at a time: the renewal loop and a pass that finds the fence closed may both try at once, and
+        #: the loser of that race with itself read its own 409 as another operator's win (and stood by for a moment).
+        self._attempt = threading.Lock()
 
     def may_write(self) -> bool:
         """The fence: this operator leads, and its last renewal began less than a renew deadline ago."""
@@ -135,6 +139,10 @@ class LeaderLease:
         """One attempt to create, renew or take over the Lease (client-go's tryAcquireOrRenew); returns
         :meth:`may_write` afterwards. An API error other than a lost race is logged and counts as a failed renewal;
         an unreachable API server raises (after leadership is given up if the renew deadline has passed)."""
+        with self._attempt:
+            return self._try_lead()
+
+    def _try_lead(self) -> bool:
         started = self.monotonic()
         try:
             self._try(started)

@@ -265,7 +265,8 @@ def test_a_refused_pod_is_reported_on_its_job_and_the_other_jobs_pods_are_create
     assert applied["status"] == "False"
     assert applied["reason"] == fault.reason
     assert fault.message in applied["message"]
-    assert "retrying in 10 s (attempt 1)" in applied["message"]
+    first_delay = "1 s" if fault.status >= 500 else "10 s"  # a server error is retried sooner
+    assert f"retrying in {first_delay} (attempt 1)" in applied["message"]
     assert condition(fake, "ml/good", "Running")["reason"] == "Started"
     assert not [c for c in fake.jobs["ml/good"]["status"]["conditions"] if c["type"] == "Applied"]
     problems = render(fake.world()).split("PROBLEM")[1]
@@ -324,6 +325,22 @@ def test_backoff_is_capped() -> None:
     assert max(delays) == delays[-1] == 300
 
 
+def test_a_server_error_is_retried_sooner_than_a_refusal() -> None:
+    """A 500 says nothing about the object (etcd timed out): 1 s, doubling, at most 30 s; a refusal after it goes
+    back to the refusal's schedule, continuing the count."""
+    backoff = Backoff()
+    action = PatchStatus(jobs_module.ObjectRef("TrainingJob", "ml", "t4"), {}, ("workers",))
+    delays = []
+    now = 0.0
+    for _ in range(7):
+        failure = backoff.record(action, "InternalError", "500", now, transient=True)
+        delays.append(failure.retry_at - now)
+        now = failure.retry_at
+    assert delays == [1, 2, 4, 8, 16, 30, 30]
+    refused = backoff.record(action, "Forbidden", "403", now)
+    assert refused.retry_at - now == 300, "the eighth failure in a row, on the refusal's schedule (capped)"
+
+
 def test_a_refused_status_holds_back_that_jobs_pods_only() -> None:
     """A job's intent is written before its pods change: if the status write fails, its pods are not created."""
     fake = FakeCluster([node("a0", "training", A100)])
@@ -340,7 +357,7 @@ def test_a_refused_status_holds_back_that_jobs_pods_only() -> None:
     assert not any(e.reason == "Started" and e.ref.name == "broken-status" for e in fake.events), (
         "no Event about what did not happen"
     )
-    fake.tick(1)
+    fake.tick(0.5)  # a server error is retried after 1 s
     first = len(cluster.tried)
     outcome = cluster.run()
     assert "PatchStatus ml/broken-status" not in cluster.tried[first:], "a failed status holds the whole object back"

@@ -5,6 +5,8 @@ renewal began (before any candidate may take over), conflicts on the Lease's res
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from datetime import datetime
 from typing import Any
 
@@ -193,3 +195,36 @@ def test_timings_that_cannot_fence_a_leader_are_refused(timing: LeaseTiming, say
 def test_the_default_proportions_are_client_gos() -> None:
     assert LeaseTiming.from_duration(15) == LeaseTiming(15, 10, 2)
     assert LeaseTiming.from_duration(15).problem() is None
+
+
+class RacingLeaseApi(LeaseApi):
+    """Every read waits until two attempts have read (a barrier), so two unserialised attempts would both write over
+    the same resourceVersion; serialised, the second waits for the first, and its barrier times out harmlessly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.barrier = threading.Barrier(2, timeout=0.5)
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            self.barrier.wait()
+        self.barrier.reset()
+        return super().read_namespaced_lease(name, namespace)
+
+
+def test_two_attempts_of_one_operator_at_once_never_lose_to_itself() -> None:
+    """The renewal loop and a pass may try at the same moment: one waits for the other, and neither reads its own
+    write's 409 as another operator's win."""
+    api = RacingLeaseApi()
+    clock = Clock()
+    lease = candidate(api, "a", clock)
+    assert lease.try_lead()
+    results: list[bool] = []
+    attempts = [threading.Thread(target=lambda: results.append(lease.try_lead())) for _ in range(2)]
+    for attempt in attempts:
+        attempt.start()
+    for attempt in attempts:
+        attempt.join(timeout=10)
+    assert results == [True, True]
+    assert api.holder == "a"
+    assert api.version == 3, "created, then renewed twice, one after the other"
