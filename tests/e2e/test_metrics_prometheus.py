@@ -25,7 +25,17 @@ from lyra.localcluster.ports import LOOPBACK, allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.e2e.system_support import System
-from tests.operator_support import DEADLINE_S, T4, Operator, create_job, custom, node_states, scale_service, workers
+from tests.operator_support import (
+    DEADLINE_S,
+    RECLAIM_DEADLINE_S,
+    T4,
+    Operator,
+    create_job,
+    custom,
+    node_states,
+    scale_service,
+    workers,
+)
 from tests.prometheus_support import Prometheus, check_metrics, get
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -188,7 +198,10 @@ def every_panel_answers(prometheus: Prometheus, started: float) -> None:
 
 def report_plots_every_panel(prometheus: Prometheus, out: Path) -> None:
     command = [sys.executable, "-m", "lyra", "report", "--prometheus", prometheus.url, "--out-dir", str(out)]
-    result = subprocess.run([*command, "--since", "15m"], capture_output=True, text=True, timeout=180, check=False)
+    deadline = ["--reclaim-deadline", str(RECLAIM_DEADLINE_S)]
+    result = subprocess.run(
+        [*command, "--since", "15m", *deadline], capture_output=True, text=True, timeout=180, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     panels = sum(len(dashboard.panels) for dashboard in DASHBOARDS)
     assert len(list(out.glob("*.png"))) == panels, result.stdout
