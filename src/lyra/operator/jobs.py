@@ -50,7 +50,6 @@ PREEMPTED_NODE_LOST, PREEMPTED_BY_DISRUPTION = "node_lost", "disruption"
 SCALED_IN = "ScaledIn"
 #: Reasons (conditions, Events, pod deletions) of the health rules.
 START_TIMEOUT = "StartTimeout"
-NODE_LOST = "NodeLost"
 DISRUPTED = "Disrupted"
 STALE_RUN = "StaleRun"
 
