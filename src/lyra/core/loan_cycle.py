@@ -10,8 +10,9 @@ evictions a reclaim causes. The adapters only apply them. Its steps, in order:
    spreading over idle ones), then idle ones in the reverse of the lend order; the other empty servers are
    ``idle``. A server becomes idle "since now".
 2. **Lend or reclaim** (per GPU type in the demand): :func:`lyra.core.loaning.plan_loans` with every idle server
-   that has not yet been idle for ``lend_delay_s`` counted as serving (the hysteresis, below). Servers to call back
-   are chosen by :func:`lyra.core.reclaim.plan_reclaim` and become ``reclaiming``, their deadline running from now.
+   that has not yet been idle for ``lend_delay_s``, and the headroom among those that have, counted as serving (the
+   hysteresis, below). Servers to call back are chosen by :func:`lyra.core.reclaim.plan_reclaim` and become
+   ``reclaiming``, their deadline running from now.
 3. **Drain, return, force**: training workers on ``reclaiming`` servers leave, by *scale-in* where the job keeps
    its base gang (``workers - leaving >= min_workers``), by *preemption* where it does not (:class:`Evictions`; for
    a server reclaimed in this turn that is exactly ``plan_reclaim``'s ``scaled_in`` and ``preempted``). A
@@ -26,8 +27,8 @@ the deterministic serve order of step 1, the servers idle for the whole delay ar
 keeps all its state, on the node (the ``idle-since`` annotation), so a restarted or failed-over operator goes on
 where the last one stopped (docs/policies.md).
 
-The training side is asked for (``training``) only when a server is reclaimed or reclaiming: building it costs a
-scan of the jobs, which the simulator does not pay at every load step.
+The training side is asked for (``training``) only when a server is reclaimed, or a reclaiming one still hosts
+training: building it costs a scan of the jobs, which the simulator does not pay at every load step.
 """
 
 from __future__ import annotations
@@ -197,8 +198,8 @@ def plan_loan_cycle(
 ) -> LoanCycle:
     """One turn of the loan cycle (module docstring). ``demand``: servers inference needs per GPU type (a type it
     does not list is neither lent nor reclaimed). ``training``: the training side (every server, the running jobs
-    with their live workers), called at most once, and only when a server is reclaimed or reclaiming; the states
-    of its inference servers are replaced by the cycle's own."""
+    with their live workers), called at most once, and only when a server is reclaimed or a reclaiming one hosts
+    training; the states of its inference servers are replaced by the cycle's own."""
     if not (isinstance(now, int | float) and math.isfinite(now)):
         raise InvalidClusterError(f"now must be a finite time, got {now!r}")
     for gpu_type, count in demand.items():

@@ -160,6 +160,11 @@ def test_a_server_whose_workers_are_gone_returns_and_an_overdue_one_is_forced() 
     assert not cycle.settled
 
 
+def test_the_training_side_is_not_read_for_a_reclaiming_server_without_training() -> None:
+    cycle = turn([server("a", SERVING), server("r1", RECLAIMING, reclaim_started=990.0)], 1)  # jobs=None: not read
+    assert moves(cycle) == [("r1", "return")]
+
+
 def test_workers_still_running_on_a_reclaiming_server_are_evicted_again() -> None:
     # A reclaim of an earlier turn whose job was not yet scaled in (its workers still count as live).
     servers = [server("a", SERVING), server("r1", RECLAIMING, reclaim_started=990.0, hosts_training=True)]
