@@ -35,6 +35,7 @@ from lyra.localcluster.populate import ProbeError, http_get
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
+from lyra.operator.sizing import InferenceGpuCaps
 from tests.operator_support import DEADLINE_S, T4, create_job, custom, lyra_node_fields, node_states, workers
 from tests.prometheus_support import promtool
 
@@ -138,6 +139,16 @@ def test_the_operator_names_the_bundled_scheduler_and_serves_its_probes_on_the_m
         a.startswith("--scheduler-name") for a in operator["spec"]["template"]["spec"]["containers"][0]["args"]
     )
     assert not any(d["metadata"]["name"] == "lyra-scheduler" for d in without)
+
+
+def test_the_admins_inference_caps_reach_the_operator_as_flags_it_accepts(binaries: BinarySet) -> None:
+    objects = documents(render(binaries, VALUES / "inference-caps.yaml"))
+    operator = next(d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == "lyra-operator")
+    flag = "--inference-gpu-cap="
+    caps = [a.removeprefix(flag) for a in operator["spec"]["template"]["spec"]["containers"][0]["args"] if flag in a]
+    assert caps == ["*=8", "serving=64"]
+    parsed = InferenceGpuCaps.parse(caps)
+    assert (parsed.cap_of("serving"), parsed.cap_of("ml")) == (64, 8)
 
 
 def prometheus_rule(binaries: BinarySet) -> dict[str, Any]:
