@@ -22,7 +22,6 @@ import re
 import socket
 import ssl
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -131,7 +130,11 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._clients: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()  # connections from clients
+        #: The clients' connections (their transports and sockets), all closed before the loop stops: a TLS shutdown
+        #: or a write to a client that went away would otherwise leave them half closed.
+        self._clients: set[asyncio.BaseTransport] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()  # requests being answered
+        self._sockets: list[Any] = []
 
     def counts(self) -> dict[str, Any]:
         with self._lock:
@@ -164,14 +167,21 @@ class FaultProxy:
         await web.SockSite(self._runner, self._socket, ssl_context=self._server_tls).start()
 
     async def _stop(self) -> None:
+        handlers = [task for task in self._handlers if not task.done()]
+        for task in handlers:  # watches still streaming (their client may be gone): ended, not left pending
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
         for transport in list(self._clients):  # keep-alive connections a TLS shutdown would still wait on
             transport.abort()
-        for _ in range(3):
-            await asyncio.sleep(0)  # let the loop run the aborted connections' last callbacks
+        deadline = asyncio.get_running_loop().time() + STOP_TIMEOUT_S
+        while any(sock.fileno() != -1 for sock in self._sockets) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # the loop closes aborted connections in callbacks of its own
+        self._sockets.clear()
+        self._clients.clear()
 
     def _choose(self, method: str, path: str, watch: bool) -> list[Rule]:
         """The rules that inject on this request (counted as matched and armed); of the rules with a status, the
@@ -195,9 +205,20 @@ class FaultProxy:
             self.record.injected[rule.name] += 1
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        """Answer one request; kept in a set, so that :meth:`stop` ends the ones still streaming."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            return await self._answer(request)
+        finally:
+            self._handlers.discard(task)
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None
-        if request.transport is not None:
+        if request.transport is not None and request.transport not in self._clients:
             self._clients.add(request.transport)
+            self._sockets.append(request.transport.get_extra_info("socket"))
         watch = request.query.get("watch", "").lower() in ("true", "1")
         chosen = self._choose(request.method, request.path, watch)
         for rule in chosen:
