@@ -5,14 +5,16 @@ The local control plane audits every list and watch by a ServiceAccount (``logs/
 user agent, which names the operator's process. The proof that no pass lists: every list request of the operator
 comes before its first write (its first pass), one per kind. The proof that no event is missed: a cache on the
 same module kept by this test equals a fresh list at the end, and the running operator's view agrees with one
-(a ``--dry-run --once`` operator, which lists afresh, proposes nothing once the running one has converged).
+(a ``--dry-run --once`` operator, which lists afresh, proposes nothing once the running one has converged). And
+steady passes write nothing: the converged operator makes three more passes without a write.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from kubernetes import client
 from lyra.api import names
 from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from lyra.operator.caches import KINDS, ClusterCaches, list_once
@@ -71,6 +74,17 @@ def audited(cluster: ControlPlane, pid: int) -> list[dict[str, Any]]:
     return sorted(events, key=lambda e: e["requestReceivedTimestamp"])
 
 
+def passes_made(port: int) -> float:
+    """The operator's successful passes so far, from its metrics endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("lyra_reconcile_passes_total{") and 'result="succeeded"' in line
+    )
+
+
 def received(event: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
 
@@ -114,7 +128,9 @@ def caches_match_a_fresh_list(caches: ClusterCaches, api: client.ApiClient) -> b
 def test_the_operator_never_lists_in_a_pass_and_its_caches_miss_no_event(
     cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
 ) -> None:
-    operator = Operator(service_account_kubeconfig(cluster, api, tmp_path), tmp_path / "operator.log")
+    port = allocate_ports(1)[0]
+    kubeconfig = service_account_kubeconfig(cluster, api, tmp_path)
+    operator = Operator(kubeconfig, tmp_path / "operator.log", http_port=port)
     mirror = ClusterCaches.on_api(api)  # the same caches, kept by this test, compared with a fresh list at the end
     mirror.start()
     operator.start()
@@ -146,6 +162,16 @@ def test_the_operator_never_lists_in_a_pass_and_its_caches_miss_no_event(
             )
             wait_for(lambda: not json.loads(dry_run_once(operator))["actions"], DEADLINE_S, "a converged cluster")
             wait_for(lambda: caches_match_a_fresh_list(mirror, api), DEADLINE_S, "the caches equal a fresh list")
+            # Steady passes write nothing: three more passes on the converged cluster, and no write of theirs.
+            converged = datetime.now(UTC)
+            passes = passes_made(port)
+            wait_for(lambda: passes_made(port) >= passes + 3, DEADLINE_S, "three more passes")
+            steady = [
+                f"{e['verb']} {e['requestURI']}"
+                for e in audited(cluster, operator.pid or 0)
+                if e["verb"] in WRITES and "/leases/" not in e["requestURI"] and received(e) > converged
+            ]
+            assert not steady, f"steady passes wrote: {steady}"
 
             requests = audited(cluster, operator.pid or 0)
             writes = [e for e in requests if e["verb"] in WRITES and "/leases/" not in e["requestURI"]]

@@ -7,7 +7,7 @@ and ``/readyz`` (readiness).
 * **readiness**: connected and synced: the last pass (or standby check) reached the API server and read what it
   needed. A standby replica is ready: it can take over.
 
-Served by the standard library's threading HTTP server in a daemon thread, beside kopf's event loop.
+Served by the standard library's threading HTTP server in a daemon thread, beside the operator's event loop.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ its last renewal began) before any candidate may take over (a lease duration aft
 which is later). Every write to the Lease is conditional on the resourceVersion read, so two candidates racing for
 it cannot both win. On a clean stop the holder releases it, so a successor takes over at once.
 
-kopf's own peering pauses kopf's handlers, not a reconcile loop of our own, hence a Lease here.
+The operator's reconcile loop is its own (no framework's peering can pause it), hence a Lease here.
 """
 
 from __future__ import annotations
