@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from lyra.api import names
 from lyra.chart.rendering import by_template, helm_template
 from lyra.cli import main
+from lyra.core.gpus import GpuType
 from lyra.localcluster.binaries import BinaryCache, BinarySet
 from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.kubeconfig import write_kubeconfig
@@ -36,6 +37,7 @@ from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from lyra.operator.sizing import InferenceGpuCaps
+from lyra.snapshot import parse_gpu_catalog
 from tests.operator_support import DEADLINE_S, T4, create_job, custom, lyra_node_fields, node_states, workers
 from tests.prometheus_support import promtool
 
@@ -149,6 +151,26 @@ def test_the_admins_inference_caps_reach_the_operator_as_flags_it_accepts(binari
     assert caps == ["*=8", "serving=64"]
     parsed = InferenceGpuCaps.parse(caps)
     assert (parsed.cap_of("serving"), parsed.cap_of("ml")) == (64, 8)
+
+
+def test_the_admins_gpu_catalogue_reaches_the_operator_as_a_file_it_reads(binaries: BinarySet) -> None:
+    objects = documents(render(binaries, VALUES / "gpu-catalog.yaml"))
+    operator = next(d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == "lyra-operator")
+    pod = operator["spec"]["template"]["spec"]
+    [flag] = [a for a in pod["containers"][0]["args"] if a.startswith("--gpu-catalog=")]
+    path = Path(flag.removeprefix("--gpu-catalog="))
+    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == str(path.parent)]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    [configmap] = [
+        d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == volume["configMap"]["name"]
+    ]
+    catalog = parse_gpu_catalog(configmap["data"][path.name])
+    assert catalog["Tesla-T4"] == GpuType("Tesla-T4", 0.35, 16.0)
+    assert catalog.types["NVIDIA-A100-SXM4-80GB"] == GpuType("NVIDIA-A100-SXM4-80GB", 1.0, None)
+    assert "checksum/gpu-catalog" in operator["spec"]["template"]["metadata"]["annotations"]
+    without = documents(render(binaries, VALUES / "defaults.yaml"))
+    operator = next(d for d in without if d["kind"] == "Deployment" and d["metadata"]["name"] == "lyra-operator")
+    assert not any(a.startswith("--gpu-catalog") for a in operator["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
 def prometheus_rule(binaries: BinarySet) -> dict[str, Any]:

@@ -80,6 +80,20 @@ def node_capacity_gpus(node: Node) -> int:
     return _whole(node.status.capacity.get(names.GPU_RESOURCE, 0))
 
 
+#: The largest ``nvidia.com/gpu.memory`` read, in MiB (a million GiB, the core's bound on a GPU's memory).
+_MAX_MEMORY_MIB = 1024 * 1_000_000
+
+
+def node_gpu_memory_mib(node: Node) -> int | None:
+    """The memory of each of the node's GPUs in MiB, as GPU feature discovery labels it (``nvidia.com/gpu.memory``);
+    ``None`` when the label is absent or not a whole number of MiB in range (the catalogue or defaults then apply)."""
+    value = node.metadata.labels.get(names.GPU_MEMORY_LABEL, "")
+    if not (value.isascii() and value.isdigit()) or len(value) > 10:
+        return None
+    mib = int(value)
+    return mib if 0 < mib <= _MAX_MEMORY_MIB else None
+
+
 def node_view(node: Node, used_gpus: int) -> NodeView | None:
     """The core's view of a node, or ``None`` for a node Lyra does not manage (no pool label or no GPUs)."""
     labels = node.metadata.labels

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS
+from lyra.snapshot.document import MAX_GPU_TYPES, GpuTypeDocument, Name
 
 #: The upstream kube-scheduler the chart bundles: the same minor version the project builds and tests against.
 KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler"
@@ -131,6 +132,13 @@ class Operator(Strict):
         description="the GPUs each namespace's InferenceServices may claim together, e.g. {serving: 64, '*': 8} "
         "(--inference-gpu-cap; '*': every namespace not named; empty: no cap; docs/security.md)",
         json_schema_extra={"additionalProperties": False},  # a key that is no namespace is refused, not ignored
+    )
+    gpu_catalog: Annotated[dict[Name, GpuTypeDocument], Field(max_length=MAX_GPU_TYPES)] = Field(
+        default_factory=dict,
+        alias="gpuCatalog",
+        description="how fast each GPU type trains relative to a reference GPU and its memory, e.g. {Tesla-T4: "
+        "{speed: 0.4, memoryGiB: 16}}: a ConfigMap mounted as --gpu-catalog; it wins over nodes' "
+        "nvidia.com/gpu.memory labels, which win over the family defaults (empty: labels and defaults only)",
     )
     resources: Resources = Field(
         default_factory=lambda: _resources("100m", "256Mi", "1Gi"), description="the container's requests and limits"

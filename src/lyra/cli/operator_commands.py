@@ -124,6 +124,13 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="the GPUs a namespace's InferenceServices may claim together; services past it get fewer replicas and "
         "Capped=True (repeatable; *=GPUS for every namespace not named; default: no cap)",
     )
+    parser.add_argument(
+        "--gpu-catalog",
+        metavar="FILE",
+        help="a GPU catalogue (YAML or JSON: gpuCatalog: {TYPE: {speed: S, memoryGiB: M}}): how fast each GPU type "
+        "trains relative to a reference GPU and its memory; it wins over nodes' nvidia.com/gpu.memory labels, which "
+        "win over the family defaults (docs/operations.md; default: labels and defaults only)",
+    )
     parser.set_defaults(run=run_operator_command)
 
 
@@ -149,6 +156,22 @@ def run_operator_command(args: argparse.Namespace) -> int:
         print(f"lyra operator: --inference-gpu-cap: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
+    from lyra.core.gpus import GpuCatalog
+
+    gpus = GpuCatalog()
+    if args.gpu_catalog is not None:
+        from lyra.snapshot import MAX_GPU_CATALOG_BYTES, SnapshotError, parse_gpu_catalog
+
+        try:
+            with open(args.gpu_catalog, "rb") as file:
+                gpus = parse_gpu_catalog(file.read(MAX_GPU_CATALOG_BYTES + 1))
+        except OSError as error:
+            print(f"lyra operator: --gpu-catalog {args.gpu_catalog}: {error.strerror or error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except SnapshotError as error:
+            print(f"lyra operator: --gpu-catalog {args.gpu_catalog}: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
     from lyra.operator.decide import OperatorConfig
@@ -171,6 +194,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         search_budget=args.search_budget,
         scheduler_name=args.scheduler_name,
         inference_gpu_caps=caps,
+        gpus=gpus,
     )
     options = RunOptions(
         config=config,

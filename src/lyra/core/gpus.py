@@ -18,6 +18,10 @@ K80                0.25   12
 anything else      1.0    unknown          unknown memory excludes no job: describe the type instead
 =================  =====  ===============  =========================================================
 
+A node may also report its GPUs' memory (GPU feature discovery's ``nvidia.com/gpu.memory`` label, in MiB):
+:meth:`GpuCatalog.with_reported_memory` uses it for a type whose catalogue entry gives no memory. The precedence,
+per type, is the catalogue's entry, then the memory nodes report, then the family defaults.
+
 *Speed* is training throughput per GPU relative to a reference GPU (a V100 or an A100, speed 1.0): a job's
 ``remaining_work`` is in worker-seconds on a reference GPU. These defaults are deliberately round; a cluster
 that has measured its own ratios, or a job that has measured its own throughput per type (Gavel's throughput
@@ -108,6 +112,20 @@ def default_gpu_type(name: str) -> GpuType:
     return GpuType(name, 1.0, memory)
 
 
+#: A reported memory within this fraction of the catalogue's agrees with it: GPU feature discovery reports the usable
+#: memory, a little below the nominal (15360 MiB for a 16 GB T4).
+MEMORY_TOLERANCE = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryDisagreement:
+    """Nodes report ``reported_gib`` of memory for a type the catalogue gives ``catalog_gib``: the catalogue wins."""
+
+    gpu_type: str
+    catalog_gib: float
+    reported_gib: float
+
+
 @dataclass(frozen=True, slots=True)
 class GpuCatalog:
     """The GPU types a cluster describes explicitly; any other type gets its family's defaults."""
@@ -131,6 +149,22 @@ class GpuCatalog:
         if twice:
             raise InvalidGpuTypeError(f"GPU catalogue describes {', '.join(twice)} more than once")
         return cls(MappingProxyType({g.name: g for g in gpus}))
+
+    def with_reported_memory(self, reported: Mapping[str, float]) -> tuple[GpuCatalog, tuple[MemoryDisagreement, ...]]:
+        """This catalogue with the memory nodes report (GiB per type, the smallest of the type's nodes) for each type
+        whose entry gives none (the speed stays the entry's or the family's), and where an entry's memory disagrees
+        with a report by more than :data:`MEMORY_TOLERANCE`: the catalogue wins, the disagreement is returned."""
+        types = dict(self.types)
+        disagreements: list[MemoryDisagreement] = []
+        for name, gib in sorted(reported.items()):
+            entry = self.types.get(name)
+            if entry is not None and entry.memory_gib is not None:
+                if abs(gib - entry.memory_gib) > MEMORY_TOLERANCE * entry.memory_gib:
+                    disagreements.append(MemoryDisagreement(name, entry.memory_gib, gib))
+                continue
+            speed = entry.speed if entry is not None else self[name].speed
+            types[name] = GpuType(name, speed, gib)
+        return GpuCatalog(MappingProxyType(types)), tuple(disagreements)
 
     def __getitem__(self, name: str) -> GpuType:
         known = self.types.get(name)

@@ -1,6 +1,7 @@
 """Decide: one pass from a :class:`~lyra.operator.observe.World` to a :class:`~lyra.operator.actions.Decision`.
 
-Pure: no API calls, no clock (``world.now``). A pass runs these steps in order, each reading what the previous ones
+Pure: no API calls, no clock (``world.now``). A pass decides with the GPU catalogue of :func:`observed_gpus` (the
+configured one, completed by the memory nodes report) and runs these steps in order, each reading what the previous ones
 decided (docs/architecture.md, "A pass"):
 
 1. **Jobs' own lives**: a job with a failed worker fails; one whose workers all finished succeeds; a gang whose base
@@ -10,9 +11,9 @@ decided (docs/architecture.md, "A pass"):
 3. **Loans** (:mod:`lyra.operator.loans`, one turn of :func:`lyra.core.loan_cycle.plan_loan_cycle`): per GPU
    type, ``plan_loans``; servers to call back are chosen by ``plan_reclaim`` and marked ``reclaiming``; idle surplus
    that has been idle for the lend delay is lent.
-4. **Draining** (the same turn): training work on ``reclaiming`` servers leaves, by scale-in where the job keeps its base, by
-   preemption where it does not; an emptied server returns to ``serving``; past the deadline the rest is forced.
-   A service whose replicas wait for a reclaim records since when; once they all run, it reports how long
+4. **Draining** (the same turn): training work on ``reclaiming`` servers leaves, by scale-in where the job keeps its
+   base, by preemption where it does not; an emptied server returns to ``serving``; past the deadline the rest is
+   forced. A service whose replicas wait for a reclaim records since when; once they all run, it reports how long
    (``ReclaimServed``).
 5. **Allocation**, when nothing is in flight: ``allocate_workers`` on the settled snapshot sets every job's intent
    (phase, target workers, planned placement, GPU type), written to its status.
@@ -26,10 +27,12 @@ where a killed one stopped. Applying a decision and deciding again yields no act
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from lyra.api import names
 from lyra.api.resources import Condition, ConditionStatus, JobPhase, wire
+from lyra.core.gpus import GpuCatalog, MemoryDisagreement
 from lyra.core.model import ClusterSnapshot
 from lyra.operator.actions import ACTION_ORDER, Decision, PatchStatus
 from lyra.operator.changes import Changes
@@ -40,7 +43,7 @@ from lyra.operator.loans import LoanBook
 from lyra.operator.observe import World, format_time
 from lyra.operator.services import ServiceBook
 
-__all__ = ["OperatorConfig", "decide", "live_snapshot", "report_unreadable"]
+__all__ = ["OperatorConfig", "decide", "live_snapshot", "observed_gpus", "report_unreadable"]
 
 
 def decide(
@@ -49,6 +52,7 @@ def decide(
     """One pass of the operator over ``world`` (see the module docstring). ``failures``: the objects whose last writes
     the API refused (:class:`lyra.operator.isolation.Backoff`), reported in their statuses."""
     config = config or OperatorConfig()
+    config = replace(config, gpus=observed_gpus(world, config.gpus)[0])
     changes = Changes(world.now, failures, [*(j.ref for j in world.jobs), *(s.ref for s in world.services)])
     jobs = JobBook(world, config, changes)
     jobs.lives()
@@ -67,6 +71,17 @@ def decide(
     actions = [*loans.node_actions(), *changes.actions]
     ordered = sorted(actions, key=lambda a: ACTION_ORDER.index(type(a)))
     return Decision(tuple(ordered), changes.summary)
+
+
+def observed_gpus(world: World, catalog: GpuCatalog) -> tuple[GpuCatalog, tuple[MemoryDisagreement, ...]]:
+    """The GPU catalogue a pass decides with: ``catalog`` (``--gpu-catalog``) completed by the memory the nodes report
+    (``nvidia.com/gpu.memory``, the smallest of each type's nodes), and where the two disagree (the catalogue wins)."""
+    reported: dict[str, float] = {}
+    for node in world.nodes:
+        if node.gpu_memory_mib is not None:
+            gib = node.gpu_memory_mib / 1024
+            reported[node.gpu_type] = min(gib, reported.get(node.gpu_type, gib))
+    return catalog.with_reported_memory(reported)
 
 
 def report_unreadable(world: World, changes: Changes) -> None:
@@ -99,6 +114,7 @@ def live_snapshot(world: World, config: OperatorConfig | None = None) -> Cluster
     """The core's snapshot of ``world`` as a pass sees it before deciding (``lyra plan --from-cluster``). GPUs held
     outside Lyra's jobs (inference replicas, other GPU pods, leaving workers) are not in it."""
     config = config or OperatorConfig()
+    config = replace(config, gpus=observed_gpus(world, config.gpus)[0])
     changes = Changes(world.now)
     loans = LoanBook(world, config, changes, JobBook(world, config, changes), {})
     return loans.hooks.training_snapshot(loans.states)

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lyra.api import names
-from lyra.api.convert import gpus_requested, node_capacity_gpus, node_gpus, pod_role
+from lyra.api.convert import gpus_requested, node_capacity_gpus, node_gpu_memory_mib, node_gpus, pod_role
 from lyra.api.objects import Deployment, ObjectMeta, ObservedNode, ObservedPod, Taint
 from lyra.api.resources import (
     InferenceServiceSpec,
@@ -114,6 +114,8 @@ class NodeRecord:
     #: why, in words (``""`` when healthy).
     unhealthy_since: float | None = None
     health: str = ""
+    #: The memory of each GPU in MiB as the node reports it (``nvidia.com/gpu.memory``; ``None``: not reported).
+    gpu_memory_mib: int | None = None
 
     @property
     def healthy(self) -> bool:
@@ -378,6 +380,7 @@ def _read_node(
         unschedulable=node.spec.unschedulable,
         unhealthy_since=unhealthy_since,
         health=health,
+        gpu_memory_mib=node_gpu_memory_mib(node),
     )
 
 

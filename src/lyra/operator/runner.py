@@ -33,13 +33,15 @@ from kubernetes import client
 
 from lyra import __version__
 from lyra.api import names
+from lyra.core.gpus import MemoryDisagreement
 from lyra.operator.actions import Decision, PatchStatus, SetNodeState
 from lyra.operator.caches import ClusterCaches
 from lyra.operator.commit import Cluster
-from lyra.operator.decide import OperatorConfig, decide
+from lyra.operator.decide import OperatorConfig, decide, observed_gpus
 from lyra.operator.endpoints import Health, serve
 from lyra.operator.leader import LeaderLease, LeadershipLostError, LeaseTiming
 from lyra.operator.metrics import COMMIT, DECIDE, FAILED, OBSERVE, SUCCEEDED, OperatorMetrics, applied_counts
+from lyra.operator.observe import World
 
 log = logging.getLogger("lyra.operator")
 
@@ -107,6 +109,7 @@ class Reconciler:
         self.wake = asyncio.Event()
         self.passes = 0
         self._last_report: list[str] | None = None
+        self._memory_disagreements: set[MemoryDisagreement] = set()
 
     def pass_once(self) -> Decision:
         """Observe, decide and (unless dry-run) commit, once. Blocking: runs in a worker thread."""
@@ -125,6 +128,7 @@ class Reconciler:
                 log.warning("skipped %s %s: %s", item.ref.kind, item.ref.key, item.reason)
         else:
             self.cluster.report_left_out(world, now)  # logs them too, and posts an Event on each node left out
+        self.report_memory_disagreements(world)
         decision = decide(world, self.options.config, failures)
         decided = time.perf_counter()
         self.metrics.phase_took(DECIDE, decided - observed)
@@ -156,6 +160,20 @@ class Reconciler:
         self.metrics.phase_took(COMMIT, time.perf_counter() - decided)
         self.metrics.pass_ended(SUCCEEDED)
         return decision
+
+    def report_memory_disagreements(self, world: World) -> None:
+        """Warn once per GPU type and values where nodes' ``nvidia.com/gpu.memory`` disagrees with the catalogue."""
+        for disagreement in observed_gpus(world, self.options.config.gpus)[1]:
+            if disagreement not in self._memory_disagreements:
+                self._memory_disagreements.add(disagreement)
+                log.warning(
+                    "GPU type %s: nodes report %.1f GiB per GPU (%s), the GPU catalogue says %.1f GiB; the catalogue "
+                    "wins",
+                    disagreement.gpu_type,
+                    disagreement.reported_gib,
+                    names.GPU_MEMORY_LABEL,
+                    disagreement.catalog_gib,
+                )
 
     async def wait_synced(self, stop: asyncio.Event) -> None:
         """Until every cache has listed once: no pass, and not ready (the loop is alive, it beats)."""

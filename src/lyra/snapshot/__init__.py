@@ -1,6 +1,7 @@
 """The snapshot and plan documents: Lyra's JSON wire format between a live cluster, the planner and the core."""
 
 from lyra.snapshot.document import (
+    MAX_GPU_CATALOG_BYTES,
     MAX_GPU_TYPES,
     MAX_JOBS,
     MAX_NAME_LENGTH,
@@ -8,8 +9,10 @@ from lyra.snapshot.document import (
     MAX_SERVERS,
     MAX_SNAPSHOT_BYTES,
     SNAPSHOT_API_VERSION,
+    GpuCatalogDocument,
     SnapshotDocument,
     SnapshotError,
+    parse_gpu_catalog,
     parse_snapshot,
     snapshot_json_schema,
 )
@@ -21,6 +24,7 @@ from lyra.snapshot.plans import (
 )
 
 __all__ = [
+    "MAX_GPU_CATALOG_BYTES",
     "MAX_GPU_TYPES",
     "MAX_JOBS",
     "MAX_NAME_LENGTH",
@@ -28,11 +32,13 @@ __all__ = [
     "MAX_SERVERS",
     "MAX_SNAPSHOT_BYTES",
     "SNAPSHOT_API_VERSION",
+    "GpuCatalogDocument",
     "SnapshotDocument",
     "SnapshotError",
     "allocation_plan_document",
     "loan_plan_document",
     "migration_plan_document",
+    "parse_gpu_catalog",
     "parse_snapshot",
     "reclaim_plan_document",
     "snapshot_json_schema",

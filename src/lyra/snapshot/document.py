@@ -23,8 +23,10 @@ import codecs
 import json
 import math
 import re
+from collections.abc import Hashable, Mapping
 from typing import Annotated, Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lyra.api import names
@@ -215,7 +217,7 @@ class SnapshotDocument(_Strict):
         return value
 
     def to_core(self) -> ClusterSnapshot:
-        catalog = GpuCatalog.of(*(GpuType(name, t.speed, t.memory_gib) for name, t in self.gpu_catalog.items()))
+        catalog = _catalog_to_core(self.gpu_catalog)
         return ClusterSnapshot(tuple(s.to_core() for s in self.servers), tuple(j.to_core() for j in self.jobs), catalog)
 
     @classmethod
@@ -231,6 +233,19 @@ class SnapshotDocument(_Strict):
                 for name, gpu in snapshot.gpus.types.items()
             },
         )
+
+
+def _catalog_to_core(entries: Mapping[str, GpuTypeDocument]) -> GpuCatalog:
+    return GpuCatalog.of(*(GpuType(name, t.speed, t.memory_gib) for name, t in entries.items()))
+
+
+class GpuCatalogDocument(_Strict):
+    """A GPU catalogue file (``lyra operator --gpu-catalog``): the snapshot's ``gpuCatalog``, on its own."""
+
+    gpu_catalog: Annotated[dict[Name, GpuTypeDocument], Field(alias="gpuCatalog", max_length=MAX_GPU_TYPES)]
+
+    def to_core(self) -> GpuCatalog:
+        return _catalog_to_core(self.gpu_catalog)
 
 
 def _catalog_hint(factors: Any) -> str:
@@ -334,6 +349,21 @@ def _decode(data: str | bytes) -> str:
     return data
 
 
+def _problems(error: ValidationError, raw: Any) -> str:
+    """The first few problems of a validation, each with the path of its field, in the document's terms."""
+    problems = []
+    for item in error.errors(include_url=False)[:5]:
+        message = str(item["msg"]).removeprefix("Value error, ")
+        given = item.get("input")
+        if item["type"] not in _NO_INPUT_ERRORS and isinstance(given, str | int | float | bool):
+            message += f", got {_short(repr(given), 40)}"
+        if item["type"] in _LIMIT_ERRORS:
+            message += " (a limit of Lyra's: docs/snapshot.md lists them)"
+        problems.append(f"{_field_path(tuple(item['loc']), raw)}: {message}")
+    more = f" (and {error.error_count() - 5} more)" if error.error_count() > 5 else ""
+    return "; ".join(problems) + more
+
+
 def parse_snapshot(data: str | bytes) -> ClusterSnapshot:
     """Parse and check a snapshot document (text, or UTF-8 bytes); raise :class:`SnapshotError` naming the first
     bad fields. No input raises anything else."""
@@ -356,21 +386,63 @@ def parse_snapshot(data: str | bytes) -> ClusterSnapshot:
     try:
         document = SnapshotDocument.model_validate(raw)
     except ValidationError as error:
-        problems = []
-        for item in error.errors(include_url=False)[:5]:
-            message = str(item["msg"]).removeprefix("Value error, ")
-            given = item.get("input")
-            if item["type"] not in _NO_INPUT_ERRORS and isinstance(given, str | int | float | bool):
-                message += f", got {_short(repr(given), 40)}"
-            if item["type"] in _LIMIT_ERRORS:
-                message += " (a limit of Lyra's: docs/snapshot.md lists them)"
-            problems.append(f"{_field_path(tuple(item['loc']), raw)}: {message}")
-        more = f" (and {error.error_count() - 5} more)" if error.error_count() > 5 else ""
-        raise SnapshotError("; ".join(problems) + more) from None
+        raise SnapshotError(_problems(error, raw)) from None
     except RecursionError:
         raise SnapshotError("nested too deeply (a snapshot is at most 4 levels deep)") from None
     try:
         return document.to_core()
+    except InvalidClusterError as error:
+        raise SnapshotError(_CORE_NAME.sub(lambda m: _WIRE_NAMES[m.group(1)], str(error))) from None
+
+
+#: A GPU catalogue file is small: a thousand types fit in well under this.
+MAX_GPU_CATALOG_BYTES = 1024 * 1024
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                line = key_node.start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{_short(str(key))!r} is written twice (line {line}); write each key once", None
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_gpu_catalog(data: str | bytes) -> GpuCatalog:
+    """Parse and check a GPU catalogue file (YAML or JSON)::
+
+        gpuCatalog:
+          Tesla-T4: {speed: 0.4, memoryGiB: 16}
+
+    Raise :class:`SnapshotError` naming the entry and field (``gpuCatalog.Tesla-T4.speed: ...``); no input raises
+    anything else."""
+    if len(data) > MAX_GPU_CATALOG_BYTES:
+        raise SnapshotError(f"the GPU catalogue is larger than the limit of {MAX_GPU_CATALOG_BYTES // 1024} KiB")
+    text = _decode(data)
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a safe loader (yaml.SafeLoader)
+    except yaml.MarkedYAMLError as error:
+        where = f" at line {error.problem_mark.line + 1}" if error.problem_mark is not None else ""
+        raise SnapshotError(f"not valid YAML: {error.problem or error.context}{where}") from None
+    except (yaml.YAMLError, RecursionError) as error:
+        raise SnapshotError(f"not valid YAML: {_short(str(error))}") from None
+    if not isinstance(raw, dict):
+        given = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise SnapshotError(f"a GPU catalogue must be a mapping with the key gpuCatalog, got {given}")
+    if "gpuCatalog" not in raw and raw:
+        first = _short(str(next(iter(raw))), 40)
+        raise SnapshotError(f"no gpuCatalog key: write the GPU types under it, e.g. 'gpuCatalog: {{{first}: ...}}'")
+    try:
+        return GpuCatalogDocument.model_validate(raw).to_core()
+    except ValidationError as error:
+        raise SnapshotError(_problems(error, raw)) from None
     except InvalidClusterError as error:
         raise SnapshotError(_CORE_NAME.sub(lambda m: _WIRE_NAMES[m.group(1)], str(error))) from None
 

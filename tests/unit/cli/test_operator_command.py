@@ -65,3 +65,24 @@ def test_lease_timings_that_cannot_fence_a_leader_are_refused(
 ) -> None:
     assert main(["operator", *flags]) == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("gpuCatalog:\n  Tesla-T4: {speed: -0.4}\n", "gpuCatalog.Tesla-T4.speed: Input should be greater than 0"),
+        ("Tesla-T4: {speed: 0.4}\n", "no gpuCatalog key"),
+        (None, "No such file or directory"),
+    ],
+)
+def test_a_bad_gpu_catalogue_exits_2_naming_the_file_and_the_field(
+    content: str | None, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog = tmp_path / "gpus.yaml"
+    if content is not None:
+        catalog.write_text(content)
+    assert main(["operator", "--once", "--gpu-catalog", str(catalog)]) == 2
+    error = capsys.readouterr().err
+    assert f"lyra operator: --gpu-catalog {catalog}: " in error
+    assert says in error
+    assert "Traceback" not in error

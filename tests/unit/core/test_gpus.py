@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lyra.core import GpuCatalog, GpuType, InvalidClusterError, default_gpu_type
-from lyra.core.gpus import InvalidGpuTypeError
+from lyra.core.gpus import InvalidGpuTypeError, MemoryDisagreement
 
 # (product name as nvidia.com/gpu.product reports it, expected speed, expected memory in GiB or None)
 FAMILY_DEFAULTS = [
@@ -98,3 +98,22 @@ def test_catalogue_is_read_only_and_compares_by_entries() -> None:
 def test_catalogue_refuses_bad_entries(types: Any) -> None:
     with pytest.raises(InvalidGpuTypeError, match=r"GPU catalogue entry '(T4|V100)' must be a GpuType named"):
         GpuCatalog(types)
+
+
+def test_reported_memory_fills_what_the_catalogue_does_not_say_and_never_overrides_it() -> None:
+    catalog = GpuCatalog.of(GpuType("Tesla-T4", 0.35, 16.0), GpuType("NVIDIA-A100-SXM4-80GB", 0.9))
+    reported = {"Tesla-T4": 15.0, "NVIDIA-A100-SXM4-80GB": 40.0, "NVIDIA-L4": 22.0}
+    merged, disagreements = catalog.with_reported_memory(reported)
+    assert merged["Tesla-T4"] == GpuType("Tesla-T4", 0.35, 16.0)  # the entry's memory wins; 15 is within 10%
+    assert merged["NVIDIA-A100-SXM4-80GB"] == GpuType("NVIDIA-A100-SXM4-80GB", 0.9, 40.0)  # entry's speed, label's GiB
+    assert merged["NVIDIA-L4"] == GpuType("NVIDIA-L4", 0.5, 22.0)  # family speed, label's GiB over the family's 24
+    assert merged["Tesla-V100"] == default_gpu_type("Tesla-V100")  # nothing reported: family defaults
+    assert disagreements == ()
+    assert catalog.with_reported_memory({}) == (catalog, ())
+
+
+def test_a_report_far_from_the_catalogue_is_a_disagreement_the_catalogue_wins() -> None:
+    catalog = GpuCatalog.of(GpuType("Tesla-T4", 0.4, 16.0))
+    merged, disagreements = catalog.with_reported_memory({"Tesla-T4": 8.0})
+    assert merged["Tesla-T4"].memory_gib == 16.0
+    assert disagreements == (MemoryDisagreement("Tesla-T4", 16.0, 8.0),)
