@@ -26,6 +26,7 @@ import logging
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -42,6 +43,8 @@ MAX_BACKOFF_S = 30.0
 #: The server ends each watch after a random time in this range (client-go's choice); the cache then resumes.
 WATCH_TIMEOUT_RANGE_S = (300, 600)
 CONNECT_TIMEOUT_S = 10.0
+#: A watch stream that ends empty sooner than this is reopened only after the backoff.
+QUIET_STREAM_S = 1.0
 
 Change = Callable[[str, JsonObject | None], None]
 
@@ -263,8 +266,14 @@ class WatchCache:
                     self._list()
                     must_list = False
                     backoff = self._initial_backoff_s
+                opened = time.monotonic()
                 if self._watch():
                     backoff = self._initial_backoff_s
+                elif time.monotonic() - opened < QUIET_STREAM_S and not self._stop.is_set():
+                    # A stream that ends at once with nothing in it (a proxy cutting it, a server shedding load):
+                    # do not reopen it in a tight loop.
+                    self._relist.wait(backoff)
+                    backoff = min(backoff * 2, self._max_backoff_s)
             except GoneError as error:
                 must_list = True
                 self.errors += 1

@@ -22,6 +22,7 @@ class FakeServer:
         self.pages = 0
         self.watches: list[str] = []  # the versions each watch started from
         self.refusing: int | None = None  # while set, watch requests are refused with this HTTP status
+        self.cutting = False  # while set, every watch stream ends at once, empty
         self._cond = threading.Condition()
         self._stream = 0  # bumped to end every open stream
 
@@ -104,6 +105,8 @@ class FakeServer:
             stream = self._stream
         if refused is not None:
             raise WatchError(refused, "refused")
+        if self.cutting:
+            return
         start = int(resource_version)
         if start < self.compacted:
             yield {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}

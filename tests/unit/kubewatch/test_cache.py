@@ -159,3 +159,17 @@ def test_objects_the_kind_does_not_keep_are_dropped_and_forgotten_when_they_stop
         assert recorder.changes == [("ns/large", None)]
     finally:
         watched.stop()
+
+
+def test_streams_that_end_at_once_empty_are_reopened_after_a_growing_backoff(
+    cache: WatchCache, server: FakeServer
+) -> None:
+    server.cutting = True
+    server.end_streams()
+    opened = len(server.watches)
+    wait_for(lambda: len(server.watches) >= opened + 4, TIMEOUT_S, "four reopened streams")
+    assert len(server.watches) - opened < 10  # the backoff doubles (0.01 s, 0.02 s ...): no tight loop
+    server.cutting = False
+    server.put(thing("t1", 1000))
+    wait_for(lambda: settled(cache, server), TIMEOUT_S, "the event once streams stay open")
+    assert cache.lists == 1
