@@ -272,7 +272,8 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
             loop.add_signal_handler(signum, stop.set)
 
         def wake() -> None:  # from a cache's thread
-            loop.call_soon_threadsafe(reconciler.wake.set)
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the operator is stopping
+                loop.call_soon_threadsafe(reconciler.wake.set)
 
         caches.on_change = wake
         caches.start()
