@@ -15,6 +15,8 @@ UID").
 * **Job re-created under its name** while the old run's pods still exist (deleted with ``propagationPolicy:
   Orphan``, so the garbage collector leaves them): they are not the new run's; the operator deletes them and the new
   run runs with pods owned by its own UID.
+* **Worker evicted by the kubelet** (its status written as the kubelet writes it: ``Failed``, reason ``Evicted``): a
+  preemption, not a failure; the job runs again on a new worker.
 """
 
 from __future__ import annotations
@@ -389,4 +391,35 @@ def test_a_job_recreated_under_its_name_does_not_adopt_the_old_runs_pods(
             "the old run's pods deleted",
         )
         never_failed(api, namespace, "again")
+        assert_check_clean(cluster.kubeconfig)
+
+
+def test_a_worker_evicted_by_the_kubelet_is_a_preemption_not_a_failure(
+    cluster: ControlPlane, api: client.ApiClient, operator: Operator
+) -> None:
+    wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
+    with temporary_namespace(api, "faults-evicted") as namespace:
+        create_job(api, namespace, "evicted", **ONE_NODE)
+        wait_for(lambda: running(api, namespace, "evicted", 1), DEADLINE_S, "the job running")
+        [victim] = workers(api, namespace, "evicted")
+        evicted = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+        core(api).patch_namespaced_pod_status(victim.metadata.name, namespace, {"status": evicted})
+
+        def running_again() -> bool:
+            pods = workers(api, namespace, "evicted")
+            return running(api, namespace, "evicted", 1) and pods[0].metadata.uid != victim.metadata.uid
+
+        wait_for(running_again, DEADLINE_S, "the job running again on a new worker")
+        status = job(api, namespace, "evicted")["status"]
+        assert status["preemptions"] == 1
+        events = core(api).list_namespaced_event(namespace).items
+        preempted = [e.message for e in events if e.reason == "Preempted" and e.involved_object.name == "evicted"]
+        assert any(f"worker {victim.metadata.name} disrupted (Evicted)" in m for m in preempted), preempted
+
+        def removed() -> bool:
+            pod = pod_or_none(api, namespace, victim.metadata.name)
+            return pod is None or pod.metadata.uid != victim.metadata.uid
+
+        wait_for(removed, DEADLINE_S, "the evicted pod's object removed")
+        never_failed(api, namespace, "evicted")
         assert_check_clean(cluster.kubeconfig)
