@@ -17,7 +17,13 @@ import os
 import sys
 from typing import Any
 
-from lyra.cli.arguments import add_kubeconfig_argument, non_negative_int, positive_int, seconds
+from lyra.cli.arguments import (
+    add_gpu_catalog_argument,
+    add_kubeconfig_argument,
+    non_negative_int,
+    positive_int,
+    seconds,
+)
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 
@@ -124,13 +130,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="the GPUs a namespace's InferenceServices may claim together; services past it get fewer replicas and "
         "Capped=True (repeatable; *=GPUS for every namespace not named; default: no cap)",
     )
-    parser.add_argument(
-        "--gpu-catalog",
-        metavar="FILE",
-        help="a GPU catalogue (YAML or JSON: gpuCatalog: {TYPE: {speed: S, memoryGiB: M}}): how fast each GPU type "
-        "trains relative to a reference GPU and its memory; it wins over nodes' nvidia.com/gpu.memory labels, which "
-        "win over the family defaults (docs/operations.md; default: labels and defaults only)",
-    )
+    add_gpu_catalog_argument(parser)
     parser.set_defaults(run=run_operator_command)
 
 
@@ -156,23 +156,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
         print(f"lyra operator: --inference-gpu-cap: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from lyra.core.gpus import GpuCatalog
-
-    gpus = GpuCatalog()
-    if args.gpu_catalog is not None:
-        from lyra.snapshot import MAX_GPU_CATALOG_BYTES, SnapshotError, parse_gpu_catalog
-
-        try:
-            with open(args.gpu_catalog, "rb") as file:
-                gpus = parse_gpu_catalog(file.read(MAX_GPU_CATALOG_BYTES + 1))
-        except OSError as error:
-            print(f"lyra operator: --gpu-catalog {args.gpu_catalog}: {error.strerror or error}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except SnapshotError as error:
-            print(f"lyra operator: --gpu-catalog {args.gpu_catalog}: {error}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-
     from lyra.cli.kube_client import KubeconfigError, api_client
+    from lyra.core.gpus import GpuCatalog
     from lyra.operator.commit import Cluster
     from lyra.operator.decide import OperatorConfig
     from lyra.operator.runner import Reconciler, RunOptions, describe, leader_lease, run_operator
@@ -194,7 +179,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         search_budget=args.search_budget,
         scheduler_name=args.scheduler_name,
         inference_gpu_caps=caps,
-        gpus=gpus,
+        gpus=args.gpu_catalog if args.gpu_catalog is not None else GpuCatalog(),
     )
     options = RunOptions(
         config=config,

@@ -8,7 +8,8 @@
 
 ``--snapshot -`` reads standard input. The snapshot format is documented in ``docs/snapshot.md``. Instead of a
 file, ``--from-cluster`` reads the live cluster (``--kubeconfig``, else the usual search) the way the operator
-does, and ``--save-snapshot FILE`` keeps that snapshot as a document to replay later.
+does (with ``--gpu-catalog FILE``, as an operator given that catalogue does), and ``--save-snapshot FILE`` keeps that
+snapshot as a document to replay later.
 
 One error convention for every verb: success exits 0 with the plan as JSON on standard output; bad input (a
 flag, the snapshot, a request the cluster cannot meet) exits 2 with ``lyra plan <verb>: <message>`` on standard
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from lyra.cli.arguments import non_negative_int
+from lyra.cli.arguments import add_gpu_catalog_argument, non_negative_int
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 
 #: The largest restart cost the allocator accepts (``allocate_workers``'s ``restart_cost_s``).
@@ -82,6 +83,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         parser.add_argument(
             "--save-snapshot", type=Path, metavar="FILE", help="with --from-cluster: also write the snapshot there"
         )
+        add_gpu_catalog_argument(parser, also="with --from-cluster: ")
 
     reclaim = verbs.add_parser("reclaim", help="which loaned servers to return, with the fewest preemptions")
     snapshot_argument(reclaim)
@@ -165,7 +167,7 @@ def _from_cluster(args: argparse.Namespace) -> Any:
 
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
-    from lyra.operator.decide import live_snapshot
+    from lyra.operator.decide import OperatorConfig, live_snapshot
     from lyra.snapshot import SnapshotDocument
 
     try:
@@ -176,7 +178,7 @@ def _from_cluster(args: argparse.Namespace) -> Any:
         world = Cluster(api).observe(time.time())
     except Exception as error:  # unreachable or refusing API server: reported, not a traceback
         raise _ClusterError(f"cannot read the cluster: {type(error).__name__}: {str(error)[:300]}") from None
-    snapshot = live_snapshot(world)
+    snapshot = live_snapshot(world, OperatorConfig(gpus=args.gpu_catalog) if args.gpu_catalog is not None else None)
     if args.save_snapshot is not None:
         text = SnapshotDocument.from_core(snapshot).model_dump_json(by_alias=True, indent=2)
         try:
@@ -193,6 +195,8 @@ def _load(args: argparse.Namespace) -> Any:
         return _from_cluster(args)
     if args.kubeconfig is not None or args.save_snapshot is not None:
         raise _BadInputError("--kubeconfig and --save-snapshot go with --from-cluster")
+    if args.gpu_catalog is not None:
+        raise _BadInputError("--gpu-catalog goes with --from-cluster (a snapshot document carries its own gpuCatalog)")
     data = _read(args.snapshot)
     try:
         return parse_snapshot(data)

@@ -81,8 +81,10 @@ def test_a_bad_gpu_catalogue_exits_2_naming_the_file_and_the_field(
     catalog = tmp_path / "gpus.yaml"
     if content is not None:
         catalog.write_text(content)
-    assert main(["operator", "--once", "--gpu-catalog", str(catalog)]) == 2
+    with pytest.raises(SystemExit) as exited:
+        main(["operator", "--once", "--gpu-catalog", str(catalog)])
+    assert exited.value.code == 2
     error = capsys.readouterr().err
-    assert f"lyra operator: --gpu-catalog {catalog}: " in error
+    assert f"lyra operator: error: argument --gpu-catalog: {catalog}: " in error
     assert says in error
     assert "Traceback" not in error

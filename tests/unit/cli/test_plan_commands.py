@@ -250,3 +250,17 @@ def test_schema_prints_the_document_schema(capsys: pytest.CaptureFixture[str]) -
     code, schema, _ = run(capsys, "plan", "schema")
     assert code == 0
     assert schema["title"] == "Lyra cluster snapshot"
+
+
+def test_a_gpu_catalogue_goes_with_from_cluster_and_a_bad_one_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    catalog = tmp_path / "gpus.yaml"
+    catalog.write_text("gpuCatalog:\n  Tesla-T4: {speed: 0.4}\n")
+    code, _, err = run(capsys, "plan", "allocate", "--snapshot", str(EXAMPLE), "--gpu-catalog", str(catalog))
+    assert code == 2
+    assert "--gpu-catalog goes with --from-cluster" in err
+    catalog.write_text("gpuCatalog:\n  Tesla-T4: {speed: fast}\n")
+    out, err = usage_error(capsys, "plan", "allocate", "--from-cluster", "--gpu-catalog", str(catalog))
+    assert out == ""
+    assert f"argument --gpu-catalog: {catalog}: gpuCatalog.Tesla-T4.speed: Input should be a valid number" in err
