@@ -18,13 +18,13 @@ import sys
 from typing import Any
 
 from lyra.cli.arguments import (
-    add_gpu_catalog_argument,
     add_kubeconfig_argument,
     non_negative_int,
     positive_int,
     seconds,
 )
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:

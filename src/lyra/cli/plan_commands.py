@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from lyra.cli.arguments import add_gpu_catalog_argument, non_negative_int
+from lyra.cli.arguments import non_negative_int
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
+from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
 
 #: The largest restart cost the allocator accepts (``allocate_workers``'s ``restart_cost_s``).
 MAX_RESTART_COST_S = 1e9
