@@ -80,12 +80,11 @@ def _start_of(snapshot: ClusterSnapshot, placement: dict[str, dict[str, int]]) -
 
 @dataclass(frozen=True)
 class Gaps:
-    """Relative gap to the optimum per instance, the worst one described, plans that did not pack, and plans that
-    left waiting a base that fits (over-subscribed instances only)."""
+    """Relative gap to the optimum per instance, the worst one described, and plans that left waiting a base that
+    fits (over-subscribed instances only). Every plan packs: :func:`measure` asserts it instance by instance."""
 
     ours: list[float]
     worst: str
-    unpackable: int
     missed_bases: int
 
 
@@ -94,7 +93,6 @@ def measure(seed: int, *, bases_fit: bool) -> Gaps:
     rng = random.Random(seed)
     ours: list[float] = []
     worst = (0.0, "")
-    unpackable = 0
     missed = 0
     while len(ours) + missed < INSTANCES:
         snapshot = random_instance(rng)
@@ -110,7 +108,6 @@ def measure(seed: int, *, bases_fit: bool) -> Gaps:
         placement = {job: dict(hosts) for job, hosts in plan.placement.items()}
         problems = plan_problems(snapshot, plan.workers, placement)
         assert not problems, f"the plan does not realise on the servers: {problems}"
-        unpackable += bool(problems)
         value = oracle_average_jct(oracle_jobs(snapshot), _start_of(snapshot, placement), _capacity(snapshot))
         assert plan.fluid_average_jct == pytest.approx(value, rel=1e-9), "two fluid models disagree on a plan"
         if not bases_fit and not starts_every_base_that_fits(snapshot, placement):
@@ -132,7 +129,7 @@ def measure(seed: int, *, bases_fit: bool) -> Gaps:
                 f"servers {servers}; jobs {described}; lyra {dict(plan.workers)} {value:.2f} s, "
                 f"optimum {best_vector} {best:.2f} s",
             )
-    return Gaps(ours, worst[1], unpackable, missed)
+    return Gaps(ours, worst[1], missed)
 
 
 def _capacity(snapshot: ClusterSnapshot) -> dict[str, int]:
@@ -181,5 +178,4 @@ def test_allocation_worst_gap_when_bases_fit() -> None:
 def test_allocation_against_brute_force_when_over_subscribed(figures: Figures) -> None:
     gaps = measure(OVER_SEED, bases_fit=False)
     _record(figures, f"Allocation, {INSTANCES} over-subscribed instances (not every base fits)", gaps)
-    assert gaps.unpackable == 0
     assert gaps.missed_bases <= INSTANCES // 100
