@@ -64,7 +64,7 @@ from tests.operator_support import (
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(1200)]
 
 STORY_DEADLINE_S = 300.0  # generous: under load a pass takes seconds
-APPLIED = "Applied"  # lyra.operator.conditions.APPLIED, spelled here: the oracle reads statuses on its own
+APPLIED = "Applied"  # lyra.api.conditions.APPLIED, spelled here: the oracle reads statuses on its own
 NODE_PATCH = r"/api/v1/nodes/[^/]+"
 STATUS_WRITE = (
     rf"/apis/{re.escape(names.GROUP)}/{names.VERSION}/namespaces/[^/]+/"

@@ -39,6 +39,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def render(world: World) -> str:
+    from lyra.api.conditions import RUNNING
     from lyra.api.resources import JobPhase
     from lyra.core.model import Pool
 
@@ -50,7 +51,7 @@ def render(world: World) -> str:
     queued = admission_order(world)
     queue_rows = []
     for position, job in enumerate(queued, start=1):
-        reason = next((c.message for c in job.status.conditions if c.type == "Running"), "not decided yet")
+        reason = next((c.message for c in job.status.conditions if c.type == RUNNING), "not decided yet")
         queue_rows.append((position, job.ref.key, job.spec.min_workers, job.spec.gpus_per_worker, reason[:90]))
     running_rows = []
     for job in world.jobs:
@@ -95,8 +96,8 @@ def admission_order(world: World) -> list[JobRecord]:
 def problem_rows(world: World) -> list[tuple[str, str, str, str]]:
     """Objects the operator cannot read, cannot build, or whose writes the API refuses (isolation per object):
     each is stopped alone and says why, in its status; this lists them in one place."""
+    from lyra.api.conditions import APPLIED, INVALID_SPEC
     from lyra.api.resources import ConditionStatus
-    from lyra.operator.conditions import APPLIED
 
     rows = [(item.ref.kind, item.ref.key, "Unreadable", item.reason[:90]) for item in world.unreadable]
     records = [
@@ -106,7 +107,7 @@ def problem_rows(world: World) -> list[tuple[str, str, str, str]]:
     for ref, conditions in records:
         for condition in conditions:
             refused = condition.type == APPLIED and condition.status is not ConditionStatus.TRUE
-            if refused or condition.reason == "InvalidSpec":
+            if refused or condition.reason == INVALID_SPEC:
                 rows.append((ref.kind, ref.key, condition.reason, condition.message[:90]))
     return rows
 

@@ -29,7 +29,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lyra.api import names
+from lyra.api import conditions, names
 from lyra.operator.actions import (
     Action,
     ApplyDeployment,
@@ -213,7 +213,7 @@ class Cluster:
 
     def _report(self, failure: Failure, now: float) -> None:
         """A Warning Event on the object whose write failed (its status says it too, from the next pass)."""
-        event = Emit(failure.subject, "Warning", "ApplyFailed", failure.message)
+        event = Emit(failure.subject, "Warning", conditions.APPLY_FAILED, failure.message)
         try:
             self._event(event, now)
         except ApiException as error:
@@ -230,7 +230,7 @@ class Cluster:
             self._posted = {k: t for k, t in self._posted.items() if now - t < EVENT_REPEAT_S}
             self._posted[said] = now
             try:
-                self._event(Emit(item.ref, "Warning", "LeftOut", f"node {item.ref.name} {item.reason}"), now)
+                self._event(Emit(item.ref, "Warning", conditions.LEFT_OUT, f"node {item.ref.name} {item.reason}"), now)
             except ApiException as error:
                 log.warning("posting Event LeftOut on node %s failed: %s", item.ref.name, _reason(error))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, Self, TypeVar
 
+from lyra.api.conditions import APPLIED, WRITES_APPLIED
 from lyra.api.resources import Condition, ConditionStatus
 from lyra.operator.isolation import Failure
 from lyra.operator.observe import format_time
@@ -38,10 +39,6 @@ def set_condition(status: S, kind: str, true: bool, reason: str, message: str, *
     return status.model_copy(update={"conditions": sorted([*others, condition], key=lambda c: c.type)})
 
 
-#: The condition that says whether the API took the operator's last writes for an object (isolation per object).
-APPLIED = "Applied"
-
-
 def set_applied(status: S, failure: Failure | None, *, now: float, generation: int) -> S:
     """``status`` with the ``Applied`` condition: False with the API's reason while the object's writes fail; True
     again once they go through. An object that never failed carries no such condition."""
@@ -49,6 +46,12 @@ def set_applied(status: S, failure: Failure | None, *, now: float, generation: i
         return set_condition(status, APPLIED, False, failure.reason, failure.message, now=now, generation=generation)
     if any(c.type == APPLIED and c.status is not ConditionStatus.TRUE for c in status.conditions):
         return set_condition(
-            status, APPLIED, True, "Applied", "the operator's writes go through again", now=now, generation=generation
+            status,
+            APPLIED,
+            True,
+            WRITES_APPLIED,
+            "the operator's writes go through again",
+            now=now,
+            generation=generation,
         )
     return status

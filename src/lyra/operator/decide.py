@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lyra.api import names
+from lyra.api import conditions, names
 from lyra.api.resources import Condition, ConditionStatus, JobPhase, wire
 from lyra.core.gpus import GpuCatalog, MemoryDisagreement
 from lyra.core.model import ClusterSnapshot
@@ -90,16 +90,16 @@ def report_unreadable(world: World, changes: Changes) -> None:
     for item in world.unreadable:
         if item.ref.kind not in (names.TRAINING_JOB_KIND, names.INFERENCE_SERVICE_KIND) or item.status is None:
             continue
-        kind = "Running" if item.ref.kind == names.TRAINING_JOB_KIND else "Ready"
+        kind = conditions.RUNNING if item.ref.kind == names.TRAINING_JOB_KIND else conditions.READY
         message = f"the spec cannot be read: {item.reason}"
-        conditions = [c for c in item.status.get("conditions") or [] if isinstance(c, dict)]
-        if any(c.get("type") == kind and c.get("reason") == "InvalidSpec" and c.get("message") == message
-               for c in conditions):  # fmt: skip
+        present = [c for c in item.status.get("conditions") or [] if isinstance(c, dict)]
+        if any(c.get("type") == kind and c.get("reason") == conditions.INVALID_SPEC and c.get("message") == message
+               for c in present):  # fmt: skip
             continue
         condition = Condition(
             type=kind,
             status=ConditionStatus.FALSE,
-            reason="InvalidSpec",
+            reason=conditions.INVALID_SPEC,
             message=message,
             last_transition_time=format_time(world.now),
         )
@@ -107,7 +107,7 @@ def report_unreadable(world: World, changes: Changes) -> None:
         if item.ref.kind == names.TRAINING_JOB_KIND:
             status["phase"] = JobPhase.FAILED.value
         changes.actions.append(PatchStatus(item.ref, status, ("conditions",)))
-        changes.emit(item.ref, "InvalidSpec", message, warning=True)
+        changes.emit(item.ref, conditions.INVALID_SPEC, message, warning=True)
 
 
 def live_snapshot(world: World, config: OperatorConfig | None = None) -> ClusterSnapshot:

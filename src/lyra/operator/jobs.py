@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lyra.api import names
+from lyra.api import conditions, names
 from lyra.api.convert import training_job
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
 from lyra.core.allocation import AllocationPlan, allocate_workers
@@ -46,12 +46,6 @@ PREEMPTED_SUMMARY = "preempted"
 PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE = "reclaim", "allocation", "lost_base"
 #: Preemption causes from health: the job's workers were on a lost node, or Kubernetes disrupted them.
 PREEMPTED_NODE_LOST, PREEMPTED_BY_DISRUPTION = "node_lost", "disruption"
-#: The reason of a flexible worker's deletion (and of the job's Event) when its job is scaled in.
-SCALED_IN = "ScaledIn"
-#: Reasons (conditions, Events, pod deletions) of the health rules.
-START_TIMEOUT = "StartTimeout"
-DISRUPTED = "Disrupted"
-STALE_RUN = "StaleRun"
 
 log = logging.getLogger("lyra.operator")
 
@@ -167,9 +161,17 @@ class JobBook:
             fields["finished_at"] = format_time(self.changes.now)
         job.update(**fields)
         job.status = set_condition(
-            job.status, "Running", False, reason, message, now=self.changes.now, generation=job.record.generation
+            job.status,
+            conditions.RUNNING,
+            False,
+            reason,
+            message,
+            now=self.changes.now,
+            generation=job.record.generation,
         )
-        self.changes.emit(job.record.ref, reason, message, warning=phase is JobPhase.FAILED or reason == "Preempted")
+        self.changes.emit(
+            job.record.ref, reason, message, warning=phase is JobPhase.FAILED or reason == conditions.PREEMPTED
+        )
 
     def training_snapshot(self, states: Mapping[str, LoanState]) -> ClusterSnapshot:
         return self.snapshot(states)[0]
@@ -183,7 +185,7 @@ class JobBook:
     def scale_in(self, job_key: str, pods: list[PodRecord], why: str) -> None:
         job = self.jobs[job_key]
         for pod in pods:
-            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, SCALED_IN)
+            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, conditions.SCALED_IN)
         placements = dict(job.status.placements)
         for pod in pods:
             placements[pod.node] = placements.get(pod.node, 0) - 1
@@ -196,11 +198,11 @@ class JobBook:
             scale_ins=job.status.scale_ins + len(pods),
         )
         job.update(**fields)
-        self.changes.emit(job.record.ref, SCALED_IN, f"scaled in {len(pods)} workers: {why}")
+        self.changes.emit(job.record.ref, conditions.SCALED_IN, f"scaled in {len(pods)} workers: {why}")
 
     def preempt(self, job_key: str, why: str) -> None:
         job = self.jobs[job_key]
-        self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted: {why}; re-queued")
+        self.stop_job(job, JobPhase.QUEUED, conditions.PREEMPTED, f"preempted: {why}; re-queued")
         self.count_preemption(job, PREEMPTED_BY_RECLAIM)
 
     def count_preemption(self, job: JobState, cause: str) -> None:
@@ -217,20 +219,20 @@ class JobBook:
             disrupted = [p for p in job.pods if p.disruption and not p.terminating]
             for pod in disrupted:
                 if pod.is_finished:  # the kubelet left it Failed: its object goes, it is no failure of the job
-                    self.changes.delete(pod, 0, DISRUPTED)
+                    self.changes.delete(pod, 0, conditions.DISRUPTED)
             if status.phase in _DONE:
                 for pod in job.live:  # a finished job keeps no worker running
-                    self.changes.delete(pod, spec.preemption.grace_period_seconds, "JobFinished")
+                    self.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.JOB_FINISHED)
                 continue
             failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating and not p.disruption]
             succeeded = [p for p in job.pods if p.phase == "Succeeded"]
             if status.phase is JobPhase.RUNNING and failed:
-                self.stop_job(job, JobPhase.FAILED, "WorkerFailed", f"worker {failed[0].ref.name} failed")
+                self.stop_job(job, JobPhase.FAILED, conditions.WORKER_FAILED, f"worker {failed[0].ref.name} failed")
             elif status.phase is JobPhase.RUNNING and succeeded and not job.live:
-                self.stop_job(job, JobPhase.SUCCEEDED, "Completed", f"{len(succeeded)} workers completed")
+                self.stop_job(job, JobPhase.SUCCEEDED, conditions.COMPLETED, f"{len(succeeded)} workers completed")
             elif status.phase is JobPhase.QUEUED and job.live:
                 for pod in job.live:  # workers of a job that was re-queued (a crash came between status and pods)
-                    self.changes.delete(pod, spec.preemption.grace_period_seconds, "Requeued")
+                    self.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.REQUEUED)
             elif status.phase is JobPhase.RUNNING and not succeeded and not self.lose_workers(job, disrupted):
                 self.gang_watch(job)
 
@@ -239,7 +241,7 @@ class JobBook:
         for pod in self.world.stale:
             job = self.jobs.get(pod.owner or "")
             grace = job.record.spec.preemption.grace_period_seconds if job is not None else 0
-            self.changes.delete(pod, 0 if pod.is_finished else grace, STALE_RUN)
+            self.changes.delete(pod, 0 if pod.is_finished else grace, conditions.STALE_RUN)
 
     def node_lost(self, node: str) -> str | None:
         """Why the workers on ``node`` are gone (it is lost, or deleted), or ``None``."""
@@ -266,7 +268,7 @@ class JobBook:
         self.stop_job(
             job,
             JobPhase.QUEUED,
-            "Preempted",
+            conditions.PREEMPTED,
             f"preempted: {why}; {len(remaining)} of {job.record.spec.min_workers} base workers remain; re-queued",
         )
         self.count_preemption(job, PREEMPTED_NODE_LOST if on_lost else PREEMPTED_BY_DISRUPTION)
@@ -287,7 +289,7 @@ class JobBook:
                 self.stop_job(
                     job,
                     JobPhase.QUEUED,
-                    START_TIMEOUT,
+                    conditions.START_TIMEOUT,
                     f"only {len(running)} of {spec.min_workers} base workers running "
                     f"{self.config.start_timeout_s:g} s after the start ({', '.join(stuck[:3])}); re-queued",
                 )
@@ -300,7 +302,9 @@ class JobBook:
             ]
             drop = [*unplaced, *unstarted]  # flexible ones: at least minWorkers others run (checked above)
             for pod in drop:
-                self.changes.delete(pod, 0, "FlexibleWorkerUnplaced" if not pod.node else START_TIMEOUT)
+                self.changes.delete(
+                    pod, 0, conditions.FLEXIBLE_WORKER_UNPLACED if not pod.node else conditions.START_TIMEOUT
+                )
             if drop:
                 job.update(workers=job.status.workers.model_copy(update={"target": len(job.live) - len(drop)}))
             return
@@ -308,7 +312,7 @@ class JobBook:
             self.stop_job(
                 job,
                 JobPhase.QUEUED,
-                "Preempted",
+                conditions.PREEMPTED,
                 f"lost its base: {len(bound)} of {spec.min_workers} base workers remain; re-queued",
             )
             self.count_preemption(job, PREEMPTED_LOST_BASE)
@@ -316,7 +320,7 @@ class JobBook:
             self.stop_job(
                 job,
                 JobPhase.QUEUED,
-                "GangTimeout",
+                conditions.GANG_TIMEOUT,
                 f"only {len(bound)} of {spec.min_workers} base workers were placed within "
                 f"{self.config.gang_timeout_s:g} s; rolled back and re-queued",
                 grace=0,
@@ -422,12 +426,18 @@ class JobBook:
             if workers == 0:
                 too_large = self.too_large(snapshot, job)
                 reason = too_large or plan.queued.get(name, "waiting for GPUs")
-                kind = "TooLarge" if too_large else "Queued"
+                kind = conditions.TOO_LARGE if too_large else conditions.QUEUED
                 job.status = set_condition(
-                    job.status, "Running", False, kind, reason, now=self.changes.now, generation=job.record.generation
+                    job.status,
+                    conditions.RUNNING,
+                    False,
+                    kind,
+                    reason,
+                    now=self.changes.now,
+                    generation=job.record.generation,
                 )
                 if job.status.phase is JobPhase.RUNNING:
-                    self.stop_job(job, JobPhase.QUEUED, "Preempted", f"preempted by the allocation: {reason}")
+                    self.stop_job(job, JobPhase.QUEUED, conditions.PREEMPTED, f"preempted by the allocation: {reason}")
                     self.count_preemption(job, PREEMPTED_BY_ALLOCATION)
                 continue
             target = WorkerCounts(
@@ -449,20 +459,22 @@ class JobBook:
                 message = f"started {workers} workers on {', '.join(types)} ({_where(placement)})"
                 job.status = set_condition(
                     job.status,
-                    "Running",
+                    conditions.RUNNING,
                     True,
-                    "Started",
+                    conditions.STARTED,
                     message,
                     now=self.changes.now,
                     generation=job.record.generation,
                 )
-                self.changes.emit(job.record.ref, "Started", message)
+                self.changes.emit(job.record.ref, conditions.STARTED, message)
             elif workers != job.status.workers.target:  # the same count elsewhere is no reason to move workers
                 before = job.status.workers.target
                 fields = self.fold_work(job)
                 fields.update(workers=target, placements=placement)
                 job.update(**fields)
-                self.changes.emit(job.record.ref, "Resized", f"workers {before} -> {workers} ({_where(placement)})")
+                self.changes.emit(
+                    job.record.ref, conditions.RESIZED, f"workers {before} -> {workers} ({_where(placement)})"
+                )
 
     def too_large(self, snapshot: ClusterSnapshot, job: JobState) -> str | None:
         """Why ``job``'s base can never start on this cluster, even empty and with every server lent; or None."""
@@ -513,7 +525,7 @@ class JobBook:
                 live, key=lambda p: (on_node[p.node] <= planned.get(p.node, 0), bool(p.node), -(p.index or 0))
             )
             for pod in ranked[: len(live) - target]:
-                self.changes.delete(pod, spec.preemption.grace_period_seconds, SCALED_IN)
+                self.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.SCALED_IN)
                 on_node[pod.node] -= 1
             live = [p for p in live if p.ref.key not in self.changes.deleted]
         elif len(live) < target and job.status.gpu_type:
@@ -588,14 +600,20 @@ class JobBook:
     def refuse(self, job: JobState, message: str) -> None:
         """Fail a job whose spec the core cannot run (its pace cannot be computed either), and stop its workers."""
         for pod in job.live:
-            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, "InvalidSpec")
+            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, conditions.INVALID_SPEC)
         job.update(
             phase=JobPhase.FAILED, workers=WorkerCounts(), placements={}, finished_at=format_time(self.changes.now)
         )
         job.status = set_condition(
-            job.status, "Running", False, "InvalidSpec", message, now=self.changes.now, generation=job.record.generation
+            job.status,
+            conditions.RUNNING,
+            False,
+            conditions.INVALID_SPEC,
+            message,
+            now=self.changes.now,
+            generation=job.record.generation,
         )
-        self.changes.emit(job.record.ref, "InvalidSpec", message, warning=True)
+        self.changes.emit(job.record.ref, conditions.INVALID_SPEC, message, warning=True)
         self.refused.append(job)
 
     def write_statuses(self) -> None:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Protocol
 
-from lyra.api import names
+from lyra.api import conditions, names
 from lyra.core.errors import InvalidClusterError
 from lyra.core.loan_cycle import (
     Balance,
@@ -151,18 +151,20 @@ class LoanBook:
             reason += f" by {', '.join(who[:3])}" if who else ""
             self.changes.emit(
                 ObjectRef("Node", "", node),
-                "Reclaiming",
+                conditions.RECLAIMING,
                 f"reclaimed for inference ({reason}); deadline {self.config.reclaim_deadline_s:g} s",
             )
         elif change.transition is Transition.RETURN:
-            self.changes.emit(ObjectRef("Node", "", node), "Returned", "training work has left; serving inference")
+            self.changes.emit(
+                ObjectRef("Node", "", node), conditions.RETURNED, "training work has left; serving inference"
+            )
         elif change.transition is Transition.FORCE:
             holding = self.training_on[node]
             for pod in holding:
-                self.changes.delete(pod, 0, "ReclaimForced")
+                self.changes.delete(pod, 0, conditions.RECLAIM_FORCED)
             self.changes.emit(
                 ObjectRef("Node", "", node),
-                "ReclaimForced",
+                conditions.RECLAIM_FORCED,
                 f"{len(holding)} training pods still here {self.config.reclaim_deadline_s:g} s after the reclaim "
                 "began; deleted without grace",
                 warning=True,
@@ -197,7 +199,7 @@ class LoanBook:
                 self.hooks.scale_in(job_key, [p for p in pods if p.node in servers], why)
             else:  # not running, or left out of the core's view (its workers break its own spec)
                 for pod in pods:
-                    self.changes.delete(pod, 0, "Reclaimed")
+                    self.changes.delete(pod, 0, conditions.RECLAIMED)
 
     @staticmethod
     def summarised(balance: Balance) -> dict[str, object]:

@@ -28,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from lyra import __version__
-from lyra.api import names
+from lyra.api import conditions, names
 from lyra.api.resources import JobPhase, TrainingJobStatus
 from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
@@ -39,7 +39,6 @@ from lyra.operator.jobs import (
     PREEMPTED_BY_RECLAIM,
     PREEMPTED_LOST_BASE,
     PREEMPTED_SUMMARY,
-    SCALED_IN,
 )
 from lyra.operator.observe import World, parse_time
 from lyra.operator.services import RECLAIM_WAITS_SUMMARY
@@ -289,7 +288,7 @@ def applied_counts(
             served = waits.get(action.ref.key)
             if served is not None:
                 inference_waits.append((str(served["gpu_type"]), float(served["seconds"])))
-        elif isinstance(action, DeletePod) and action.reason == SCALED_IN:
+        elif isinstance(action, DeletePod) and action.reason == conditions.SCALED_IN:
             gpu_type = _gpu_type_of(action, jobs, nodes)
             if gpu_type is not None:
                 scaled_in[(gpu_type,)] += 1

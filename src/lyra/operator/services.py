@@ -19,6 +19,7 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 
+from lyra.api import conditions
 from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, wire
 from lyra.core.model import Pool
 from lyra.core.placement import PodRole
@@ -41,8 +42,6 @@ log = logging.getLogger("lyra.operator")
 
 #: The summary entry listing, per service whose replicas all run again, how long they waited for a reclaim.
 RECLAIM_WAITS_SUMMARY = "reclaim_waits"
-#: The condition that says whether a namespace's cap on inference GPUs cut the service's replicas.
-CAPPED = "Capped"
 
 
 class ServiceBook:
@@ -76,11 +75,11 @@ class ServiceBook:
                     if gpu_type not in types
                     else f"{service.spec.gpus_per_replica} GPUs per replica exceed a {gpu_type} server ({size})"
                 )
-                self.service_status(service, replicas, gpu_type, 0, ("NoServers", reason))
+                self.service_status(service, replicas, gpu_type, 0, (conditions.NO_SERVERS, reason))
                 continue
             refused = self.refusal(service, gpu_type)
             if refused is not None:  # this service alone: no Deployment, no demand
-                self.service_status(service, 0, gpu_type, 0, ("InvalidSpec", refused))
+                self.service_status(service, 0, gpu_type, 0, (conditions.INVALID_SPEC, refused))
                 continue
             wanted, replicas = replicas, self.within_cap(service, replicas)
             demands[gpu_type][service.spec.gpus_per_replica] += replicas
@@ -114,8 +113,10 @@ class ServiceBook:
         namespace = service.ref.namespace
         cap = self.caps.cap_of(namespace)
         if cap is None or wanted is None:
-            if any(c.type == CAPPED for c in status.conditions):
-                status = status.model_copy(update={"conditions": [c for c in status.conditions if c.type != CAPPED]})
+            if any(c.type == conditions.CAPPED for c in status.conditions):
+                status = status.model_copy(
+                    update={"conditions": [c for c in status.conditions if c.type != conditions.CAPPED]}
+                )
             return status
         gpus = service.spec.gpus_per_replica
         capped = replicas < wanted
@@ -128,18 +129,18 @@ class ServiceBook:
             )
         else:
             message = f"{wanted} replicas ({wanted * gpus} GPUs) within namespace {namespace}'s cap of {cap} GPUs"
-        was = next((c for c in status.conditions if c.type == CAPPED), None)
+        was = next((c for c in status.conditions if c.type == conditions.CAPPED), None)
         status = set_condition(
             status,
-            CAPPED,
+            conditions.CAPPED,
             capped,
-            "NamespaceCap" if capped else "WithinCap",
+            conditions.NAMESPACE_CAP if capped else conditions.WITHIN_CAP,
             message,
             now=self.changes.now,
             generation=service.generation,
         )
         if capped and (was is None or was.status is not ConditionStatus.TRUE):
-            self.changes.emit(service.ref, CAPPED, message, warning=True)
+            self.changes.emit(service.ref, conditions.CAPPED, message, warning=True)
         return status
 
     def refusal(self, service: ServiceRecord, gpu_type: str) -> str | None:
@@ -178,7 +179,7 @@ class ServiceBook:
         )
         self.changes.actions.append(ApplyDeployment(service.ref, manifest, create=service.deployment_replicas is None))
         if service.deployment_replicas is not None:
-            self.changes.emit(service.ref, "Scaled", f"replicas {service.deployment_replicas} -> {replicas}")
+            self.changes.emit(service.ref, conditions.SCALED, f"replicas {service.deployment_replicas} -> {replicas}")
 
     def service_status(
         self,
@@ -204,15 +205,21 @@ class ServiceBook:
         )
         if problem is not None:
             status = set_condition(
-                status, "Ready", False, problem[0], problem[1], now=self.changes.now, generation=service.generation
+                status,
+                conditions.READY,
+                False,
+                problem[0],
+                problem[1],
+                now=self.changes.now,
+                generation=service.generation,
             )
         else:
             ready = service.ready_replicas >= replicas
             status = set_condition(
                 status,
-                "Ready",
+                conditions.READY,
                 ready,
-                "ReplicasReady" if ready else "ReplicasPending",
+                conditions.REPLICAS_READY if ready else conditions.REPLICAS_PENDING,
                 f"{service.ready_replicas} of {replicas} replicas ready",
                 now=self.changes.now,
                 generation=service.generation,
@@ -248,7 +255,7 @@ class ServiceBook:
             waited = max(now - began, 0.0) if began is not None else 0.0
             self.changes.emit(
                 service.ref,
-                "ReclaimServed",
+                conditions.RECLAIM_SERVED,
                 f"{running} of {status.replicas} replicas running {waited:.1f} s after the reclaim of "
                 f"{record.gpu_type} servers began",
             )

@@ -1,0 +1,67 @@
+"""The condition types and reasons Lyra writes, spelled once.
+
+A reason names what happened in three places: the ``reason`` of a status condition, the ``reason`` of an Event
+(``kubectl get events``), and why the operator deleted a pod (its log and metrics). Many reasons serve more than one
+of these; each is listed once under the object it concerns. Kubernetes' own conditions and reasons (a node's
+``Ready``, a pod's ``DisruptionTarget``) are in :mod:`lyra.api.names`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Condition types.
+#: A TrainingJob's: True while its workers run; False with the reason it waits, stopped or failed.
+RUNNING: Final = "Running"
+#: An InferenceService's: True while all its replicas are ready.
+READY: Final = "Ready"
+#: Whether the API took the operator's last writes for an object (jobs and services; absent until a write fails).
+APPLIED: Final = "Applied"
+#: An InferenceService's: whether its namespace's cap on inference GPUs cut its replicas (absent where no cap applies).
+CAPPED: Final = "Capped"
+
+# Reasons on TrainingJobs (conditions and Events) and on the deletion of their workers.
+QUEUED: Final = "Queued"
+TOO_LARGE: Final = "TooLarge"
+STARTED: Final = "Started"
+RESIZED: Final = "Resized"
+PREEMPTED: Final = "Preempted"
+#: A flexible worker's deletion (and the job's Event) when its job is scaled in.
+SCALED_IN: Final = "ScaledIn"
+WORKER_FAILED: Final = "WorkerFailed"
+COMPLETED: Final = "Completed"
+GANG_TIMEOUT: Final = "GangTimeout"
+#: The health rules: base workers that do not run in time, workers Kubernetes disrupted, pods of an earlier run.
+START_TIMEOUT: Final = "StartTimeout"
+DISRUPTED: Final = "Disrupted"
+STALE_RUN: Final = "StaleRun"
+#: Pod deletions only: the workers of a finished job, of a re-queued job, a flexible worker that found no node.
+JOB_FINISHED: Final = "JobFinished"
+REQUEUED: Final = "Requeued"
+FLEXIBLE_WORKER_UNPLACED: Final = "FlexibleWorkerUnplaced"
+#: A job or service whose spec cannot be read or built (condition False, Warning Event; a job fails).
+INVALID_SPEC: Final = "InvalidSpec"
+
+# Reasons on InferenceServices.
+NO_SERVERS: Final = "NoServers"
+REPLICAS_READY: Final = "ReplicasReady"
+REPLICAS_PENDING: Final = "ReplicasPending"
+NAMESPACE_CAP: Final = "NamespaceCap"
+WITHIN_CAP: Final = "WithinCap"
+SCALED: Final = "Scaled"
+#: Every replica that needed a reclaim's servers runs (the Event says how long they waited).
+RECLAIM_SERVED: Final = "ReclaimServed"
+
+# Reasons on inference nodes (Events; the pods a forced reclaim deletes).
+RECLAIMING: Final = "Reclaiming"
+RETURNED: Final = "Returned"
+RECLAIM_FORCED: Final = "ReclaimForced"
+#: The deletion of training pods on a reclaimed node whose job is neither scaled in nor preempted (not running).
+RECLAIMED: Final = "Reclaimed"
+#: A node the operator could not read and leaves out of its pass.
+LEFT_OUT: Final = "LeftOut"
+
+# Reasons on any object the operator writes: the API refused a write (Warning Event), and the ``Applied`` condition
+# True again once writes go through.
+APPLY_FAILED: Final = "ApplyFailed"
+WRITES_APPLIED: Final = "Applied"
