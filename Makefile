@@ -79,6 +79,8 @@ bench: binaries ## Run the benchmarks and print the figures recorded in docs/ben
 	$(RUN) python -m bench
 	$(RUN) python -m bench.extender_bench
 	$(RUN) python -m bench.scheduling_bench
+	$(RUN) python -m bench.operator_scale_bench --memory
+	$(RUN) python -m bench.operator_live_bench
 
 .PHONY: simulate
 simulate: install ## Compare every scheme on the shipped Philly trace and ServeGen load (docs/evaluation.md).
