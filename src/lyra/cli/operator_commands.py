@@ -202,7 +202,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         except Exception as error:  # an unreachable API server, RBAC refusals: reported, not a traceback
             print(f"lyra operator: the pass failed: {type(error).__name__}: {error}", file=sys.stderr)
             return EXIT_FAILED
-        report = {"dryRun": args.dry_run, "actions": describe(decision), "summary": decision.summary}
+        report = {"dryRun": args.dry_run, "actions": describe(decision), "summary": decision.report.as_json()}
         print(json.dumps(report, indent=2, default=str))
         return EXIT_OK
     run_operator(cluster, options)

@@ -116,12 +116,125 @@ ACTION_ORDER: tuple[type, ...] = (
 
 
 @dataclass(frozen=True, slots=True)
+class ReclaimReport:
+    """A reclaim the loan cycle starts for one GPU type: its servers, the jobs it preempts and scales in (workers lost
+    per job), and the GPU-seconds of training work it costs."""
+
+    servers: tuple[str, ...]
+    preempted: tuple[str, ...]
+    scaled_in: Mapping[str, int]
+    lost_gpu_seconds: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "servers": list(self.servers),
+            "preempted": list(self.preempted),
+            "scaled_in": dict(self.scaled_in),
+            "lost_gpu_seconds": round(self.lost_gpu_seconds, 1),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoanReport:
+    """One GPU type's balance: the servers inference needs and holds, those lent, the shortfall, the reclaim."""
+
+    needed: int
+    held: int
+    lend: tuple[str, ...] = ()
+    shortfall: int = 0
+    reclaim: ReclaimReport | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"needed": self.needed, "held": self.held}
+        if self.lend:
+            entry["lend"] = list(self.lend)
+        if self.shortfall:
+            entry["shortfall"] = self.shortfall
+        if self.reclaim is not None:
+            entry["reclaim"] = self.reclaim.as_json()
+        return entry
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationReport:
+    """The allocation of the pass: workers per job, the jobs it starts and resizes, why the others wait."""
+
+    workers: Mapping[str, int]
+    started: tuple[str, ...]
+    resized: tuple[str, ...]
+    queued: Mapping[str, str]
+    gpus_used: int
+    capacity_gpus: int
+    fluid_average_jct_s: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "workers": dict(self.workers),
+            "started": list(self.started),
+            "resized": list(self.resized),
+            "queued": dict(self.queued),
+            "gpus_used": self.gpus_used,
+            "capacity_gpus": self.capacity_gpus,
+            "fluid_average_jct_s": round(self.fluid_average_jct_s, 1),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimWaitReport:
+    """A service whose replicas all run again, and how long they waited for a reclaim of its GPU type."""
+
+    service: str
+    gpu_type: str
+    seconds: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"service": self.service, "gpu_type": self.gpu_type, "seconds": self.seconds}
+
+
+@dataclass(frozen=True, slots=True)
+class PassReport:
+    """What one pass planned, beside its actions (for the metrics, the logs and ``--dry-run``). ``loans`` per GPU type,
+    or ``loans_error`` when the loan cycle could not be planned; ``allocation`` when the pass allocated (it waits for
+    a settled cluster), or ``allocation_error``; ``left_out``: jobs the allocation leaves out and why; ``preempted``:
+    each job the pass re-queues from Running and the cause (a ``PREEMPTED_*`` of :mod:`lyra.operator.jobs`)."""
+
+    inference_servers_needed: Mapping[str, int] = field(default_factory=dict)
+    loans: Mapping[str, LoanReport] = field(default_factory=dict)
+    loans_error: str | None = None
+    allocation: AllocationReport | None = None
+    allocation_error: str | None = None
+    left_out: Mapping[str, str] = field(default_factory=dict)
+    preempted: Mapping[str, str] = field(default_factory=dict)
+    reclaim_waits: tuple[ReclaimWaitReport, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as JSON, in the order the pass plans (inference, allocation, loans); empty entries left out, a
+        loan cycle's error under ``loans`` as ``error``."""
+        loans: dict[str, Any] = {t: loan.as_json() for t, loan in self.loans.items()}
+        if self.loans_error is not None:
+            loans["error"] = self.loans_error
+        report: dict[str, Any] = {"inference_servers_needed": dict(self.inference_servers_needed)}
+        if self.preempted:
+            report["preempted"] = dict(self.preempted)
+        if self.reclaim_waits:
+            report["reclaim_waits"] = [wait.as_json() for wait in self.reclaim_waits]
+        if self.left_out:
+            report["left_out"] = dict(self.left_out)
+        if self.allocation is not None:
+            report["allocation"] = self.allocation.as_json()
+        if self.allocation_error is not None:
+            report["allocation_error"] = self.allocation_error
+        report["loans"] = loans
+        return report
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
-    """The actions of one pass, in application order, and a summary of the plans behind them (for logs, Events and
-    ``--dry-run``)."""
+    """The actions of one pass, in application order, and the report of the plans behind them (for the metrics, the
+    logs and ``--dry-run``)."""
 
     actions: tuple[Action, ...]
-    summary: Mapping[str, Any] = field(default_factory=dict)
+    report: PassReport = field(default_factory=PassReport)
 
     @property
     def is_noop(self) -> bool:

@@ -1,16 +1,15 @@
-"""What a pass has decided so far: the actions, the pods it deletes, and a summary of its plans."""
+"""What a pass has decided so far: the actions, the pods it deletes, and the report of its plans."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from pydantic import BaseModel
 
 from lyra.api import names
 from lyra.api.resources import wire
 from lyra.core.placement import PodRole
-from lyra.operator.actions import Action, DeletePod, Emit
+from lyra.operator.actions import Action, DeletePod, Emit, PassReport
 from lyra.operator.isolation import Failure, key_of
 from lyra.operator.observe import ObjectRef, PodRecord
 
@@ -25,7 +24,8 @@ class Changes:
         self.now = now
         self.actions: list[Action] = []
         self.deleted: set[str] = set()
-        self.summary: dict[str, Any] = {}
+        #: The report of the pass so far (each part replaced as the pass goes).
+        self.report = PassReport()
         self.failures: Mapping[str, Failure] = failures or {}
         #: The jobs and services read (with their UIDs, which Events need), by key.
         self.owners = {key_of(ref): ref for ref in owners}

@@ -67,10 +67,10 @@ def decide(
     jobs.write_statuses()
     services.write_statuses()
     report_unreadable(world, changes)
-    changes.summary["loans"] = loans.summary
+    changes.report = replace(changes.report, loans=loans.report, loans_error=loans.error)
     actions = [*loans.node_actions(), *changes.actions]
     ordered = sorted(actions, key=lambda a: ACTION_ORDER.index(type(a)))
-    return Decision(tuple(ordered), changes.summary)
+    return Decision(tuple(ordered), changes.report)
 
 
 def observed_gpus(world: World, catalog: GpuCatalog) -> tuple[GpuCatalog, tuple[MemoryDisagreement, ...]]:

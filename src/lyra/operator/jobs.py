@@ -30,7 +30,7 @@ from lyra.core.errors import InvalidClusterError
 from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.actions import CreatePod, CreateService, PatchStatus, SetPodRole
+from lyra.operator.actions import AllocationReport, CreatePod, CreateService, PatchStatus, SetPodRole
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.config import OperatorConfig
@@ -40,9 +40,8 @@ from lyra.operator.templates import template_problem
 
 _DONE = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 
-#: The summary entry naming each job a pass preempts (re-queues from Running) and why: its servers were reclaimed
-#: for inference, the allocation gave its GPUs to others, or it lost base workers and was re-queued.
-PREEMPTED_SUMMARY = "preempted"
+#: Why a pass preempts a job (re-queues it from Running; the report's ``preempted`` names it): its servers were
+#: reclaimed for inference, the allocation gave its GPUs to others, or it lost base workers and was re-queued.
 PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE = "reclaim", "allocation", "lost_base"
 #: Preemption causes from health: the job's workers were on a lost node, or Kubernetes disrupted them.
 PREEMPTED_NODE_LOST, PREEMPTED_BY_DISRUPTION = "node_lost", "disruption"
@@ -206,9 +205,10 @@ class JobBook:
         self.count_preemption(job, PREEMPTED_BY_RECLAIM)
 
     def count_preemption(self, job: JobState, cause: str) -> None:
-        """One more preemption in the job's status, and its cause in the pass's summary (for metrics)."""
+        """One more preemption in the job's status, and its cause in the pass's report (for metrics)."""
         job.update(preemptions=job.status.preemptions + 1)
-        self.changes.summary.setdefault(PREEMPTED_SUMMARY, {})[job.key] = cause
+        report = self.changes.report
+        self.changes.report = replace(report, preempted={**report.preempted, job.key: cause})
 
     def lives(self) -> None:
         self.clean_stale()
@@ -406,7 +406,8 @@ class JobBook:
             try:
                 ClusterSnapshot(servers, (*(core for core, _, _ in kept), entry[0]), self.config.gpus)
             except InvalidClusterError as error:
-                self.changes.summary.setdefault("left_out", {})[entry[0].name] = str(error)
+                report = self.changes.report
+                self.changes.report = replace(report, left_out={**report.left_out, entry[0].name: str(error)})
                 continue
             kept.append(entry)
         return kept
@@ -416,9 +417,9 @@ class JobBook:
             snapshot, held, by_name = self.snapshot(states)
             plan = allocate_workers(snapshot, held=held, search_budget=self.config.search_budget)
         except InvalidClusterError as error:
-            self.changes.summary["allocation_error"] = str(error)
+            self.changes.report = replace(self.changes.report, allocation_error=str(error))
             return
-        self.changes.summary["allocation"] = _allocation_summary(plan)
+        self.changes.report = replace(self.changes.report, allocation=_allocation_report(plan))
         for name, job in by_name.items():
             workers = plan.workers.get(name, 0)
             placement = dict(plan.placement.get(name, {}))
@@ -634,13 +635,13 @@ def _where(placement: Mapping[str, int]) -> str:
     return ", ".join(f"{count} on {node}" for node, count in sorted(placement.items())) or "nowhere yet"
 
 
-def _allocation_summary(plan: AllocationPlan) -> dict[str, Any]:
-    return {
-        "workers": dict(plan.workers),
-        "started": list(plan.started),
-        "resized": list(plan.resized),
-        "queued": dict(plan.queued),
-        "gpus_used": plan.gpus_used,
-        "capacity_gpus": plan.capacity_gpus,
-        "fluid_average_jct_s": round(plan.fluid_average_jct, 1),
-    }
+def _allocation_report(plan: AllocationPlan) -> AllocationReport:
+    return AllocationReport(
+        workers=dict(plan.workers),
+        started=tuple(plan.started),
+        resized=tuple(plan.resized),
+        queued=dict(plan.queued),
+        gpus_used=plan.gpus_used,
+        capacity_gpus=plan.capacity_gpus,
+        fluid_average_jct_s=plan.fluid_average_jct,
+    )

@@ -28,7 +28,7 @@ from lyra.core.loan_cycle import (
 from lyra.core.model import ClusterSnapshot, LoanState, Pool
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.actions import SetNodeState
+from lyra.operator.actions import LoanReport, ReclaimReport, SetNodeState
 from lyra.operator.changes import Changes
 from lyra.operator.config import OperatorConfig
 from lyra.operator.observe import ObjectRef, PodRecord, World, format_time
@@ -73,7 +73,9 @@ class LoanBook:
         self.demand = dict(demand)
         self.users = users or {}
         self.settled = True
-        self.summary: dict[str, object] = {}
+        #: The balance of each GPU type this pass, or why the loan cycle could not be planned.
+        self.report: dict[str, LoanReport] = {}
+        self.error: str | None = None
         inference_on: dict[str, int] = defaultdict(int)
         self.training_on: dict[str, list[PodRecord]] = defaultdict(list)
         for pod in world.pods:
@@ -132,7 +134,7 @@ class LoanBook:
             )
         except InvalidClusterError as error:
             self.settled = False
-            self.summary["error"] = str(error)
+            self.error = str(error)
             return
         self.cycle = cycle
         self.states = cycle.states()
@@ -141,7 +143,7 @@ class LoanBook:
             self.apply(change)
         self.evict(cycle.evictions)
         for gpu_type, balance in cycle.balances.items():
-            self.summary[gpu_type] = self.summarised(balance)
+            self.report[gpu_type] = self.reported(balance)
 
     def apply(self, change: StateChange) -> None:
         node = change.server
@@ -202,22 +204,22 @@ class LoanBook:
                     self.changes.delete(pod, 0, conditions.RECLAIMED)
 
     @staticmethod
-    def summarised(balance: Balance) -> dict[str, object]:
-        plan = balance.loans
-        entry: dict[str, object] = {"needed": plan.needed, "held": plan.held}
-        if plan.lend:
-            entry["lend"] = list(plan.lend)
-        if plan.shortfall:
-            entry["shortfall"] = plan.shortfall
-        reclaim = balance.reclaim
-        if reclaim is not None:
-            entry["reclaim"] = {
-                "servers": list(reclaim.servers),
-                "preempted": list(reclaim.preempted),
-                "scaled_in": dict(reclaim.scaled_in),
-                "lost_gpu_seconds": round(reclaim.lost_gpu_seconds, 1),
-            }
-        return entry
+    def reported(balance: Balance) -> LoanReport:
+        plan, reclaim = balance.loans, balance.reclaim
+        return LoanReport(
+            needed=plan.needed,
+            held=plan.held,
+            lend=tuple(plan.lend),
+            shortfall=plan.shortfall,
+            reclaim=None
+            if reclaim is None
+            else ReclaimReport(
+                servers=tuple(reclaim.servers),
+                preempted=tuple(reclaim.preempted),
+                scaled_in=dict(reclaim.scaled_in),
+                lost_gpu_seconds=reclaim.lost_gpu_seconds,
+            ),
+        )
 
     # -- the writes --------------------------------------------------------------------------------------------
 

@@ -38,10 +38,8 @@ from lyra.operator.jobs import (
     PREEMPTED_BY_ALLOCATION,
     PREEMPTED_BY_RECLAIM,
     PREEMPTED_LOST_BASE,
-    PREEMPTED_SUMMARY,
 )
 from lyra.operator.observe import World, parse_time
-from lyra.operator.services import RECLAIM_WAITS_SUMMARY
 
 GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
 
@@ -251,8 +249,8 @@ def applied_counts(
     """
     nodes = {node.name: node for node in world.nodes}
     jobs = {job.ref.key: job for job in world.jobs}
-    preempted: Mapping[str, str] = decision.summary.get(PREEMPTED_SUMMARY, {})
-    waits = {entry["service"]: entry for entry in decision.summary.get(RECLAIM_WAITS_SUMMARY, [])}
+    preempted = decision.report.preempted
+    waits = {wait.service: wait for wait in decision.report.reclaim_waits}
     actions: Counter[tuple[str, str]] = Counter()
     loans: Counter[tuple[str]] = Counter()
     reclaims: Counter[tuple[str, str]] = Counter()
@@ -287,7 +285,7 @@ def applied_counts(
         elif isinstance(action, PatchStatus) and action.ref.kind == names.INFERENCE_SERVICE_KIND:
             served = waits.get(action.ref.key)
             if served is not None:
-                inference_waits.append((str(served["gpu_type"]), float(served["seconds"])))
+                inference_waits.append((served.gpu_type, served.seconds))
         elif isinstance(action, DeletePod) and action.reason == conditions.SCALED_IN:
             gpu_type = _gpu_type_of(action, jobs, nodes)
             if gpu_type is not None:

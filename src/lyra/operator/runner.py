@@ -138,7 +138,7 @@ class Reconciler:
             self.metrics.standing_by()  # a shadow exports no state: it would count the leader's servers twice
             self.metrics.pass_ended(SUCCEEDED)
             if lines != self._last_report:
-                log.info("dry run: would apply %d actions: %s", len(lines), json.dumps(decision.summary, default=str))
+                log.info("dry run: would apply %d actions: %s", len(lines), json.dumps(decision.report.as_json()))
                 for line in lines:
                     log.info("dry run: %s", line)
                 self._last_report = lines

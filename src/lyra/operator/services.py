@@ -3,7 +3,7 @@ status, and the servers of each GPU type inference needs (:mod:`lyra.operator.si
 
 A service whose replicas wait while servers of their GPU type are reclaimed from training carries
 ``status.reclaim`` (since when); once all its replicas run, an Event ``ReclaimServed`` says how long they waited, the
-pass's summary lists it under ``reclaim_waits`` (for metrics), and the record is cleared. The start is read from
+pass's report lists it under ``reclaim_waits`` (for metrics), and the record is cleared. The start is read from
 the nodes' ``reclaim-started`` annotations or set by the pass that begins the reclaim, so a restart loses nothing.
 
 Where an admin capped a namespace's inference GPUs (:class:`~lyra.operator.sizing.InferenceGpuCaps`), its services
@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 
 from lyra.api import conditions
 from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, wire
 from lyra.core.model import Pool
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.actions import ApplyDeployment, PatchStatus
+from lyra.operator.actions import ApplyDeployment, PatchStatus, ReclaimWaitReport
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.isolation import key_of
@@ -39,9 +40,6 @@ from lyra.operator.sizing import (
 from lyra.operator.templates import template_problem
 
 log = logging.getLogger("lyra.operator")
-
-#: The summary entry listing, per service whose replicas all run again, how long they waited for a reclaim.
-RECLAIM_WAITS_SUMMARY = "reclaim_waits"
 
 
 class ServiceBook:
@@ -91,7 +89,7 @@ class ServiceBook:
         demand = servers_needed(dict(demands), self.world.nodes)
         for gpu_type in types:
             demand.setdefault(gpu_type, 0)
-        self.changes.summary["inference_servers_needed"] = dict(sorted(demand.items()))
+        self.changes.report = replace(self.changes.report, inference_servers_needed=dict(sorted(demand.items())))
         return demand
 
     def within_cap(self, service: ServiceRecord, wanted: int) -> int:
@@ -259,8 +257,9 @@ class ServiceBook:
                 f"{running} of {status.replicas} replicas running {waited:.1f} s after the reclaim of "
                 f"{record.gpu_type} servers began",
             )
-            waits = self.changes.summary.setdefault(RECLAIM_WAITS_SUMMARY, [])
-            waits.append({"service": service.ref.key, "gpu_type": record.gpu_type, "seconds": round(waited, 3)})
+            wait = ReclaimWaitReport(service.ref.key, record.gpu_type, round(waited, 3))
+            report = self.changes.report
+            self.changes.report = replace(report, reclaim_waits=(*report.reclaim_waits, wait))
             self.statuses[service.ref.key] = status.model_copy(update={"reclaim": None})
 
     def write_statuses(self) -> None:

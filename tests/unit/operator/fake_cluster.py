@@ -20,6 +20,7 @@ from lyra.operator.actions import (
     DeletePod,
     Emit,
     PatchStatus,
+    ReclaimReport,
     SetNodeState,
     SetPodRole,
 )
@@ -27,6 +28,13 @@ from lyra.operator.observe import HealthMemory, World, read_world
 
 T4 = "Tesla-T4"
 A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def report_reclaim(decision: Decision, gpu_type: str = T4) -> ReclaimReport:
+    """The reclaim a decision reports for ``gpu_type`` (there must be one)."""
+    reclaim = decision.report.loans[gpu_type].reclaim
+    assert reclaim is not None, f"no reclaim of {gpu_type}: {decision.report.as_json()}"
+    return reclaim
 
 
 def node(name: str, pool: str, product: str, gpus: int = 8) -> dict[str, Any]:

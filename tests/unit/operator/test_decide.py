@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from lyra.operator.actions import CreatePod, DeletePod, Emit, PatchStatus
+from lyra.operator.actions import CreatePod, DeletePod, Emit, PatchStatus, ReclaimWaitReport
 from lyra.operator.decide import OperatorConfig, decide
 
-from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
+from .fake_cluster import A100, T4, FakeCluster, inference_service, node, report_reclaim, training_job
 
 CONFIG = OperatorConfig(lend_delay_s=30, reclaim_deadline_s=100, gang_timeout_s=60)
 
@@ -83,14 +83,14 @@ def test_reclaim_scales_in_elastic_workers_before_preempting_and_returns_the_nod
     settle(cluster)
     cluster.services["serve/chat"]["spec"]["replicas"] = 20
     decision = decide(cluster.world(), CONFIG)
-    reclaim = decision.summary["loans"][T4]["reclaim"]
-    assert reclaim["preempted"] == []
-    assert len(reclaim["servers"]) == 2
+    reclaim = report_reclaim(decision)
+    assert reclaim.preempted == ()
+    assert len(reclaim.servers) == 2
     cluster.apply(decision)
-    assert all(cluster.state(s) == "reclaiming" for s in reclaim["servers"])
-    assert ("lyra.dev/state", "reclaiming") in cluster.taint(reclaim["servers"][0])
+    assert all(cluster.state(s) == "reclaiming" for s in reclaim.servers)
+    assert ("lyra.dev/state", "reclaiming") in cluster.taint(reclaim.servers[0])
     settle(cluster)
-    assert all(cluster.state(s) == "serving" for s in reclaim["servers"])
+    assert all(cluster.state(s) == "serving" for s in reclaim.servers)
     status = cluster.job_status("elastic")
     assert status["phase"] == "Running"
     assert status["preemptions"] == 0
@@ -296,7 +296,7 @@ def test_a_job_whose_workers_break_its_edited_spec_does_not_stop_a_reclaim() -> 
     cluster.jobs["ml/elastic"]["spec"]["gpuTypes"] = [A100]  # edited while its workers run on T4s
     cluster.add_service(inference_service("chat", 9))  # needs both T4 servers back
     decision = decide(cluster.world(), CONFIG)
-    assert "ml/elastic" in decision.summary["left_out"]
+    assert "ml/elastic" in decision.report.left_out
     settle(cluster)
     assert cluster.state("t0") == "serving"
     assert cluster.state("t1") == "serving"
@@ -348,17 +348,17 @@ def test_a_reclaim_is_timed_from_its_start_until_every_replica_runs() -> None:
     assert record["gpuType"] == T4
     assert record["startedAt"].endswith("Z")
     assert "." in record["startedAt"]  # to the millisecond
-    waits = []
+    waits: list[ReclaimWaitReport] = []
     for _ in range(8):
         cluster.finish_terminations()
         cluster.tick(3)
         decision = decide(cluster.world(), CONFIG)
-        waits += decision.summary.get("reclaim_waits", [])
+        waits += decision.report.reclaim_waits
         cluster.apply(decision)
     assert "reclaim" not in cluster.services["serve/chat"]["status"]
     assert len(waits) == 1
-    assert waits[0]["service"] == "serve/chat"
-    assert 0 < waits[0]["seconds"] <= cluster.now - began
+    assert waits[0].service == "serve/chat"
+    assert 0 < waits[0].seconds <= cluster.now - began
     served = [e for e in cluster.events if e.reason == "ReclaimServed"]
     assert len(served) == 1
     assert served[0].message.startswith("20 of 20 replicas running")
@@ -373,7 +373,7 @@ def test_a_reclaim_record_lost_in_a_crash_starts_from_the_nodes_annotation() -> 
     decision = decide(cluster.world(), CONFIG)
     first_status = next(i for i, a in enumerate(decision.actions) if isinstance(a, PatchStatus))
     cluster.apply(decision, limit=first_status)  # the nodes are reclaiming; the crash loses every status write
-    annotation = cluster.nodes[decision.summary["loans"][T4]["reclaim"]["servers"][0]]["metadata"]["annotations"]
+    annotation = cluster.nodes[report_reclaim(decision).servers[0]]["metadata"]["annotations"]
     cluster.tick(5)
     cluster.apply(decide(cluster.world(), CONFIG))
     started = cluster.services["serve/chat"]["status"]["reclaim"]["startedAt"]

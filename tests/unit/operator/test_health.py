@@ -202,7 +202,7 @@ def test_past_the_grace_a_lost_node_takes_its_workers_the_job_is_requeued_not_fa
     status = cluster.job_status("gang")
     assert status["phase"] == "Queued"
     assert status["preemptions"] == 1
-    assert decision.summary["preempted"] == {"ml/gang": "node_lost"}
+    assert decision.report.preempted == {"ml/gang": "node_lost"}
     assert reason_of(cluster, "gang") == "Preempted"
     assert (
         f"node {dead} lost (Ready=Unknown (NodeStatusUnknown)" in cluster.job_status("gang")["conditions"][0]["message"]
@@ -361,7 +361,7 @@ def test_a_worker_evicted_by_the_kubelet_requeues_its_job_and_counts_a_preemptio
     status = cluster.job_status("gang")
     assert status["phase"] == "Queued", "a disruption is no failure of the job"
     assert status["preemptions"] == 1
-    assert decision.summary["preempted"] == {"ml/gang": "disruption"}
+    assert decision.report.preempted == {"ml/gang": "disruption"}
     assert "worker gang-w0 disrupted (Evicted)" in status["conditions"][0]["message"]
     assert "ml/gang-w0" not in cluster.pods, "the evicted pod's object is removed"
     cluster.finish_terminations()

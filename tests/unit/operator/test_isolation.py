@@ -32,7 +32,7 @@ from lyra.operator.commit import Cluster, Outcome
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.isolation import FIRST_DELAY_S, Backoff
 
-from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
+from .fake_cluster import A100, T4, FakeCluster, inference_service, node, report_reclaim, training_job
 from .test_decide import CONFIG as DECIDE_CONFIG
 from .test_decide import SCENARIOS, Scenario, _shape, changed, settle
 
@@ -378,7 +378,7 @@ def test_a_node_whose_state_cannot_be_written_keeps_its_pods_and_the_other_nodes
     assert {p["spec"]["nodeName"] for p in fake.pods.values()} == {"t0", "t1", "t2"}
     fake.add_service(inference_service("chat", 16))  # needs two servers back
     decision = decide(fake.world(), CONFIG)
-    reclaimed = decision.summary["loans"][T4]["reclaim"]["servers"]
+    reclaimed = report_reclaim(decision).servers
     assert len(reclaimed) == 2
     stuck = reclaimed[0]
     cluster.faults.append(

@@ -49,7 +49,7 @@ def operator_transitions(loads: list[int], headroom: int) -> list[tuple[int, str
         loans.turn()
         assert loans.cycle is not None
         seen += [(step, c.server, c.transition.value) for c in loans.cycle.changes]
-        cluster.apply(Decision(tuple(loans.node_actions()), {}))
+        cluster.apply(Decision(tuple(loans.node_actions())))
         cluster.tick(STEP_S)
     return seen
 
