@@ -166,6 +166,7 @@ def run(args: argparse.Namespace, state: Path) -> dict[str, Any]:
         command = [sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(control_plane.kubeconfig),
                    "--lend-delay", "5", "--http-port", str(port)]  # fmt: skip
         operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        operator_log = state / "operator.log"
         try:
             started = time.perf_counter()
 
@@ -215,6 +216,8 @@ def run(args: argparse.Namespace, state: Path) -> dict[str, Any]:
         finally:
             operator.terminate()
             operator.wait(timeout=30)
+            passes = [line for line in operator_log.read_text().splitlines() if "pass " in line or "WARN" in line]
+            print("\n".join(f"  operator: {line}" for line in passes[-40:]), file=sys.stderr)
             for cache in watches:
                 cache.stop()
         marker = f"-{operator.pid}-"
@@ -231,6 +234,8 @@ def run(args: argparse.Namespace, state: Path) -> dict[str, Any]:
                 and "/leases/" not in event.get("requestURI", "")
             ):
                 writes += event.get("verb") in ("create", "update", "patch", "delete")
+        for key, at in submitted.items():  # in the order of the changes
+            print(f"  {key}: acted on after {stopwatch.seen[key] - at:.2f} s", file=sys.stderr)
         latencies = sorted(stopwatch.seen[key] - submitted[key] for key in submitted)
         return {
             "synced_s": synced_s,
