@@ -163,7 +163,6 @@ def run_operator_command(args: argparse.Namespace) -> int:
     from lyra.operator.runner import Reconciler, RunOptions, describe, leader_lease, run_operator
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kopf").setLevel(logging.WARNING)
     try:
         api = api_client(args.kubeconfig)
     except KubeconfigError as error:
