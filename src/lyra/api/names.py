@@ -1,8 +1,9 @@
 """Every Kubernetes name Lyra reads or writes, spelled once.
 
 Labels on nodes: the admin sets ``lyra.dev/pool``; the operator owns ``lyra.dev/state`` on inference nodes. Labels
-on pods: ``lyra.dev/role`` (what a pod is to Lyra) and ``lyra.dev/job`` (the TrainingJob a worker belongs to, in
-the pod's namespace). GPU labels are those of NVIDIA's GPU feature discovery.
+on pods: ``lyra.dev/role`` (what a pod is to Lyra), ``lyra.dev/job`` (the TrainingJob a worker belongs to, in the
+pod's namespace) and ``lyra.dev/worker-index`` (a worker's index in its job). GPU labels are those of NVIDIA's GPU
+feature discovery.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ ROLE_BASE: Final = "base"
 ROLE_FLEXIBLE: Final = "flexible"
 ROLE_INFERENCE: Final = "inference"
 JOB_LABEL: Final = f"{GROUP}/job"
+#: A worker's index in its job (``LYRA_WORKER``; its name ends in ``-w<index>`` too, which is read for workers made
+#: by an operator older than this label).
+WORKER_INDEX_LABEL: Final = f"{GROUP}/worker-index"
 SERVICE_LABEL: Final = f"{GROUP}/service"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 

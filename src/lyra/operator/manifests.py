@@ -162,7 +162,7 @@ def worker_pod(
     ``scheduler_name`` is the operator's ``--scheduler-name`` (empty: the cluster's default scheduler).
     """
     labels, annotations, spec = _tenant_part(template)
-    labels.update({names.ROLE_LABEL: role, names.JOB_LABEL: job})
+    labels.update({names.ROLE_LABEL: role, names.JOB_LABEL: job, names.WORKER_INDEX_LABEL: str(index)})
     if planned_node:
         annotations[PLANNED_NODE_ANNOTATION] = planned_node
     containers = [dict(c) for c in spec.get("containers") or []]

@@ -134,7 +134,7 @@ class PodRecord:
     ref: ObjectRef
     role: PodRole
     owner: str | None  # the job's or service's key (namespace/name)
-    index: int | None  # a worker's index, from its name (``<job>-w<index>``)
+    index: int | None  # a worker's index (:func:`worker_index`)
     node: str  # "" while unbound
     phase: str
     gpus: int
@@ -290,6 +290,16 @@ def read_world(
     )
 
 
+def worker_index(name: str, labels: Mapping[str, str]) -> int | None:
+    """A worker's index: its ``lyra.dev/worker-index`` label or, for a worker made by an operator older than that
+    label, the ``-w<index>`` its name ends with; ``None`` when neither says."""
+    value = labels.get(names.WORKER_INDEX_LABEL, "")
+    if value.isdecimal():
+        return int(value)
+    match = _WORKER_NAME.search(name)
+    return int(match.group(1)) if match else None
+
+
 def _meta_ref(kind: str, raw: Mapping[str, Any]) -> ObjectRef:
     metadata = raw.get("metadata") if isinstance(raw, Mapping) else None
     metadata = metadata if isinstance(metadata, Mapping) else {}
@@ -429,8 +439,7 @@ def _read_pod(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> PodRecord
     owner = f"{pod.metadata.namespace}/{owner_name}" if owner_name and role is not PodRole.UNMANAGED else None
     index: int | None = None
     if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE):
-        match = _WORKER_NAME.search(pod.metadata.name)
-        index = int(match.group(1)) if match else None
+        index = worker_index(pod.metadata.name, labels)
     controller = pod.metadata.controller
     return PodRecord(
         ref=ObjectRef("Pod", pod.metadata.namespace, pod.metadata.name, pod.metadata.uid),

@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
+from lyra.api import names
 from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
+from lyra.operator import manifests
 from lyra.operator.observe import format_time, parse_time, read_world
 
 from .fake_cluster import A100, T4, inference_service, node, training_job
@@ -53,6 +55,30 @@ def test_an_unreadable_job_is_reported_and_the_rest_is_read(broken: dict[str, An
     assert len(read.services) == 1
     assert len(read.unreadable) == 1
     assert read.unreadable[0].reason.startswith(reason)
+
+
+def test_a_workers_index_is_its_label_or_for_an_older_operators_pod_its_name() -> None:
+    made = manifests.worker_pod(
+        namespace="ml", job="bert", job_uid="u", index=4, role=names.ROLE_FLEXIBLE, template={}, gpus_per_worker=1,
+        gpu_type="Tesla-T4", planned_node=None, grace_seconds=1, min_workers=1, max_workers=8,
+    )  # fmt: skip
+    assert made["metadata"]["labels"][names.WORKER_INDEX_LABEL] == "4"
+    made["metadata"]["name"] = "renamed"  # the label alone says it
+    older = {
+        "metadata": {"name": "bert-w6", "namespace": "ml", "labels": {"lyra.dev/role": "base", "lyra.dev/job": "bert"}}
+    }
+    neither = {
+        "metadata": {"name": "bert", "namespace": "ml", "labels": {"lyra.dev/role": "base", "lyra.dev/job": "bert"}}
+    }
+    for pod in (older, neither):
+        pod["spec"] = {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}
+        pod["status"] = {"phase": "Pending"}
+    made["status"] = {"phase": "Pending"}
+    assert {p.ref.name: p.index for p in world(pods=[made, older, neither]).pods} == {
+        "renamed": 4,
+        "bert-w6": 6,
+        "bert": None,
+    }
 
 
 def test_pods_keep_role_owner_index_and_gpus() -> None:
