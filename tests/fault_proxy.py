@@ -133,6 +133,9 @@ class FaultProxy:
         #: The clients' connections (their transports and sockets), all closed before the loop stops: a TLS shutdown
         #: or a write to a client that went away would otherwise leave them half closed.
         self._clients: set[asyncio.BaseTransport] = set()
+        #: The connections to the API server, aborted and awaited the same way: closing the session only starts
+        #: their TLS shutdown, and a loop closed before it ends leaves their sockets open.
+        self._upstreams: set[asyncio.BaseTransport] = set()
         self._handlers: set[asyncio.Task[Any]] = set()  # requests being answered
         self._sockets: list[Any] = []
 
@@ -175,13 +178,14 @@ class FaultProxy:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
-        for transport in list(self._clients):  # keep-alive connections a TLS shutdown would still wait on
+        for transport in list(self._clients) + list(self._upstreams):  # connections a TLS shutdown would wait on
             transport.abort()
         deadline = asyncio.get_running_loop().time() + STOP_TIMEOUT_S
         while any(sock.fileno() != -1 for sock in self._sockets) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # the loop closes aborted connections in callbacks of its own
         self._sockets.clear()
         self._clients.clear()
+        self._upstreams.clear()
 
     def _choose(self, method: str, path: str, watch: bool) -> list[Rule]:
         """The rules that inject on this request (counted as matched and armed); of the rules with a status, the
@@ -233,6 +237,11 @@ class FaultProxy:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         target = URL(self.upstream + request.raw_path, encoded=True)
         async with self._session.request(request.method, target, data=body or None, headers=headers) as upstream:
+            connection = upstream.connection
+            transport = connection.transport if connection is not None else None
+            if transport is not None and transport not in self._upstreams:
+                self._upstreams.add(transport)
+                self._sockets.append(transport.get_extra_info("socket"))
             if refusal is not None:  # applied: the API server did it, the client hears otherwise
                 await upstream.read()
                 self._injected(refusal)
