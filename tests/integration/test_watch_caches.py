@@ -27,7 +27,7 @@ from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
-from lyra.operator.caches import KINDS, ClusterCaches, list_once
+from lyra.operator.caches import KINDS, RELIST_MESSAGE, ClusterCaches, list_once
 from tests.operator_support import (
     A100,
     DEADLINE_S,
@@ -46,6 +46,8 @@ from tests.operator_support import (
 pytestmark = pytest.mark.integration
 
 WRITES = frozenset({"create", "update", "patch", "delete"})
+#: Lists a pass may make to repair a watch that lost the operator's own write (each one logged).
+MAX_REPAIRS = 2
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +181,15 @@ def test_the_operator_never_lists_in_a_pass_and_its_caches_miss_no_event(
             assert writes, "the operator wrote nothing: the test proves nothing"
             first_write = received(writes[0])
             in_passes = [e["requestURI"] for e in lists if received(e) >= first_write]
-            assert not in_passes, f"the operator listed {len(in_passes)} times in its passes: {in_passes[:5]} ..."
-            assert len(lists) == len(KINDS), [e["requestURI"] for e in lists]
+            # The one list a pass may cause: a cache whose watch did not bring the operator's own write back within
+            # the catch-up time lists again (operator.caches); each is logged. Seen once in a CI run on a loaded
+            # machine. Anything else, or more than a rare repair, is a pass listing the cluster.
+            repairs = operator.log.read_text().count(RELIST_MESSAGE.split("%s")[1].strip())
+            assert len(in_passes) <= repairs, (
+                f"the operator listed {len(in_passes)} times in its passes ({repairs} logged repairs): {in_passes[:5]}"
+            )
+            assert repairs <= MAX_REPAIRS, f"{repairs} caches listed again: their watches lose the operator's writes"
+            assert len(lists) == len(KINDS) + len(in_passes), [e["requestURI"] for e in lists]
             assert all("limit=" in e["requestURI"] for e in lists), "the first lists are paginated"
             watched = {e["objectRef"]["resource"] for e in requests if e["verb"] == "watch"}
             assert watched == {"nodes", "pods", "trainingjobs", "inferenceservices", "deployments"}

@@ -17,6 +17,7 @@ whose event no cache receives (Events, a job's headless Service) record nothing.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,6 +31,11 @@ from lyra.kubewatch.kinds import DEPLOYMENTS, INFERENCE_SERVICES, NODES, PODS, T
 
 #: How long a pass waits for a cache to see its previous writes before the cache lists again.
 CATCH_UP_S = 5.0
+
+log = logging.getLogger("lyra.operator")
+
+#: The log line of a cache listing again because its watch did not bring a write back in time.
+RELIST_MESSAGE = "%s cache: the watch did not bring the write at %s back within %.0f s; listing again"
 
 #: The kinds a pass reads, by the name of ``read_world``'s argument.
 KINDS: Mapping[str, Kind] = {
@@ -123,6 +129,7 @@ class ClusterCaches:
             cache = self.caches[name]
             if cache.wait_for(version, self.catch_up_s):
                 continue
+            log.info(RELIST_MESSAGE, cache.kind.name, version, self.catch_up_s)
             cache.relist()
             if not cache.wait_for(version, self.catch_up_s):
                 raise StaleCacheError(
