@@ -97,14 +97,16 @@ def test_prometheus_sees_loans_reclaims_the_leader_and_pass_durations(
 def _story(api: client.ApiClient, namespace: str, leader: Operator, standby: Operator, prometheus: Prometheus) -> None:
     plural = names.INFERENCE_SERVICE_PLURAL
     custom(api).create_namespaced_custom_object(names.GROUP, names.VERSION, namespace, plural, service(1))
-    create_job(api, namespace, "t4", minWorkers=2, maxWorkers=40, gpusPerWorker=1, gpuTypes=[T4])
     leader.start()
 
     def count(expression: str) -> float:
         return prometheus.value(expression) or 0.0
 
-    # The first operator leads (it took the Lease), then a second one stands by.
+    # The first operator leads (it took the Lease), then a second one stands by. The job is submitted once Prometheus
+    # has scraped the leader: its start is then counted in a series Prometheus saw at zero, which rate() can tell
+    # (a process' counters are born counting whatever its first pass did, and no rate() sees that).
     wait_for(lambda: count(f'lyra_leader{{instance="{LOOPBACK}:{leader.http_port}"}}') == 1, DEADLINE_S, "a leader")
+    create_job(api, namespace, "t4", minWorkers=2, maxWorkers=40, gpusPerWorker=1, gpuTypes=[T4])
     standby.start()
     wait_for(lambda: count(f'count(up{{job="{OPERATOR_JOB}"}} == 1)') == 2, DEADLINE_S, "both operators scraped")
     wait_for(lambda: count(f'up{{job="{EXTENDER_JOB}"}}') == 1, DEADLINE_S, "the extender scraped")
@@ -184,11 +186,16 @@ def every_panel_answers(prometheus: Prometheus, started: float) -> None:
     span = math.ceil(time.time() - started) + 5
     leaders = prometheus.value(f'count(max_over_time(lyra_leader{{job="{OPERATOR_JOB}"}}[{span}s]) == 1)')
     moved = leaders != 1
+    # The range's steps end exactly now: the story's last wait saw a sample Prometheus had already stored, which a
+    # grid aligned on ``started`` could end up to a step before (a story that ends within a second of its last
+    # scrape then shows the panel empty).
+    end = time.time()
+    start = end - math.ceil(end - started)
     missing = []
     for dashboard in DASHBOARDS:
         for panel in dashboard.panels:
             for query in panel.queries:
-                result = prometheus.query_range(query.expr, started, time.time(), 1)
+                result = prometheus.query_range(query.expr, start, end, 1)
                 numbers = [float(v) for series in result for _, v in series["values"] if math.isfinite(float(v))]
                 excused = moved and result and query.expr.startswith("histogram_quantile")
                 if not numbers and not excused:
