@@ -1,5 +1,5 @@
 """The extender killed as a burst of pods arrives and started again while it is placed: every pod is still placed by
-and none is left Pending.
+Lyra's rules, and none is left Pending.
 
 The whole system (default profile: 4 training servers of 8 A100s, 8 inference servers of 8 T4s; the real
 kube-scheduler calling the real extender, ``ignorable``; the operator as its ServiceAccount). An InferenceService of 2
