@@ -35,8 +35,11 @@ def session_control_plane(
     profile: ClusterProfile | None = None,
     extender_url: str | None = None,
     crd_dir: Path | None = None,
+    step_timeout: float | None = None,
 ) -> Iterator[ControlPlane]:
-    """Start a control plane from the cached binaries, yield it, and always stop it.
+    """Start a control plane from the cached binaries, yield it, and always stop it. ``step_timeout``: how long each
+    start step may take (default :class:`ClusterOptions`'; a profile of a thousand nodes needs longer for its nodes to
+    turn Ready).
 
     Raises BinariesError (telling to run ``make binaries``) when the cache is incomplete: a cold build takes
     minutes and belongs before the test run, not inside a fixture with a per-test timeout.
@@ -52,6 +55,7 @@ def session_control_plane(
             extender_url=extender_url,
             crd_dir=crd_dir,
             die_with_parent=True,
+            step_timeout=ClusterOptions.step_timeout if step_timeout is None else step_timeout,
         ),
     )
     try:
