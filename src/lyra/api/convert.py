@@ -94,16 +94,30 @@ def node_gpu_memory_mib(node: Node) -> int | None:
     return mib if 0 < mib <= _MAX_MEMORY_MIB else None
 
 
+def node_pool(labels: Mapping[str, str]) -> Pool | None:
+    """The pool a node's labels put it in, or ``None`` for a node outside Lyra's pools."""
+    pool_label = labels.get(names.POOL_LABEL)
+    if pool_label == names.POOL_TRAINING:
+        return Pool.TRAINING
+    if pool_label == names.POOL_INFERENCE:
+        return Pool.INFERENCE
+    return None
+
+
+def node_gpu_type(labels: Mapping[str, str]) -> str:
+    """A node's GPU type (its product label), ``""`` when it has none."""
+    return labels.get(names.GPU_PRODUCT_LABEL, "")
+
+
 def node_view(node: Node, used_gpus: int) -> NodeView | None:
     """The core's view of a node, or ``None`` for a node Lyra does not manage (no pool label or no GPUs)."""
     labels = node.metadata.labels
-    pool_label = labels.get(names.POOL_LABEL)
-    if pool_label not in (names.POOL_TRAINING, names.POOL_INFERENCE):
+    pool = node_pool(labels)
+    if pool is None:
         return None
     gpus = node_gpus(node)
     if gpus <= 0:
         return None
-    pool = Pool.TRAINING if pool_label == names.POOL_TRAINING else Pool.INFERENCE
     state: LoanState | None = None
     if pool is Pool.INFERENCE:
         try:
@@ -116,7 +130,7 @@ def node_view(node: Node, used_gpus: int) -> NodeView | None:
         state=state,
         gpus=gpus,
         free_gpus=max(gpus - used_gpus, 0),
-        gpu_type=labels.get(names.GPU_PRODUCT_LABEL, ""),
+        gpu_type=node_gpu_type(labels),
     )
 
 

@@ -25,6 +25,8 @@ from typing import Any
 from kubernetes import client
 
 from lyra.api import names
+from lyra.api.convert import node_gpu_type, node_pool
+from lyra.core.model import Pool
 from lyra.kubewatch import ApiSource, Source, WatchCache, list_all
 from lyra.kubewatch.cache import reached
 from lyra.kubewatch.kinds import DEPLOYMENTS, INFERENCE_SERVICES, NODES, PODS, TRAINING_JOBS, JsonObject, Kind
@@ -136,6 +138,16 @@ class ClusterCaches:
                     f"the {cache.kind.name} cache is at version {cache.version or 'none'}, before the operator's "
                     f"write at {version}, even after listing again"
                 )
+
+    def node_kinds(self) -> set[tuple[str, Pool]]:
+        """The (GPU type, pool) of every cached node in one of Lyra's pools: what a standby knows without a pass."""
+        kinds: set[tuple[str, Pool]] = set()
+        for node in self.caches["nodes"].snapshot():
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            pool = node_pool(labels)
+            if pool is not None:
+                kinds.add((node_gpu_type(labels), pool))
+        return kinds
 
     def snapshot(self) -> dict[str, list[JsonObject]]:
         """Each kind's objects now, by ``read_world``'s argument names."""

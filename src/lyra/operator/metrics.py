@@ -383,14 +383,16 @@ class OperatorMetrics:
     def leading(self, world: World) -> None:
         """This operator leads and observed ``world``."""
         self._state.gauges = state_gauges(world)
-        self._zero_gpu_types(world)
+        self.zero_gpu_types({(node.gpu_type, node.pool) for node in world.nodes})
         self._acting = True
 
-    def _zero_gpu_types(self, world: World) -> None:
+    def zero_gpu_types(self, kinds: Iterable[tuple[str, Pool]]) -> None:
         """Each GPU type's counters and histograms exist, at zero, from the first pass that sees the type (the
-        reasons, results and phases from the start): Prometheus' ``rate()`` and ``increase()`` see no increase in a
-        series that first appears already counting, so without this a type's first reclaim would never show."""
-        for gpu_type, pool in sorted({(node.gpu_type, node.pool) for node in world.nodes} - self._zeroed):
+        reasons, results and phases from the start), a standby's included (from its node cache), so a standby that
+        takes the Lease over counts its first pass in series Prometheus has already seen at zero: ``rate()`` and
+        ``increase()`` see no increase in a series that first appears already counting, so without this a type's
+        first reclaim would never show. ``kinds``: (GPU type, pool) pairs."""
+        for gpu_type, pool in sorted(set(kinds) - self._zeroed):
             self._counters[SCALED_IN_WORKERS.name].labels(gpu_type)
             if pool is Pool.INFERENCE:
                 self._counters[LOANS.name].labels(gpu_type)

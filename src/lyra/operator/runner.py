@@ -117,6 +117,9 @@ class Reconciler:
         lease = self.lease
         if lease is not None and not self.options.dry_run and not (lease.may_write() or lease.try_lead()):
             self.metrics.standing_by()
+            caches = self.cluster.caches
+            if caches is not None and caches.synced:
+                self.metrics.zero_gpu_types(caches.node_kinds())  # counted from zero if this standby takes over
             return Decision(())  # another operator leads; shadow mode needs no lease (it writes nothing)
         started = time.perf_counter()
         world = self.cluster.observe(now)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
+from lyra.core.model import Pool
 from lyra.operator.caches import KINDS, ClusterCaches, StaleCacheError
 from lyra.operator.commit import Cluster
 from tests.unit.kubewatch.fake_server import FakeServer
@@ -73,3 +74,17 @@ def test_writes_no_cache_receives_are_not_waited_for(caches: ClusterCaches) -> N
     caches.wrote("Event", "1000")
     caches.wrote("Service", "1000")
     caches.catch_up()
+
+
+def test_a_standby_knows_the_gpu_types_of_its_cached_nodes(servers: dict[str, FakeServer]) -> None:
+    servers["nodes"].put(kubelet_node("t4-training-0", "training", None))
+    outside = kubelet_node("cpu-0", "inference", None)
+    del outside["metadata"]["labels"]["lyra.dev/pool"]
+    servers["nodes"].put(outside)
+    made = ClusterCaches(dict(servers), catch_up_s=0.2)
+    made.start()
+    try:
+        assert made.wait_synced(TIMEOUT_S)
+        assert made.node_kinds() == {("Tesla-T4", Pool.INFERENCE), ("Tesla-T4", Pool.TRAINING)}
+    finally:
+        made.stop()

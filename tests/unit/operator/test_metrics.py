@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lyra.core.model import Pool
 from lyra.operator.actions import PatchStatus, SetNodeState
 from lyra.operator.commit import APPLIED, REFUSED
 from lyra.operator.decide import OperatorConfig, decide
@@ -254,6 +255,18 @@ def test_counters_and_histograms_start_at_zero_so_prometheus_sees_the_first_even
     assert zeroed["lyra_inference_reclaim_wait_seconds_count"] == [({"gpu_type": T4}, 0.0)]
     assert sorted(labels["gpu_type"] for labels, _ in zeroed["lyra_workers_scaled_in_total"]) == [A100, T4]
     assert all(value == 0 for labels, value in zeroed["lyra_workers_scaled_in_total"])
+
+
+def test_a_standby_zeroes_the_gpu_types_it_knows_so_a_takeover_counts_from_zero() -> None:
+    metrics = OperatorMetrics()
+    metrics.standing_by()
+    metrics.zero_gpu_types({(T4, Pool.INFERENCE), (A100, Pool.TRAINING)})
+    standby = samples(metrics.exposition())
+
+    assert standby["lyra_leader"] == [({}, 0.0)]
+    assert standby["lyra_loans_total"] == [({"gpu_type": T4}, 0.0)]
+    assert standby["lyra_inference_reclaim_wait_seconds_count"] == [({"gpu_type": T4}, 0.0)]
+    assert sorted(labels["gpu_type"] for labels, _ in standby["lyra_workers_scaled_in_total"]) == [A100, T4]
 
 
 def test_every_metric_is_exported_under_its_documented_name() -> None:
