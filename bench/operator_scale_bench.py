@@ -4,7 +4,9 @@
 
 * ``event``: the pods cache applying 1,000 watch events (70% about pods Lyra does not keep, dropped after a look
   at their labels and containers; 30% a kubelet status update of a GPU pod, slimmed and stored);
-* ``read``: a pass reading the caches (a snapshot of each) into a World (``read_world``);
+* ``read-cold``: a first pass reading the caches (a snapshot of each) into a World (``read_world``), every pod read;
+* ``read``: a later pass, as the running operator reads: the pods unchanged since the last pass taken from its
+  readings (``PodReadings``), the nodes, jobs and services read again;
 * ``decide``: one decide pass on that World;
 
 and ``uv run python -m bench.operator_scale_bench --memory`` measures, in a fresh process per size, the resident
@@ -41,7 +43,7 @@ from lyra.kubewatch import WatchCache
 from lyra.kubewatch.kinds import Kind
 from lyra.operator.caches import KINDS
 from lyra.operator.decide import decide
-from lyra.operator.observe import World, read_world
+from lyra.operator.observe import PodReadings, World, read_world
 
 SEED = 20261124
 SIZES = (500, 1_000, 5_000)
@@ -319,7 +321,7 @@ def _events(nodes: int) -> Callable[[], object]:
 PODS_KIND: Kind = KINDS["pods"]
 
 
-def world_of(caches: Mapping[str, WatchCache]) -> World:
+def world_of(caches: Mapping[str, WatchCache], readings: PodReadings | None = None) -> World:
     snapshot = {name: cache.snapshot() for name, cache in caches.items()}
     return read_world(
         NOW,
@@ -328,12 +330,22 @@ def world_of(caches: Mapping[str, WatchCache]) -> World:
         jobs=snapshot["jobs"],
         services=snapshot["services"],
         deployments=snapshot["deployments"],
+        readings=readings,
     )
 
 
-def _read(nodes: int) -> Callable[[], object]:
+def _read_cold(nodes: int) -> Callable[[], object]:
     caches = filled_caches(nodes)
     return lambda: world_of(caches)
+
+
+def _read(nodes: int) -> Callable[[], object]:
+    """As the running operator reads: its pod readings kept from the last pass, in which every pod was read (a pass
+    after a burst of changes re-reads only the pods they touched)."""
+    caches = filled_caches(nodes)
+    readings = PodReadings()
+    world_of(caches, readings)
+    return lambda: world_of(caches, readings)
 
 
 def _decide(nodes: int) -> Callable[[], object]:
@@ -363,9 +375,16 @@ def benchmarks() -> list[Benchmark]:
                 repeats=repeats,
             ),
             Benchmark(
+                f"operator-scale/read-cold/{nodes}-nodes",
+                functools.partial(_read_cold, nodes),
+                f"a first pass reads the caches into a World, every pod read: {_size(nodes)}",
+                repeats=repeats,
+            ),
+            Benchmark(
                 f"operator-scale/read/{nodes}-nodes",
                 functools.partial(_read, nodes),
-                f"a pass reads the caches into a World: {_size(nodes)}",
+                f"a later pass reads the caches into a World, the pods unchanged since the last pass read from its "
+                f"readings: {_size(nodes)}",
                 repeats=repeats,
             ),
             Benchmark(

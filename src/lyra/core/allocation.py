@@ -281,6 +281,20 @@ class _Problem:
             if preference is None:
                 preference = preferences[speeds] = fastest_first(speeds)
             self.preference.append(preference)
+        #: Workers of a given size each GPU type holds on an empty cluster, (type, GPUs per worker) -> workers:
+        #: asked once per queued job's reason, the same few sizes each time.
+        self._most: dict[tuple[int, int], int] = {}
+
+    def most_workers(self, gpu_type: int, gpus_per_worker: int) -> int:
+        """Workers of ``gpus_per_worker`` GPUs that the servers of ``gpu_type`` hold when nothing else runs."""
+        key = (gpu_type, gpus_per_worker)
+        most = self._most.get(key)
+        if most is None:
+            layout = self.layout
+            most = self._most[key] = sum(
+                layout.size[s] // gpus_per_worker for s in range(len(layout.names)) if layout.type_of[s] == gpu_type
+            )
+        return most
 
     def best_speed(self, i: int) -> float:
         return max(self.speeds[i], default=0.0)
@@ -665,9 +679,7 @@ class _Problem:
         parts = []
         for t in allowed:
             now = layout.room(t, job.gpus_per_worker)
-            most = sum(
-                layout.size[s] // job.gpus_per_worker for s in range(len(layout.names)) if layout.type_of[s] == t
-            )
+            most = self.most_workers(t, job.gpus_per_worker)
             parts.append(f"{self.types[t]} holds {now} now, at most {most}")
         reason = f"{base} does not fit: " + "; ".join(parts)
         if excluded:

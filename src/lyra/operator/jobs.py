@@ -420,12 +420,16 @@ class JobBook:
             self.changes.report = replace(self.changes.report, allocation_error=str(error))
             return
         self.changes.report = replace(self.changes.report, allocation=_allocation_report(plan))
+        rooms: dict[int, dict[str, int]] = {}  # GPUs per worker -> workers each GPU type holds, empty
         for name, job in by_name.items():
             workers = plan.workers.get(name, 0)
             placement = dict(plan.placement.get(name, {}))
             types = plan.gpu_types.get(name, ())
             if workers == 0:
-                too_large = self.too_large(snapshot, job)
+                size = job.record.spec.gpus_per_worker
+                if size not in rooms:
+                    rooms[size] = empty_room(snapshot, size)
+                too_large = self.too_large(job, rooms[size])
                 reason = too_large or plan.queued.get(name, "waiting for GPUs")
                 kind = conditions.TOO_LARGE if too_large else conditions.QUEUED
                 job.status = set_condition(
@@ -477,15 +481,12 @@ class JobBook:
                     job.record.ref, conditions.RESIZED, f"workers {before} -> {workers} ({_where(placement)})"
                 )
 
-    def too_large(self, snapshot: ClusterSnapshot, job: JobState) -> str | None:
-        """Why ``job``'s base can never start on this cluster, even empty and with every server lent; or None."""
+    def too_large(self, job: JobState, room: Mapping[str, int]) -> str | None:
+        """Why ``job``'s base can never start on this cluster, even empty and with every server lent; or None.
+        ``room``: the workers of its size each GPU type holds on the empty cluster (:func:`empty_room`)."""
         spec = job.record.spec
         model = self.models[job.key]
-        rooms = [
-            sum(s.gpus // spec.gpus_per_worker for s in snapshot.servers if s.gpu_type == gpu_type)
-            for gpu_type in sorted({s.gpu_type for s in snapshot.servers})
-            if model.may_use(self.config.gpus[gpu_type])
-        ]
+        rooms = [workers for gpu_type, workers in room.items() if model.may_use(self.config.gpus[gpu_type])]
         best = sum(rooms) if spec.mix_gpu_types else max(rooms, default=0)
         if best >= spec.min_workers:
             return None
@@ -629,6 +630,14 @@ class JobBook:
             self.changes.actions.append(
                 PatchStatus(job.record.ref, wire(status), changed_fields(job.record.status, status))
             )
+
+
+def empty_room(snapshot: ClusterSnapshot, gpus_per_worker: int) -> dict[str, int]:
+    """Workers of ``gpus_per_worker`` GPUs each GPU type's servers hold with nothing running, by type name."""
+    room: dict[str, int] = {}
+    for server in snapshot.servers:
+        room[server.gpu_type] = room.get(server.gpu_type, 0) + server.gpus // gpus_per_worker
+    return dict(sorted(room.items()))
 
 
 def _where(placement: Mapping[str, int]) -> str:

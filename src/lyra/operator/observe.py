@@ -242,6 +242,39 @@ class World:
         return self._by_owner.get(owner, ())
 
 
+class PodReadings:
+    """What each pod object read into last pass, kept by the running operator so a pass reads only the pods that
+    changed: a pod's record depends on its object alone, and the watch caches never change an object they hold (an
+    event replaces it with a new one), so a pod object seen before, the very same one, reads the same. Entries are
+    kept by the object's identity, holding the object itself (so its identity cannot be reused while it is here), and
+    only for the objects the last pass read (a deleted pod is forgotten at the next pass)."""
+
+    def __init__(self) -> None:
+        self._read: dict[int, tuple[Mapping[str, Any], PodRecord | None, Unreadable | None]] = {}
+        self.hits = 0
+
+    def read(self, pods: Iterable[Mapping[str, Any]], unreadable: list[Unreadable]) -> list[PodRecord]:
+        read: dict[int, tuple[Mapping[str, Any], PodRecord | None, Unreadable | None]] = {}
+        records: list[PodRecord] = []
+        hits = 0
+        for raw in pods:
+            known = self._read.get(id(raw))
+            if known is not None and known[0] is raw:
+                entry = known
+                hits += 1
+            else:
+                problems: list[Unreadable] = []
+                entry = (raw, _read_pod(raw, problems), problems[0] if problems else None)
+            read[id(raw)] = entry
+            if entry[2] is not None:
+                unreadable.append(entry[2])
+            if entry[1] is not None:
+                records.append(entry[1])
+        self._read = read
+        self.hits = hits
+        return records
+
+
 def read_world(
     now: float,
     *,
@@ -251,15 +284,17 @@ def read_world(
     services: Iterable[Mapping[str, Any]],
     deployments: Iterable[Mapping[str, Any]] = (),
     memory: HealthMemory | None = None,
+    readings: PodReadings | None = None,
 ) -> World:
     """Read listed objects (JSON dicts as the API server returns them) into a :class:`World`. ``memory``: when each
-    node's GPU dip was first seen, kept by the running operator across passes (without it a dip begins ``now``)."""
+    node's GPU dip was first seen, kept by the running operator across passes (without it a dip begins ``now``).
+    ``readings``: the pods read by the last pass, kept by the running operator (:class:`PodReadings`)."""
     unreadable: list[Unreadable] = []
     services = list(services)
     memory = memory if memory is not None else HealthMemory()
     node_records = [r for r in (_read_node(raw, unreadable, now, memory) for raw in nodes) if r is not None]
     memory.forget_all_but({n.name for n in node_records if n.unhealthy_since is not None})
-    pod_records = [r for r in (_read_pod(raw, unreadable) for raw in pods) if r is not None]
+    pod_records = (readings if readings is not None else PodReadings()).read(pods, unreadable)
     job_records = [r for r in (_read_job(raw, unreadable) for raw in jobs) if r is not None]
     service_uids = {}
     for raw in services:

@@ -22,7 +22,6 @@ from dataclasses import replace
 
 from lyra.api import conditions
 from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, wire
-from lyra.core.model import Pool
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
 from lyra.operator.actions import ApplyDeployment, PatchStatus, ReclaimWaitReport
@@ -34,7 +33,7 @@ from lyra.operator.sizing import (
     InferenceGpuCaps,
     desired_replicas,
     main_inference_type,
-    server_size,
+    server_sizes,
     servers_needed,
 )
 from lyra.operator.templates import template_problem
@@ -62,11 +61,12 @@ class ServiceBook:
         """Statuses and Deployments of every service; returns the servers needed per inference GPU type."""
         main_type = main_inference_type(self.world.nodes)
         demands: dict[str, Counter[int]] = defaultdict(Counter)  # per GPU type, replicas per size
-        types = {n.gpu_type for n in self.world.nodes if n.pool is Pool.INFERENCE}
+        server_gpus = server_sizes(self.world.nodes)
+        types = server_gpus.keys()
         for service in self.world.services:
             replicas = desired_replicas(service.spec)
             gpu_type = service.spec.gpu_type or main_type
-            size = server_size(self.world.nodes, gpu_type) if gpu_type else 0
+            size = server_gpus.get(gpu_type, 0) if gpu_type else 0
             if gpu_type is None or gpu_type not in types or service.spec.gpus_per_replica > size:
                 reason = (
                     f"no inference server has GPU type {gpu_type}"
@@ -83,10 +83,10 @@ class ServiceBook:
             demands[gpu_type][service.spec.gpus_per_replica] += replicas
             if replicas:
                 self.users[gpu_type].append(f"{service.ref.key} ({replicas} replicas)")
-            needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, self.world.nodes)
+            needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, server_gpus)
             self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None, wanted=wanted)
             self.deployment(service, replicas, gpu_type)
-        demand = servers_needed(dict(demands), self.world.nodes)
+        demand = servers_needed(dict(demands), server_gpus)
         for gpu_type in types:
             demand.setdefault(gpu_type, 0)
         self.changes.report = replace(self.changes.report, inference_servers_needed=dict(sorted(demand.items())))

@@ -83,9 +83,15 @@ def main_inference_type(nodes: Iterable[NodeRecord]) -> str | None:
     return min(counts, key=lambda t: (-counts[t], t))
 
 
-def server_size(nodes: Iterable[NodeRecord], gpu_type: str) -> int:
-    """GPUs per server of ``gpu_type`` in the inference pool (the smallest, to be safe), 0 if it has none."""
-    return min((n.gpus for n in nodes if n.pool is Pool.INFERENCE and n.gpu_type == gpu_type), default=0)
+def server_sizes(nodes: Iterable[NodeRecord]) -> dict[str, int]:
+    """GPUs per server of each GPU type in the inference pool (the smallest, to be safe); a type the pool does not
+    have is absent (a size of 0). One scan for every service of a pass."""
+    sizes: dict[str, int] = {}
+    for node in nodes:
+        if node.pool is Pool.INFERENCE:
+            known = sizes.get(node.gpu_type)
+            sizes[node.gpu_type] = node.gpus if known is None else min(known, node.gpus)
+    return sizes
 
 
 def servers_for(replicas: Mapping[int, int], server_gpus: int) -> int:
@@ -128,6 +134,7 @@ def servers_for(replicas: Mapping[int, int], server_gpus: int) -> int:
     return sum(servers for _, servers in runs)
 
 
-def servers_needed(demands: Mapping[str, Mapping[int, int]], nodes: tuple[NodeRecord, ...]) -> dict[str, int]:
-    """Servers needed per GPU type, from each type's replicas (how many of each size)."""
-    return {t: servers_for(sizes, server_size(nodes, t)) for t, sizes in sorted(demands.items())}
+def servers_needed(demands: Mapping[str, Mapping[int, int]], server_gpus: Mapping[str, int]) -> dict[str, int]:
+    """Servers needed per GPU type, from each type's replicas (how many of each size) and its servers' GPUs
+    (:func:`server_sizes`)."""
+    return {t: servers_for(sizes, server_gpus.get(t, 0)) for t, sizes in sorted(demands.items())}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ from lyra.api import names
 from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.observe import format_time, parse_time, read_world
+from lyra.operator.observe import PodReadings, World, format_time, parse_time, read_world
+from tests.unit.kubewatch.test_kinds import kubelet_pod
 
 from .fake_cluster import A100, T4, inference_service, node, training_job
 
@@ -138,3 +140,32 @@ def test_status_tables_show_pools_queue_and_running_jobs() -> None:
     assert "training    NVIDIA-A100-SXM4-80GB" in text
     assert "ml/huge" in text.split("RUNNING")[0], "the oversized job is in the queue"
     assert "ml/fits   2/2" in text
+
+
+def test_pod_readings_read_a_pod_again_only_when_its_object_changed_and_forget_deleted_pods() -> None:
+    first = kubelet_pod("w0", {names.ROLE_LABEL: names.ROLE_BASE, names.JOB_LABEL: "j"}, 1)
+    second = kubelet_pod("w1", {names.ROLE_LABEL: names.ROLE_BASE, names.JOB_LABEL: "j"}, 1)
+    broken = kubelet_pod("bad", {}, 1) | {"spec": "not a pod spec"}
+    readings = PodReadings()
+
+    def world(*pods: dict[str, Any]) -> World:
+        return read_world(1_800_000_000.0, nodes=[], pods=pods, jobs=[], services=[], readings=readings)
+
+    cold = world(first, second, broken)
+    assert readings.hits == 0
+    assert [u.ref.name for u in cold.unreadable] == ["bad"]
+
+    again = world(first, second, broken)
+    assert readings.hits == 3
+    assert again == cold  # the same records, the unreadable pod reported again
+    assert again == read_world(1_800_000_000.0, nodes=[], pods=[first, second, broken], jobs=[], services=[])
+
+    finished = copy.deepcopy(second)
+    finished["status"]["phase"] = "Succeeded"
+    changed = world(first, finished)  # an event replaced w1's object; bad was deleted
+    assert readings.hits == 1
+    assert {p.ref.name: p.phase for p in changed.pods} == {"w0": "Running", "w1": "Succeeded"}
+    assert changed.unreadable == ()
+
+    world(first, finished, broken)  # bad's object again after it was forgotten: read afresh, not from memory
+    assert readings.hits == 2
