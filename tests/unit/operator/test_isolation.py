@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lyra.cli.status_commands import render
-from lyra.operator import jobs as jobs_module
+from lyra.operator import worker_pods as worker_pods_module
 from lyra.operator.actions import (
     Action,
     ApplyDeployment,
@@ -31,6 +31,7 @@ from lyra.operator.actions import (
 from lyra.operator.commit import Cluster, Outcome
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.isolation import FIRST_DELAY_S, Backoff
+from lyra.operator.observe import ObjectRef
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, report_reclaim, training_job
 from .test_decide import CONFIG as DECIDE_CONFIG
@@ -112,14 +113,14 @@ def test_a_job_whose_pods_raise_while_being_built_fails_alone_with_the_error(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Whatever the schema and the checks miss (here a builder that raises for one job) stops that job only."""
-    build = jobs_module.manifests.worker_pod
+    build = worker_pods_module.manifests.worker_pod
 
     def worker_pod(**arguments: Any) -> dict[str, Any]:
         if arguments["job"] == "poison":
             raise TypeError("'str' object is not a mapping")
         return build(**arguments)
 
-    monkeypatch.setattr(jobs_module.manifests, "worker_pod", worker_pod)
+    monkeypatch.setattr(worker_pods_module.manifests, "worker_pod", worker_pod)
     cluster = FakeCluster([node("a0", "training", A100)])
     cluster.add_job(training_job("good", 2, 2))
     cluster.add_job(training_job("poison", 1, 1))
@@ -311,9 +312,9 @@ def test_a_failing_object_is_retried_with_exponential_backoff_while_the_others_p
 def test_backoff_is_capped() -> None:
     backoff = Backoff()
     action = CreatePod(
-        ref=jobs_module.ObjectRef("Pod", "quota", "q-w0"),
+        ref=ObjectRef("Pod", "quota", "q-w0"),
         manifest={},
-        owner=jobs_module.ObjectRef("TrainingJob", "quota", "q"),
+        owner=ObjectRef("TrainingJob", "quota", "q"),
     )
     delays = []
     now = 0.0
@@ -329,7 +330,7 @@ def test_a_server_error_is_retried_sooner_than_a_refusal() -> None:
     """A 500 says nothing about the object (etcd timed out): 1 s, doubling, at most 30 s; a refusal after it goes
     back to the refusal's schedule, continuing the count."""
     backoff = Backoff()
-    action = PatchStatus(jobs_module.ObjectRef("TrainingJob", "ml", "t4"), {}, ("workers",))
+    action = PatchStatus(ObjectRef("TrainingJob", "ml", "t4"), {}, ("workers",))
     delays = []
     now = 0.0
     for _ in range(7):

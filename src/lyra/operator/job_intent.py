@@ -1,0 +1,213 @@
+"""A job's intent from the allocation: the core's snapshot of the training side (servers in their loan states after
+this pass, running jobs where their workers are, GPUs held by everything else), ``allocate_workers`` on it, and each
+job's phase, target workers, planned placement and GPU type written into its status before its pods change, so a
+crash between the two is completed by the next pass."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
+
+from lyra.api import conditions
+from lyra.api.resources import JobPhase, WorkerCounts
+from lyra.core.allocation import AllocationPlan, allocate_workers
+from lyra.core.errors import InvalidClusterError
+from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
+from lyra.operator.actions import AllocationReport
+from lyra.operator.conditions import set_condition
+from lyra.operator.job_life import JobLives
+from lyra.operator.job_work import WorkLedger
+from lyra.operator.observe import PodRecord, format_time
+from lyra.operator.training_pass import PREEMPTED_BY_ALLOCATION, JobState, TrainingPass
+
+
+class JobIntents:
+    """The allocation of the pass and the intent it gives each job."""
+
+    def __init__(self, training: TrainingPass, work: WorkLedger, life: JobLives) -> None:
+        self.training = training
+        self.work = work
+        self.life = life
+
+    def training_snapshot(self, states: Mapping[str, LoanState]) -> ClusterSnapshot:
+        return self.snapshot(states)[0]
+
+    def snapshot(self, states: Mapping[str, LoanState]) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
+        """The core's view: servers in their loan states after this pass, running jobs where their workers are, and
+        GPUs held by everything else (replicas, other GPU pods, leaving workers). A lost node is left out; an
+        unhealthy one is in it with all its GPUs its jobs' workers do not use held.
+
+        A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
+        out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
+        servers = tuple(
+            Server(n.name, n.pool, n.gpu_type, n.gpus, states.get(n.name) if n.pool is Pool.INFERENCE else None)
+            for n in self.training.world.nodes
+            if n.name not in self.training.lost_nodes
+        )
+        hosts = {s.name for s in servers if s.hosts_training}
+        entries: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
+        for job in self.training.jobs.values():
+            if job.status.phase not in (JobPhase.RUNNING, JobPhase.QUEUED) or job.finishing:
+                continue  # a finishing job's last workers hold their GPUs until they exit; nothing to decide
+            if job.status.phase is JobPhase.QUEUED and self.training.held_back(job):
+                continue  # its pods would be refused again: it is not given GPUs until its retry is due
+            placed = [
+                p
+                for p in job.bound_live()
+                if job.status.phase is JobPhase.RUNNING
+                and p.node in hosts
+                and p.ref.key not in self.training.changes.deleted
+            ]
+            if len(placed) < job.record.spec.min_workers:
+                placed = []  # below its base the job holds GPUs but does not run
+            placement: dict[str, int] = defaultdict(int)
+            for pod in placed:
+                placement[pod.node] += 1
+            entries.append((self.work.core_job(job, placement, self.work.remaining_work(job)), job, placed))
+        kept = self._consistent(servers, entries)
+        counted = {p.ref.key for _, _, placed in kept for p in placed}
+        held: dict[str, int] = defaultdict(int)
+        known = {s.name for s in servers}
+        for pod in self.training.world.pods:
+            if pod.holds_gpus and pod.ref.key not in counted and pod.node in known:
+                held[pod.node] += pod.gpus
+        workers_on: dict[str, int] = defaultdict(int)
+        for _, _, placed in kept:
+            for pod in placed:
+                workers_on[pod.node] += pod.gpus
+        for server in servers:  # an unhealthy node keeps its workers but takes no new ones: its free GPUs are held
+            if server.name in self.training.unhealthy_nodes:
+                held[server.name] = max(server.gpus - workers_on[server.name], held[server.name])
+        snapshot = ClusterSnapshot(servers, tuple(core for core, _, _ in kept), self.training.config.gpus)
+        return snapshot, dict(held), {core.name: job for core, job, _ in kept}
+
+    def _consistent(
+        self, servers: tuple[Server, ...], entries: list[tuple[TrainingJob, JobState, list[PodRecord]]]
+    ) -> list[tuple[TrainingJob, JobState, list[PodRecord]]]:
+        try:
+            ClusterSnapshot(servers, tuple(core for core, _, _ in entries), self.training.config.gpus)
+            return entries
+        except InvalidClusterError:
+            pass
+        kept: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
+        for entry in entries:
+            try:
+                ClusterSnapshot(servers, (*(core for core, _, _ in kept), entry[0]), self.training.config.gpus)
+            except InvalidClusterError as error:
+                report = self.training.changes.report
+                self.training.changes.report = replace(report, left_out={**report.left_out, entry[0].name: str(error)})
+                continue
+            kept.append(entry)
+        return kept
+
+    def allocate(self, states: Mapping[str, LoanState]) -> None:
+        try:
+            snapshot, held, by_name = self.snapshot(states)
+            plan = allocate_workers(snapshot, held=held, search_budget=self.training.config.search_budget)
+        except InvalidClusterError as error:
+            self.training.changes.report = replace(self.training.changes.report, allocation_error=str(error))
+            return
+        self.training.changes.report = replace(self.training.changes.report, allocation=_allocation_report(plan))
+        rooms: dict[int, dict[str, int]] = {}  # GPUs per worker -> workers each GPU type holds, empty
+        for name, job in by_name.items():
+            workers = plan.workers.get(name, 0)
+            placement = dict(plan.placement.get(name, {}))
+            types = plan.gpu_types.get(name, ())
+            if workers == 0:
+                size = job.record.spec.gpus_per_worker
+                if size not in rooms:
+                    rooms[size] = empty_room(snapshot, size)
+                too_large = self.too_large(job, rooms[size])
+                reason = too_large or plan.queued.get(name, "waiting for GPUs")
+                kind = conditions.TOO_LARGE if too_large else conditions.QUEUED
+                job.status = set_condition(
+                    job.status,
+                    conditions.RUNNING,
+                    False,
+                    kind,
+                    reason,
+                    now=self.training.changes.now,
+                    generation=job.record.generation,
+                )
+                if job.status.phase is JobPhase.RUNNING:
+                    self.life.stop_job(
+                        job, JobPhase.QUEUED, conditions.PREEMPTED, f"preempted by the allocation: {reason}"
+                    )
+                    self.life.count_preemption(job, PREEMPTED_BY_ALLOCATION)
+                continue
+            target = WorkerCounts(
+                current=job.status.workers.current,
+                target=workers,
+                base=job.record.spec.min_workers,
+                flexible=workers - job.record.spec.min_workers,
+            )
+            if job.status.phase is JobPhase.QUEUED:
+                fields = self.work.fold_work(job)
+                fields.update(
+                    phase=JobPhase.RUNNING,
+                    started_at=format_time(self.training.changes.now),
+                    workers=target,
+                    placements=placement,
+                    gpu_type=types[0] if types else None,
+                )
+                job.update(**fields)
+                message = f"started {workers} workers on {', '.join(types)} ({_where(placement)})"
+                job.status = set_condition(
+                    job.status,
+                    conditions.RUNNING,
+                    True,
+                    conditions.STARTED,
+                    message,
+                    now=self.training.changes.now,
+                    generation=job.record.generation,
+                )
+                self.training.changes.emit(job.record.ref, conditions.STARTED, message)
+            elif workers != job.status.workers.target:  # the same count elsewhere is no reason to move workers
+                before = job.status.workers.target
+                fields = self.work.fold_work(job)
+                fields.update(workers=target, placements=placement)
+                job.update(**fields)
+                self.training.changes.emit(
+                    job.record.ref, conditions.RESIZED, f"workers {before} -> {workers} ({_where(placement)})"
+                )
+
+    def too_large(self, job: JobState, room: Mapping[str, int]) -> str | None:
+        """Why ``job``'s base can never start on this cluster, even empty and with every server lent; or None.
+        ``room``: the workers of its size each GPU type holds on the empty cluster (:func:`empty_room`)."""
+        spec = job.record.spec
+        model = self.training.models[job.key]
+        rooms = [workers for gpu_type, workers in room.items() if model.may_use(self.training.config.gpus[gpu_type])]
+        best = sum(rooms) if spec.mix_gpu_types else max(rooms, default=0)
+        if best >= spec.min_workers:
+            return None
+        gpus = f"{spec.gpus_per_worker} GPU{'s' if spec.gpus_per_worker != 1 else ''}"
+        where = "the GPU types it may use" if spec.mix_gpu_types else "one GPU type it may use"
+        return (
+            f"larger than the cluster: its base needs {spec.min_workers} workers of {gpus} on {where}, and all the "
+            f"servers together hold at most {best}; it waits until servers are added"
+        )
+
+
+def empty_room(snapshot: ClusterSnapshot, gpus_per_worker: int) -> dict[str, int]:
+    """Workers of ``gpus_per_worker`` GPUs each GPU type's servers hold with nothing running, by type name."""
+    room: dict[str, int] = {}
+    for server in snapshot.servers:
+        room[server.gpu_type] = room.get(server.gpu_type, 0) + server.gpus // gpus_per_worker
+    return dict(sorted(room.items()))
+
+
+def _where(placement: Mapping[str, int]) -> str:
+    return ", ".join(f"{count} on {node}" for node, count in sorted(placement.items())) or "nowhere yet"
+
+
+def _allocation_report(plan: AllocationPlan) -> AllocationReport:
+    return AllocationReport(
+        workers=dict(plan.workers),
+        started=tuple(plan.started),
+        resized=tuple(plan.resized),
+        queued=dict(plan.queued),
+        gpus_used=plan.gpus_used,
+        capacity_gpus=plan.capacity_gpus,
+        fluid_average_jct_s=plan.fluid_average_jct,
+    )

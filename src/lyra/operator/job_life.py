@@ -1,0 +1,212 @@
+"""A job's life in a pass: finished, failed, re-queued (gang and start timeouts, lost base workers), scaled in or
+preempted; workers lost with their nodes or disrupted by Kubernetes (docs/reliability.md, "Node and pod health"):
+the job is scaled in if it keeps its base, else re-queued and the preemption counted, never failed. Worker pods of an
+earlier run of a job of the same name are deleted (with their UID as precondition)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lyra.api import conditions
+from lyra.api.resources import JobPhase, WorkerCounts
+from lyra.operator.conditions import set_condition
+from lyra.operator.job_work import WorkLedger
+from lyra.operator.observe import PodRecord, format_time, parse_time
+from lyra.operator.training_pass import (
+    FINISHED_PHASES,
+    PREEMPTED_BY_DISRUPTION,
+    PREEMPTED_BY_RECLAIM,
+    PREEMPTED_LOST_BASE,
+    PREEMPTED_NODE_LOST,
+    JobState,
+    TrainingPass,
+)
+
+
+class JobLives:
+    """Stops, scale-ins, preemptions and timeouts of the pass's jobs."""
+
+    def __init__(self, training: TrainingPass, work: WorkLedger) -> None:
+        self.training = training
+        self.work = work
+
+    def stop_job(self, job: JobState, phase: JobPhase, reason: str, message: str, *, grace: int | None = None) -> None:
+        """Stop every live worker of ``job`` and leave it in ``phase`` (Queued: re-queued; or finished)."""
+        wait = job.record.spec.preemption.grace_period_seconds if grace is None else grace
+        for pod in job.live:
+            self.training.changes.delete(pod, wait, reason)
+        fields = self.work.fold_work(job)
+        fields.update(phase=phase, workers=WorkerCounts(), placements={}, gpu_type=None)
+        if phase is JobPhase.QUEUED:
+            fields["queued_at"] = format_time(self.training.changes.now)
+        else:
+            fields["finished_at"] = format_time(self.training.changes.now)
+        job.update(**fields)
+        job.status = set_condition(
+            job.status,
+            conditions.RUNNING,
+            False,
+            reason,
+            message,
+            now=self.training.changes.now,
+            generation=job.record.generation,
+        )
+        self.training.changes.emit(
+            job.record.ref, reason, message, warning=phase is JobPhase.FAILED or reason == conditions.PREEMPTED
+        )
+
+    def running_workers(self, job_key: str) -> tuple[int, int] | None:
+        job = self.training.jobs.get(job_key)
+        if job is None or job.status.phase is not JobPhase.RUNNING:
+            return None
+        return job.record.spec.min_workers, len([p for p in job.live if p.ref.key not in self.training.changes.deleted])
+
+    def scale_in(self, job_key: str, pods: list[PodRecord], why: str) -> None:
+        job = self.training.jobs[job_key]
+        for pod in pods:
+            self.training.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, conditions.SCALED_IN)
+        placements = dict(job.status.placements)
+        for pod in pods:
+            placements[pod.node] = placements.get(pod.node, 0) - 1
+        workers = job.status.workers
+        target = max(workers.target - len(pods), job.record.spec.min_workers)
+        fields = self.work.fold_work(job)
+        fields.update(
+            placements={n: c for n, c in placements.items() if c > 0},
+            workers=workers.model_copy(update={"target": target, "flexible": target - job.record.spec.min_workers}),
+            scale_ins=job.status.scale_ins + len(pods),
+        )
+        job.update(**fields)
+        self.training.changes.emit(job.record.ref, conditions.SCALED_IN, f"scaled in {len(pods)} workers: {why}")
+
+    def preempt(self, job_key: str, why: str) -> None:
+        job = self.training.jobs[job_key]
+        self.stop_job(job, JobPhase.QUEUED, conditions.PREEMPTED, f"preempted: {why}; re-queued")
+        self.count_preemption(job, PREEMPTED_BY_RECLAIM)
+
+    def count_preemption(self, job: JobState, cause: str) -> None:
+        """One more preemption in the job's status, and its cause in the pass's report (for metrics)."""
+        job.update(preemptions=job.status.preemptions + 1)
+        report = self.training.changes.report
+        self.training.changes.report = replace(report, preempted={**report.preempted, job.key: cause})
+
+    def lives(self) -> None:
+        self.clean_stale()
+        for job in self.training.jobs.values():
+            spec, status = job.record.spec, job.status
+            if status.phase is JobPhase.QUEUED and status.queued_at is None:
+                job.update(queued_at=format_time(job.record.created or self.training.changes.now))
+            disrupted = [p for p in job.pods if p.disruption and not p.terminating]
+            for pod in disrupted:
+                if pod.is_finished:  # the kubelet left it Failed: its object goes, it is no failure of the job
+                    self.training.changes.delete(pod, 0, conditions.DISRUPTED)
+            if status.phase in FINISHED_PHASES:
+                for pod in job.live:  # a finished job keeps no worker running
+                    self.training.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.JOB_FINISHED)
+                continue
+            failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating and not p.disruption]
+            succeeded = [p for p in job.pods if p.phase == "Succeeded"]
+            if status.phase is JobPhase.RUNNING and failed:
+                self.stop_job(job, JobPhase.FAILED, conditions.WORKER_FAILED, f"worker {failed[0].ref.name} failed")
+            elif status.phase is JobPhase.RUNNING and succeeded and not job.live:
+                self.stop_job(job, JobPhase.SUCCEEDED, conditions.COMPLETED, f"{len(succeeded)} workers completed")
+            elif status.phase is JobPhase.QUEUED and job.live:
+                for pod in job.live:  # workers of a job that was re-queued (a crash came between status and pods)
+                    self.training.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.REQUEUED)
+            elif status.phase is JobPhase.RUNNING and not succeeded and not self.lose_workers(job, disrupted):
+                self.gang_watch(job)
+
+    def clean_stale(self) -> None:
+        """Delete the pods of earlier runs of the jobs (each with its UID as precondition: never the new run's)."""
+        for pod in self.training.world.stale:
+            job = self.training.jobs.get(pod.owner or "")
+            grace = job.record.spec.preemption.grace_period_seconds if job is not None else 0
+            self.training.changes.delete(pod, 0 if pod.is_finished else grace, conditions.STALE_RUN)
+
+    def lose_workers(self, job: JobState, disrupted: list[PodRecord]) -> bool:
+        """Workers on lost nodes and disrupted ones are gone: the job is scaled in if it keeps its base, else re-queued
+        (counted as a preemption). Returns whether the job was re-queued."""
+        on_lost = [p for p in job.live if p.node and self.training.node_lost(p.node) is not None]
+        gone = {p.ref.key: p for p in [*on_lost, *disrupted]}
+        if not gone:
+            return False
+        reasons = sorted({why for p in on_lost if (why := self.training.node_lost(p.node)) is not None})
+        reasons += [f"worker {p.ref.name} disrupted ({p.disruption})" for p in disrupted]
+        why = "; ".join(reasons)
+        remaining = [p for p in job.live if p.ref.key not in gone]
+        if len(remaining) >= job.record.spec.min_workers:
+            self.scale_in(job.key, list(gone.values()), why)
+            return False
+        self.stop_job(
+            job,
+            JobPhase.QUEUED,
+            conditions.PREEMPTED,
+            f"preempted: {why}; {len(remaining)} of {job.record.spec.min_workers} base workers remain; re-queued",
+        )
+        self.count_preemption(job, PREEMPTED_NODE_LOST if on_lost else PREEMPTED_BY_DISRUPTION)
+        return True
+
+    def gang_watch(self, job: JobState) -> None:
+        """A started gang must bind within the gang timeout; a running job that lost its base is re-queued."""
+        spec = job.record.spec
+        started = parse_time(job.status.started_at) or job.record.created
+        bound = job.bound_live()
+        pending = [p for p in job.live if not p.node]
+        overdue = self.training.changes.now - started > self.training.config.gang_timeout_s
+        if len(bound) >= spec.min_workers:
+            now = self.training.changes.now
+            running = [p for p in job.live if p.started]
+            if len(running) < spec.min_workers and now - started > self.training.config.start_timeout_s:
+                stuck = sorted(f"{p.ref.name} {p.stuck or p.phase}" for p in job.live if not p.started)
+                self.stop_job(
+                    job,
+                    JobPhase.QUEUED,
+                    conditions.START_TIMEOUT,
+                    f"only {len(running)} of {spec.min_workers} base workers running "
+                    f"{self.training.config.start_timeout_s:g} s after the start ({', '.join(stuck[:3])}); re-queued",
+                )
+                return
+            unplaced = [
+                p for p in pending if p.created is not None and now - p.created > self.training.config.gang_timeout_s
+            ]
+            unstarted = [
+                p
+                for p in bound
+                if not p.started and p.created is not None and now - p.created > self.training.config.start_timeout_s
+            ]
+            drop = [*unplaced, *unstarted]  # flexible ones: at least minWorkers others run (checked above)
+            for pod in drop:
+                self.training.changes.delete(
+                    pod, 0, conditions.FLEXIBLE_WORKER_UNPLACED if not pod.node else conditions.START_TIMEOUT
+                )
+            if drop:
+                job.update(workers=job.status.workers.model_copy(update={"target": len(job.live) - len(drop)}))
+            return
+        if overdue and job.status.workers.current >= spec.min_workers:
+            self.stop_job(
+                job,
+                JobPhase.QUEUED,
+                conditions.PREEMPTED,
+                f"lost its base: {len(bound)} of {spec.min_workers} base workers remain; re-queued",
+            )
+            self.count_preemption(job, PREEMPTED_LOST_BASE)
+        elif overdue:
+            self.stop_job(
+                job,
+                JobPhase.QUEUED,
+                conditions.GANG_TIMEOUT,
+                f"only {len(bound)} of {spec.min_workers} base workers were placed within "
+                f"{self.training.config.gang_timeout_s:g} s; rolled back and re-queued",
+                grace=0,
+            )
+
+    def settled(self) -> bool:
+        """Allocation waits while workers are in flight (being placed, or leaving a healthy node): it decides on a
+        settled cluster. Pods stuck terminating on an unhealthy node (its kubelet cannot confirm) do not hold it up:
+        that node takes no new work anyway, and its GPUs stay counted as held."""
+        for job in self.training.jobs.values():
+            if job.status.phase is JobPhase.RUNNING and any(not p.node for p in job.live):
+                return False
+            if any(p.terminating and p.holds_gpus and self.training.plannable(p.node) for p in job.pods):
+                return False  # a pod leaving a dead node never finishes leaving: it concerns that node only
+        return not self.training.changes.deletes()

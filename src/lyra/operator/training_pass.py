@@ -1,0 +1,154 @@
+"""What the training side of a pass shares: each TrainingJob of the pass with the status it will leave it with
+(:class:`JobState`), the core's model of each, the nodes' health as the jobs see it, and the jobs whose specs the
+core refuses. The parts that act on it, one responsibility each: :mod:`lyra.operator.job_work` (work accounting),
+:mod:`lyra.operator.job_life` (a job's life), :mod:`lyra.operator.job_intent` (the allocation's intent) and
+:mod:`lyra.operator.worker_pods` (pods made to match the intent); :class:`lyra.operator.jobs.JobBook` runs them."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from lyra.api import conditions
+from lyra.api.convert import training_job
+from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
+from lyra.core.errors import InvalidClusterError
+from lyra.core.model import TrainingJob
+from lyra.operator.actions import PatchStatus
+from lyra.operator.changes import Changes, changed_fields
+from lyra.operator.conditions import set_applied, set_condition
+from lyra.operator.config import OperatorConfig
+from lyra.operator.isolation import key_of
+from lyra.operator.observe import JobRecord, PodRecord, World, format_time
+from lyra.operator.templates import template_problem
+
+FINISHED_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+#: Why a pass preempts a job (re-queues it from Running; the report's ``preempted`` names it): its servers were
+#: reclaimed for inference, the allocation gave its GPUs to others, or it lost base workers and was re-queued.
+PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE = "reclaim", "allocation", "lost_base"
+#: Preemption causes from health: the job's workers were on a lost node, or Kubernetes disrupted them.
+PREEMPTED_NODE_LOST, PREEMPTED_BY_DISRUPTION = "node_lost", "disruption"
+
+log = logging.getLogger("lyra.operator")
+
+
+@dataclass(slots=True)
+class JobState:
+    """A job during the pass: its record, its pods, and the status this pass will leave it with."""
+
+    record: JobRecord
+    pods: tuple[PodRecord, ...]
+    status: TrainingJobStatus
+
+    @property
+    def key(self) -> str:
+        return self.record.ref.key
+
+    @property
+    def live(self) -> list[PodRecord]:
+        return [p for p in self.pods if p.is_live]
+
+    @property
+    def finishing(self) -> bool:
+        """A worker has exited 0: the job is ending (the others follow); it is neither resized nor restarted."""
+        return any(p.phase == "Succeeded" for p in self.pods)
+
+    def bound_live(self) -> list[PodRecord]:
+        return [p for p in self.pods if p.is_live and p.node]
+
+    def update(self, **changes: Any) -> None:
+        self.status = self.status.model_copy(update=changes)
+
+
+class TrainingPass:
+    """The jobs of one pass and what every part of the training side reads (see the module docstring)."""
+
+    def __init__(self, world: World, config: OperatorConfig, changes: Changes) -> None:
+        self.world = world
+        self.config = config
+        self.changes = changes
+        self.jobs = {
+            j.ref.key: JobState(j, world.pods_of(j.ref.key), j.status)
+            for j in world.jobs
+            if not (j.status.phase in FINISHED_PHASES and not any(p.is_live for p in world.pods_of(j.ref.key)))
+            and not j.deleting  # the garbage collector removes (or orphans) its pods; nothing is decided for it
+        }
+        self.refused: list[JobState] = []
+        now = changes.now
+        #: Nodes in no plan: lost (unhealthy past the grace), and gone ones (neither read nor left out as unreadable).
+        self.lost_nodes = {n.name: n.health for n in world.nodes if n.lost(now, config.node_grace_s)}
+        #: Nodes that take no new work: every unhealthy one.
+        self.unhealthy_nodes = {n.name: n.health for n in world.nodes if not n.healthy}
+        self.known_nodes = {n.name for n in world.nodes} | {
+            u.ref.name for u in world.unreadable if u.ref.kind == "Node"
+        }
+        #: Worker indices still held by pods of an earlier run of each job (their names are not reused meanwhile).
+        self.stale_indices: dict[str, set[int]] = defaultdict(set)
+        for pod in world.stale:
+            if pod.owner is not None and pod.index is not None:
+                self.stale_indices[pod.owner].add(pod.index)
+        #: Each job as the core models it, built (and checked) once per pass.
+        self.models: dict[str, TrainingJob] = {}
+        for key, job in list(self.jobs.items()):
+            try:
+                self.models[key] = training_job(key, job.record.spec)
+            except InvalidClusterError as error:  # the API server accepted it (an older CRD?); the core does not
+                del self.jobs[key]
+                self.refuse(job, f"the spec cannot be run: {error}")
+                continue
+            problem = template_problem(job.record.spec.template, "gpusPerWorker")
+            if problem is not None:
+                del self.jobs[key]
+                self.refuse(job, f"the worker pods cannot be built: {problem}")
+
+    def refuse(self, job: JobState, message: str) -> None:
+        """Fail a job whose spec the core cannot run (its pace cannot be computed either), and stop its workers."""
+        for pod in job.live:
+            self.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, conditions.INVALID_SPEC)
+        job.update(
+            phase=JobPhase.FAILED, workers=WorkerCounts(), placements={}, finished_at=format_time(self.changes.now)
+        )
+        job.status = set_condition(
+            job.status,
+            conditions.RUNNING,
+            False,
+            conditions.INVALID_SPEC,
+            message,
+            now=self.changes.now,
+            generation=job.record.generation,
+        )
+        self.changes.emit(job.record.ref, conditions.INVALID_SPEC, message, warning=True)
+        self.refused.append(job)
+
+    def plannable(self, node: str) -> bool:
+        """Whether new work may be planned onto ``node``: it is known and healthy."""
+        return node in self.known_nodes and node not in self.unhealthy_nodes
+
+    def node_lost(self, node: str) -> str | None:
+        """Why the workers on ``node`` are gone (it is lost, or deleted), or ``None``."""
+        if node in self.lost_nodes:
+            return f"node {node} lost ({self.lost_nodes[node]}, past the {self.config.node_grace_s:g} s grace)"
+        if node and node not in self.known_nodes:
+            return f"node {node} is gone"
+        return None
+
+    def held_back(self, job: JobState) -> bool:
+        """Whether the API refused ``job``'s writes and its retry is not due yet (:mod:`lyra.operator.isolation`)."""
+        failure = self.changes.failures.get(key_of(job.record.ref))
+        return failure is not None and self.changes.now < failure.retry_at
+
+    def write_statuses(self) -> None:
+        for job in [*self.jobs.values(), *self.refused]:
+            self.write_status(job)
+
+    def write_status(self, job: JobState) -> None:
+        status = job.status.model_copy(update={"observed_generation": job.record.generation})
+        failure = self.changes.failures.get(key_of(job.record.ref))
+        status = set_applied(status, failure, now=self.changes.now, generation=job.record.generation)
+        if status != job.record.status:
+            self.changes.actions.append(
+                PatchStatus(job.record.ref, wire(status), changed_fields(job.record.status, status))
+            )
