@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def _whole(text: str) -> int:
@@ -51,3 +54,41 @@ def add_kubeconfig_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig", type=existing_file, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
     )
+
+
+#: How a setting's flag reads its value, by the setting's kind (:mod:`lyra.operator.config`).
+_READERS: dict[str, tuple[Callable[[str], Any], str | None]] = {
+    "seconds": (seconds, "SECONDS"),
+    "count": (non_negative_int, None),
+    "positive count": (positive_int, None),
+    "text": (str, None),
+}
+
+
+def add_settings(parser: argparse.ArgumentParser, settings: type[Any], *, only: Sequence[str] = ()) -> None:
+    """One flag for each field of the dataclass ``settings`` that declares one (``setting(...)``), or only for the
+    fields named in ``only``: its default and its help are the field's, the value lands on the field's name."""
+    for item in dataclasses.fields(settings):
+        flag = item.metadata.get("flag")
+        if flag is None or (only and item.name not in only):
+            continue
+        read, metavar = _READERS[item.metadata["kind"]]
+        default = item.default
+        shown = f"{default:g}" if isinstance(default, float) else (repr(default) if default == "" else str(default))
+        parser.add_argument(
+            flag,
+            type=read,
+            default=default,
+            metavar=metavar,
+            dest=item.name,
+            help=f"{item.metadata['help']} (default {shown})",
+        )
+
+
+def settings_given(args: argparse.Namespace, settings: type[Any]) -> dict[str, Any]:
+    """The values of ``settings``' flags among ``args`` (those :func:`add_settings` added), by field name."""
+    return {
+        item.name: getattr(args, item.name)
+        for item in dataclasses.fields(settings)
+        if "flag" in item.metadata and hasattr(args, item.name)
+    }

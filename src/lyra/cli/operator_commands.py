@@ -19,9 +19,10 @@ from typing import Any
 
 from lyra.cli.arguments import (
     add_kubeconfig_argument,
+    add_settings,
     non_negative_int,
-    positive_int,
     seconds,
+    settings_given,
 )
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
@@ -38,63 +39,16 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     add_kubeconfig_argument(parser)
     parser.add_argument("--dry-run", action="store_true", help="shadow mode: decide and report, change nothing")
     parser.add_argument("--once", action="store_true", help="make one pass, print it as JSON and exit")
-    parser.add_argument(
-        "--headroom", type=non_negative_int, default=0, help="spare inference servers kept per GPU type (default 0)"
-    )
-    parser.add_argument(
-        "--lend-delay",
-        type=seconds,
-        default=60.0,
-        metavar="SECONDS",
-        help="an idle inference server is lent after this long idle (hysteresis; default 60)",
-    )
-    parser.add_argument(
-        "--reclaim-deadline",
-        type=seconds,
-        default=300.0,
-        metavar="SECONDS",
-        help="training pods still on a reclaimed server after this long are deleted without grace (default 300)",
-    )
-    parser.add_argument(
-        "--gang-timeout",
-        type=seconds,
-        default=120.0,
-        metavar="SECONDS",
-        help="a base gang not placed whole within this long is rolled back and re-queued (default 120)",
-    )
-    parser.add_argument(
-        "--node-grace",
-        type=seconds,
-        default=60.0,
-        metavar="SECONDS",
-        help="a node NotReady, unreachable or short of GPUs takes no new work at once, and is dropped with its workers "
-        "after this long (hysteresis; default 60)",
-    )
-    parser.add_argument(
-        "--start-timeout",
-        type=seconds,
-        default=300.0,
-        metavar="SECONDS",
-        help="a started job whose base workers are not all running after this long is re-queued (default 300)",
-    )
-    parser.add_argument(
-        "--resync", type=seconds, default=10.0, metavar="SECONDS", help="a pass at least this often (default 10)"
-    )
-    parser.add_argument(
-        "--search-budget", type=positive_int, default=16_000, help="the allocator's search budget (default 16000)"
-    )
+    from lyra.operator.config import LoopSettings, OperatorConfig
+
+    add_settings(parser, OperatorConfig)
+    add_settings(parser, LoopSettings, only=("resync_s",))
     parser.add_argument(
         "--lease-namespace",
         default=os.environ.get("POD_NAMESPACE", "default"),
         help="namespace of the leader Lease that keeps one operator active (default: $POD_NAMESPACE or default)",
     )
-    parser.add_argument(
-        "--lease-duration",
-        type=seconds,
-        default=15.0,
-        metavar="SECONDS",
-        help="a candidate takes the Lease over once it has seen it unrenewed for this long (default 15)",
-    )
+    add_settings(parser, LoopSettings, only=("lease_duration_s",))
     parser.add_argument(
         "--renew-deadline",
         type=seconds,
@@ -117,12 +71,6 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "--http-address", default="", help="address the HTTP endpoints listen on (default: every interface)"
     )
     parser.add_argument(
-        "--scheduler-name",
-        default="",
-        help="schedulerName of the pods and Deployments the operator makes, e.g. the chart's bundled scheduler "
-        "(default: the cluster's default scheduler)",
-    )
-    parser.add_argument(
         "--inference-gpu-cap",
         action="append",
         default=[],
@@ -137,7 +85,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 def run_operator_command(args: argparse.Namespace) -> int:
     from lyra.operator.leader import LeaseTiming
 
-    timing = LeaseTiming.from_duration(args.lease_duration, args.renew_deadline, args.retry_period)
+    timing = LeaseTiming.from_duration(args.lease_duration_s, args.renew_deadline, args.retry_period)
     problem = timing.problem()
     if problem is not None and not args.dry_run:
         print(f"lyra operator: --lease-duration, --renew-deadline, --retry-period: {problem}", file=sys.stderr)
@@ -145,7 +93,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     if args.http_port > 65535:
         print(f"lyra operator: --http-port {args.http_port} is not a port (0 to 65535)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.resync <= 0:
+    if args.resync_s <= 0:
         print("lyra operator: --resync must be > 0 seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
     from lyra.operator.sizing import InferenceGpuCaps
@@ -159,7 +107,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.core.gpus import GpuCatalog
     from lyra.operator.commit import Cluster
-    from lyra.operator.decide import OperatorConfig
+    from lyra.operator.config import LoopSettings, OperatorConfig
     from lyra.operator.runner import Reconciler, RunOptions, describe, leader_lease, run_operator
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -169,23 +117,15 @@ def run_operator_command(args: argparse.Namespace) -> int:
         print(f"lyra operator: {error}", file=sys.stderr)
         return EXIT_FAILED
     config = OperatorConfig(
-        headroom=args.headroom,
-        lend_delay_s=args.lend_delay,
-        reclaim_deadline_s=args.reclaim_deadline,
-        gang_timeout_s=args.gang_timeout,
-        node_grace_s=args.node_grace,
-        start_timeout_s=args.start_timeout,
-        search_budget=args.search_budget,
-        scheduler_name=args.scheduler_name,
+        **settings_given(args, OperatorConfig),
         inference_gpu_caps=caps,
         gpus=args.gpu_catalog if args.gpu_catalog is not None else GpuCatalog(),
     )
     options = RunOptions(
         config=config,
         dry_run=args.dry_run,
-        resync_s=args.resync,
+        **settings_given(args, LoopSettings),
         lease_namespace=args.lease_namespace,
-        lease_duration_s=args.lease_duration,
         renew_deadline_s=args.renew_deadline,
         retry_period_s=args.retry_period,
         http_address=args.http_address,

@@ -1,28 +1,91 @@
-"""The operator's knobs, shared by the parts of a pass (``lyra operator --help`` documents each)."""
+"""The operator's knobs, shared by the parts of a pass, each defined once: its default, its command-line flag and
+the sentence ``lyra operator --help`` says about it live in the field's :func:`setting` (the CLI builds its flags
+from them, and a unit test holds the chart's values to the same defaults)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Final
 
 from lyra.core.allocation import DEFAULT_SEARCH_BUDGET
 from lyra.core.gpus import GpuCatalog
 from lyra.operator.sizing import InferenceGpuCaps
 
+#: How a setting's flag reads its value: a duration in seconds, a whole number >= 0, one >= 1, or text.
+SECONDS: Final = "seconds"
+COUNT: Final = "count"
+POSITIVE_COUNT: Final = "positive count"
+TEXT: Final = "text"
+
+
+def setting(default: Any, *, flag: str, kind: str, help: str) -> Any:
+    """A field with its default, its flag, how the flag is read (:data:`SECONDS`, :data:`COUNT`,
+    :data:`POSITIVE_COUNT`, :data:`TEXT`) and what ``--help`` says of it (the default is added there)."""
+    return field(default=default, metadata={"flag": flag, "kind": kind, "help": help})
+
 
 @dataclass(frozen=True, slots=True)
 class OperatorConfig:
-    headroom: int = 0
-    lend_delay_s: float = 60.0
-    reclaim_deadline_s: float = 300.0
-    gang_timeout_s: float = 120.0
+    headroom: int = setting(0, flag="--headroom", kind=COUNT, help="spare inference servers kept per GPU type")
+    lend_delay_s: float = setting(
+        60.0,
+        flag="--lend-delay",
+        kind=SECONDS,
+        help="an idle inference server is lent only once it has been idle this long",
+    )
+    reclaim_deadline_s: float = setting(
+        300.0,
+        flag="--reclaim-deadline",
+        kind=SECONDS,
+        help="training pods still on a reclaimed server after this long are deleted without grace",
+    )
+    gang_timeout_s: float = setting(
+        120.0,
+        flag="--gang-timeout",
+        kind=SECONDS,
+        help="a base gang not placed whole within this long is rolled back and re-queued",
+    )
     #: A node unhealthy (NotReady, unreachable, GPUs below capacity) this long is lost: out of every plan, its workers
     #: gone. Shorter, it only takes no new work (hysteresis: a blip scales nothing in).
-    node_grace_s: float = 60.0
+    node_grace_s: float = setting(
+        60.0,
+        flag="--node-grace",
+        kind=SECONDS,
+        help="a node NotReady, unreachable or short of GPUs takes no new work at once, and is dropped with its "
+        "workers only once it has been so this long",
+    )
     #: A started job whose workers do not all run this long after it started is re-queued (Kueue's waitForPodsReady).
-    start_timeout_s: float = 300.0
-    search_budget: int = DEFAULT_SEARCH_BUDGET
+    start_timeout_s: float = setting(
+        300.0,
+        flag="--start-timeout",
+        kind=SECONDS,
+        help="a started job whose base workers are not all running after this long is re-queued",
+    )
+    search_budget: int = setting(
+        DEFAULT_SEARCH_BUDGET, flag="--search-budget", kind=POSITIVE_COUNT, help="the allocator's search budget"
+    )
     gpus: GpuCatalog = field(default_factory=GpuCatalog)
     #: The scheduler of the pods the operator makes (``schedulerName``); empty: the cluster's default scheduler.
-    scheduler_name: str = ""
+    scheduler_name: str = setting(
+        "",
+        flag="--scheduler-name",
+        kind=TEXT,
+        help="schedulerName of the pods and Deployments the operator makes, e.g. the chart's bundled scheduler "
+        "(empty: the cluster's default scheduler)",
+    )
     #: The GPUs each namespace's InferenceServices may claim (``--inference-gpu-cap``); none: no cap.
     inference_gpu_caps: InferenceGpuCaps = field(default_factory=InferenceGpuCaps)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """The running operator's loop: how often it passes without an event, and how long its Lease lasts
+    (:class:`lyra.operator.runner.RunOptions` takes its defaults from here)."""
+
+    resync_s: float = setting(10.0, flag="--resync", kind=SECONDS, help="a pass at least this often")
+    lease_duration_s: float = setting(
+        15.0,
+        flag="--lease-duration",
+        kind=SECONDS,
+        help="a candidate takes the Lease over once it has seen it unrenewed for this long",
+    )

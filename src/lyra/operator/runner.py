@@ -37,6 +37,7 @@ from lyra.core.gpus import MemoryDisagreement
 from lyra.operator.actions import Decision, PatchStatus, SetNodeState
 from lyra.operator.caches import ClusterCaches
 from lyra.operator.commit import Cluster
+from lyra.operator.config import LoopSettings
 from lyra.operator.decide import OperatorConfig, decide, observed_gpus
 from lyra.operator.endpoints import Health, serve
 from lyra.operator.leader import LeaderLease, LeadershipLostError, LeaseTiming
@@ -54,9 +55,9 @@ SYNC_POLL_S = 1.0
 class RunOptions:
     config: OperatorConfig
     dry_run: bool = False
-    resync_s: float = 10.0
+    resync_s: float = LoopSettings().resync_s
     lease_namespace: str = "default"
-    lease_duration_s: float = 15.0
+    lease_duration_s: float = LoopSettings().lease_duration_s
     renew_deadline_s: float | None = None  # None: client-go's proportion of the lease duration
     retry_period_s: float | None = None
 

@@ -3,11 +3,16 @@ anything."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from lyra.cli import main
+from lyra.chart.values import Operator as ChartOperator
+from lyra.cli import main, operator_commands
+from lyra.cli.arguments import settings_given
+from lyra.operator.config import LoopSettings, OperatorConfig
 
 
 @pytest.mark.parametrize(
@@ -88,3 +93,44 @@ def test_a_bad_gpu_catalogue_exits_2_naming_the_file_and_the_field(
     assert f"lyra operator: error: argument --gpu-catalog: {catalog}: " in error
     assert says in error
     assert "Traceback" not in error
+
+
+def _operator_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lyra")
+    commands = parser.add_subparsers()
+    operator_commands.register(commands)
+    return commands.choices["operator"]
+
+
+def test_every_setting_has_one_flag_whose_default_is_the_settings_default() -> None:
+    parser = _operator_parser()
+    flags = {action.dest: action for action in parser._actions}
+    for settings in (OperatorConfig, LoopSettings):
+        for item in dataclasses.fields(settings):
+            if "flag" not in item.metadata:
+                continue
+            action = flags[item.name]
+            assert action.option_strings == [item.metadata["flag"]], item.name
+            assert action.default == item.default, item.name
+    parsed = parser.parse_args([])
+    assert OperatorConfig(**settings_given(parsed, OperatorConfig)) == OperatorConfig()
+    assert settings_given(parsed, LoopSettings) == {"resync_s": 10.0, "lease_duration_s": 15.0}
+    given = parser.parse_args(["--lend-delay", "5", "--headroom", "2", "--scheduler-name", "lyra-scheduler"])
+    config = OperatorConfig(**settings_given(given, OperatorConfig))
+    assert (config.lend_delay_s, config.headroom, config.scheduler_name) == (5.0, 2, "lyra-scheduler")
+
+
+def test_the_charts_defaults_are_the_operators() -> None:
+    chart = ChartOperator()
+    config, loop = OperatorConfig(), LoopSettings()
+    assert (chart.headroom, chart.lend_delay_seconds, chart.reclaim_deadline_seconds) == (
+        config.headroom,
+        config.lend_delay_s,
+        config.reclaim_deadline_s,
+    )
+    assert (chart.gang_timeout_seconds, chart.node_grace_seconds, chart.start_timeout_seconds) == (
+        config.gang_timeout_s,
+        config.node_grace_s,
+        config.start_timeout_s,
+    )
+    assert (chart.resync_seconds, chart.lease_duration_seconds) == (loop.resync_s, loop.lease_duration_s)
