@@ -1,0 +1,455 @@
+"""Phase 2, flexible demand and GPU types: candidate allocations of the admitted jobs scored by the sum of
+completion times in the typed fluid model, improved by a first-improvement local search whose every move is realised
+on the servers before it is kept (see :mod:`lyra.core.allocation`)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from lyra.core.allocation.problem import Problem
+from lyra.core.fluid import QUEUED, SPREAD, FluidModel
+from lyra.core.ordering import admission_key
+from lyra.core.packing import Layout, Slot
+
+#: Stand-in completion time for a job that never starts in the fluid model (1,000 years).
+_NEVER = 3.2e10
+
+
+@dataclass(slots=True)
+class SearchState:
+    """A candidate allocation as vectors: every job's kind (queued, spread over several types, or its one GPU
+    type's index), width (workers) and, for spread jobs, workers per type; free GPUs per type; its objective."""
+
+    kinds: list[int]
+    widths: list[int]
+    spreads: dict[int, list[tuple[int, int]]]
+    free: list[int]
+    value: float = math.inf
+
+    def copy(self) -> SearchState:
+        return SearchState(list(self.kinds), list(self.widths), dict(self.spreads), list(self.free), self.value)
+
+
+#: One change of a search move: (job, new kind, new width).
+_Change = tuple[int, int, int]
+
+
+class Search:
+    """Phase 2: flexible workers and GPU types of admitted jobs, scored in the typed fluid model.
+
+    The search works on GPU counts per type; a move is kept only if it still bin-packs. On a type where every job
+    that may use it has one-GPU workers the counts are exact; elsewhere a move is realised on the servers (by the
+    placement rule) before it is scored. The best allocation found is realised once at the end.
+    """
+
+    def __init__(self, problem: Problem, budget: int, restart_cost_s: float | None) -> None:
+        self.problem = problem
+        self.budget = budget
+        self.restart_cost = restart_cost_s
+        self.evaluations = 0
+        jobs = problem.jobs
+        layout = problem.layout
+        self.model = FluidModel(problem.fluid, layout.capacity)
+        self.members = [i for i in range(len(jobs)) if problem.kind[i] != QUEUED]
+        self.name = [j.name for j in jobs]
+        self.gpw = [j.gpus_per_worker for j in jobs]
+        self.low = [j.min_workers for j in jobs]
+        self.high = problem.high
+        self.types = len(problem.types)
+        #: Types on which GPU counts decide packing exactly (every job that may use them has 1-GPU workers).
+        self.unit = [
+            all(problem.speeds[i][t] <= 0 or self.gpw[i] == 1 for i in range(len(jobs))) for t in range(self.types)
+        ]
+        #: Jobs this plan starts that may use another GPU type than phase 1 gave them; with a restart cost, also
+        #: running jobs (on one type) that may use a type faster for them.
+        self.movable = {i for i in problem.started if problem.kind[i] >= 0 and len(problem.type_preference(i)) > 1}
+        self.running = set(problem.running)
+        if restart_cost_s is not None:
+            for i in problem.running:
+                kind = problem.kind[i]
+                if kind >= 0 and max(problem.speeds[i]) > problem.speeds[i][kind]:
+                    self.movable.add(i)
+        self.members.sort(key=lambda i: (self._time_at_max(i), self.name[i]))
+        widths = [layout.workers(name) for name in self.name]
+        spreads: dict[int, list[tuple[int, int]]] = {}
+        for i, kind in enumerate(problem.kind):
+            if kind == SPREAD:
+                per_type: dict[int, int] = {}
+                for server, count in layout.hosts(self.name[i]).items():
+                    per_type[layout.type_of[server]] = per_type.get(layout.type_of[server], 0) + count
+                spreads[i] = sorted(per_type.items())
+        self.phase_one = SearchState(list(problem.kind), widths, spreads, list(layout.free_of_type))
+        self._type_layouts: dict[int, Layout] = {}
+
+    def _time_at_max(self, i: int) -> float:
+        problem = self.problem
+        kind = problem.kind[i]
+        speed = problem.speeds[i][kind] if kind >= 0 else min(s for s in problem.speeds[i] if s > 0)
+        return problem.jobs[i].time_at(self.high[i], speed)
+
+    # -------------------------------------------------------------------------------------------- objective
+
+    def evaluate(self, state: SearchState) -> float:
+        self.evaluations += 1
+        self.budget -= len(self.problem.jobs)
+        extra: dict[int, float] = {}
+        if self.restart_cost:
+            phase_one = self.phase_one.kinds
+            for i in self.running:
+                kind = state.kinds[i]
+                if kind != phase_one[i] and kind >= 0:
+                    job = self.problem.jobs[i]
+                    extra[i] = self.restart_cost * job.pace(state.widths[i], self.problem.speeds[i][kind])
+        times = self.model.run(state.kinds, state.widths, state.spreads, extra)
+        state.value = math.fsum(t if t != math.inf else _NEVER for t in times)
+        return state.value
+
+    def average_jct(self, state: SearchState) -> float:
+        if not self.problem.jobs:
+            return 0.0
+        if state.value >= _NEVER:
+            return math.inf
+        return state.value / len(self.problem.jobs)
+
+    # ------------------------------------------------------------------------------------------ realising
+
+    def realise(self, state: SearchState) -> Layout | None:
+        """The servers' layout of ``state``: phase 1's, with workers removed by the scale-in rule and added by the
+        placement rule (largest workers first); ``None`` if something does not pack."""
+        layout = self.problem.layout.copy()
+        pending: list[tuple[int, int, int, int]] = []  # (member order, job, type, workers to add)
+        for order, i in enumerate(self.members):
+            name, g = self.name[i], self.gpw[i]
+            hosts = layout.hosts(name)
+            current: dict[int, int] = {}
+            for server, count in hosts.items():
+                current[layout.type_of[server]] = current.get(layout.type_of[server], 0) + count
+            kind = state.kinds[i]
+            target = dict(state.spreads[i]) if kind == SPREAD else {kind: state.widths[i]}
+            for t, count in current.items():
+                wanted = target.get(t, 0)
+                if wanted < count:
+                    layout.remove(name, g, count - wanted, only_type=t)
+            for t, wanted in target.items():
+                if wanted > current.get(t, 0):
+                    pending.append((order, i, t, wanted - current.get(t, 0)))
+        pending.sort(key=lambda item: (-self.gpw[item[1]], item[0]))
+        for _, i, t, count in pending:
+            if layout.place(self.name[i], self.gpw[i], t, count) is None:
+                return None
+        return layout
+
+    def _packs(self, state: SearchState, touched: set[int]) -> bool:
+        """Whether ``state`` bin-packs on the touched types (exact by counts on unit types; realised on the
+        others, type by type, from phase 1's servers of that type alone)."""
+        return all(self.unit[t] or self._packs_on(state, t) for t in touched)
+
+    def _packs_on(self, state: SearchState, t: int) -> bool:
+        layout = self._type_layout(t).copy()
+        pending: list[tuple[int, int, int]] = []  # (member order, job, workers to add)
+        for order, i in enumerate(self.members):
+            kind = state.kinds[i]
+            wanted = dict(state.spreads[i]).get(t, 0) if kind == SPREAD else (state.widths[i] if kind == t else 0)
+            name, g = self.name[i], self.gpw[i]
+            count = layout.workers(name)
+            if wanted < count:
+                layout.remove(name, g, count - wanted)
+            elif wanted > count:
+                pending.append((order, i, wanted - count))
+        pending.sort(key=lambda item: (-self.gpw[item[1]], item[0]))
+        return all(layout.place(self.name[i], self.gpw[i], 0, count) is not None for _, i, count in pending)
+
+    def _type_layout(self, t: int) -> Layout:
+        """Phase 1's layout of the servers of one type (built once)."""
+        built = self._type_layouts.get(t)
+        if built is None:
+            full = self.problem.layout
+            built = Layout(
+                [Slot(full.names[s], full.types[t], full.size[s], full.safe[s]) for s in full.servers_of_type[t]]
+            )
+            for name, hosts in full.jobs.items():
+                for server, count in hosts.items():
+                    if full.type_of[server] == t:
+                        built.add(name, built.index[full.names[server]], count, self.problem.gpw_of[name])
+            self._type_layouts[t] = built
+        return built
+
+    # ------------------------------------------------------------------------------------------- candidates
+
+    def run(self) -> tuple[SearchState, Layout]:
+        kept = self.phase_one.copy()
+        self.evaluate(kept)
+        if not any(self.high[i] > self.low[i] or i in self.movable for i in self.members):
+            return kept, self.problem.layout  # nothing to choose: no elastic job, none that could change type
+        candidates = [kept]
+        seen = {self._signature(kept)}
+        for candidate in (self._filled(), self._knapsack()):
+            if candidate is None:
+                continue
+            signature = self._signature(candidate)
+            if signature not in seen and self._packs(candidate, set(range(self.types))):
+                seen.add(signature)
+                candidates.append(candidate)
+                self.evaluate(candidate)
+        order = sorted(range(len(candidates)), key=lambda k: (candidates[k].value, k))
+        best = candidates[order[0]]
+        # Local search from every candidate, best first, while the budget lasts: the objective has several
+        # basins (one wide job vs several narrower ones), and candidates start in different ones.
+        for k in order:
+            if self.budget <= 0:
+                break
+            found = self._local_search(candidates[k])
+            if found.value < best.value * (1 - 1e-12):
+                best = found
+        self._mix_types(best)
+        layout = self.realise(best)
+        if layout is None:  # every kept move packed; this is a guard, not a path
+            return kept, self.problem.layout
+        if self._admit_leftovers(best, layout):
+            self.evaluate(best)
+        return best, layout
+
+    def _admit_leftovers(self, state: SearchState, layout: Layout) -> bool:
+        """Base demand stays first-class after phase 2: moving jobs between types can free room where a base that
+        phase 1 could not place now fits. Such bases start, in admission order, on their fastest type with room."""
+        problem = self.problem
+        waiting = sorted(
+            (i for i in range(len(problem.jobs)) if state.kinds[i] == QUEUED and problem.preference[i]),
+            key=lambda i: admission_key(problem.jobs[i], problem.best_speed(i)),
+        )
+        started = False
+        for i in waiting:
+            job = problem.jobs[i]
+            for t in problem.type_preference(i):
+                if layout.place(job.name, job.gpus_per_worker, t, job.min_workers) is not None:
+                    self._set(state, i, t, job.min_workers)
+                    problem.started.append(i)
+                    started = True
+                    break
+        return started
+
+    def _signature(self, state: SearchState) -> tuple[tuple[int, int], ...]:
+        return tuple((state.kinds[i], state.widths[i]) for i in self.members)
+
+    def _set(self, state: SearchState, i: int, kind: int, width: int) -> None:
+        g = self.gpw[i]
+        if state.kinds[i] >= 0:
+            state.free[state.kinds[i]] += state.widths[i] * g
+        if kind >= 0:
+            state.free[kind] -= width * g
+        state.kinds[i] = kind
+        state.widths[i] = width
+
+    def _at_bases(self) -> SearchState:
+        state = self.phase_one.copy()
+        for i in self.members:
+            if state.kinds[i] >= 0 and state.widths[i] > self.low[i]:
+                self._set(state, i, state.kinds[i], self.low[i])
+        return state
+
+    def _filled(self) -> SearchState:
+        """Every admitted job widened to its maximum as GPUs last, shortest time at maximum first."""
+        state = self._at_bases()
+        for i in self.members:
+            kind = state.kinds[i]
+            if kind >= 0:
+                extra = min(self.high[i] - state.widths[i], state.free[kind] // self.gpw[i])
+                if extra > 0:
+                    self._set(state, i, kind, state.widths[i] + extra)
+        return state
+
+    def _knapsack(self) -> SearchState | None:
+        """The poster's own-reduction knapsack (value of a worker: the job's own time saved), greedy by value per
+        GPU, which is exact for these concave values. ``None`` when at most one job can grow: then it is
+        :meth:`_filled`."""
+        state = self._at_bases()
+        growing = [i for i in self.members if state.kinds[i] >= 0 and state.widths[i] < self.high[i]]
+        if len(growing) <= 1:
+            return None
+        problem = self.problem
+        heap: list[tuple[float, str, int]] = []
+        widths, free, gpw, high = state.widths, state.free, self.gpw, self.high
+
+        def push(i: int) -> None:
+            w = widths[i]
+            if w < high[i]:
+                job = problem.jobs[i]
+                # Time saved by one more worker: work / pace(w) - work / pace(w + 1), pace = w s / (1 + o (w - 1)).
+                o = job.scaling_overhead
+                per_speed = job.remaining_work / problem.speeds[i][state.kinds[i]]
+                gain = per_speed * ((1 + o * (w - 1)) / w - (1 + o * w) / (w + 1))
+                heapq.heappush(heap, (-gain / gpw[i], self.name[i], i))
+
+        for i in growing:
+            push(i)
+        while heap:
+            _, _, i = heapq.heappop(heap)
+            kind = state.kinds[i]
+            if free[kind] >= gpw[i]:
+                self._set(state, i, kind, widths[i] + 1)
+                push(i)
+        return state
+
+    # --------------------------------------------------------------------------------------- local search
+
+    def _try(self, state: SearchState, changes: Sequence[_Change]) -> bool:
+        """Apply ``changes``, keep them if they pack and lower the objective; otherwise restore ``state``."""
+        before = [(i, state.kinds[i], state.widths[i]) for i, _, _ in changes]
+        value = state.value
+        touched: set[int] = set()
+        for i, kind, width in changes:
+            touched.update(t for t in (state.kinds[i], kind) if t >= 0)
+            self._set(state, i, kind, width)
+        fits = all(f >= 0 for f in state.free) and self._packs(state, touched)
+        if fits and self.evaluate(state) < value * (1 - 1e-12):
+            return True
+        for i, kind, width in reversed(before):
+            self._set(state, i, kind, width)
+        state.value = value
+        return False
+
+    def _local_search(self, start: SearchState) -> SearchState:
+        state = start.copy()
+        improved = True
+        while improved and self.budget > 0:
+            improved = False
+            for changes in self._neighbours(state):
+                if self.budget <= 0:
+                    break
+                if self._try(state, changes):
+                    improved = True
+                    break
+        return state
+
+    def _neighbours(self, state: SearchState) -> Iterator[list[_Change]]:
+        """Moves, one at a time: one more worker; one worker moved between two jobs of a type; a job this plan
+        starts moved to another type; two such jobs swapping types."""
+        kinds, widths, free = state.kinds, state.widths, state.free
+        members = self.members
+        gpw, low, high = self.gpw, self.low, self.high
+        for i in members:
+            kind = kinds[i]
+            if kind >= 0 and widths[i] < high[i] and free[kind] >= gpw[i]:
+                yield [(i, kind, widths[i] + 1)]
+        for i in members:
+            kind = kinds[i]
+            if kind < 0 or widths[i] >= high[i]:
+                continue
+            for k in reversed(members):
+                if k != i and kinds[k] == kind and widths[k] > low[k] and free[kind] + gpw[k] >= gpw[i]:
+                    yield [(k, kind, widths[k] - 1), (i, kind, widths[i] + 1)]
+        speeds = self.problem.speeds
+        phase_one = self.phase_one.kinds
+        # Jobs with the most time left first: they gain the most from a faster type (first improvement wins).
+        movable = sorted(
+            (i for i in members if i in self.movable and kinds[i] >= 0),
+            key=lambda i: (-self.problem.jobs[i].time_at(widths[i], speeds[i][kinds[i]]), self.name[i]),
+        )
+        for i in movable:
+            running = i in self.running
+            for t in self.problem.type_preference(i):
+                if t == kinds[i] or (running and speeds[i][t] <= speeds[i][phase_one[i]]):
+                    continue
+                room = free[t] // gpw[i]
+                # As wide as it is now, or as wide as the other type holds (it may be wider there); and the same
+                # with the GPUs it leaves handed to the jobs still on its old type (a move that pays off only
+                # together with that).
+                for width in dict.fromkeys((min(widths[i], room), min(high[i], room))):
+                    if width >= low[i]:
+                        yield [(i, t, width)]
+                        filled = self._with_fill(state, [(i, t, width)])
+                        if len(filled) > 1:
+                            yield filled
+                if room < low[i] and running:
+                    squeezed = self._squeeze(state, i, t)
+                    if squeezed is not None:
+                        yield squeezed
+        new = [i for i in movable if i not in self.running]
+        for a, i in enumerate(new):
+            for k in new[a + 1 :]:
+                ti, tk = kinds[i], kinds[k]
+                if ti == tk or speeds[i][tk] <= 0 or speeds[k][ti] <= 0:
+                    continue
+                room_i = free[tk] + widths[k] * gpw[k]
+                room_k = free[ti] + widths[i] * gpw[i]
+                wi = min(widths[i], room_i // gpw[i])
+                wk = min(widths[k], room_k // gpw[k])
+                if wi >= low[i] and wk >= low[k]:
+                    yield [(i, tk, wi), (k, ti, wk)]
+                    filled = self._with_fill(state, [(i, tk, wi), (k, ti, wk)])
+                    if len(filled) > 2:
+                        yield filled
+
+    def _with_fill(self, state: SearchState, changes: Sequence[_Change]) -> list[_Change]:
+        """``changes``, then every job widened with the GPUs left on its type, shortest at maximum first: a type
+        move often pays off only together with what it frees."""
+        free = list(state.free)
+        widths = {i: state.widths[i] for i in self.members}
+        kinds = {i: state.kinds[i] for i in self.members}
+        for i, kind, width in changes:
+            if kinds[i] >= 0:
+                free[kinds[i]] += widths[i] * self.gpw[i]
+            free[kind] -= width * self.gpw[i]
+            kinds[i], widths[i] = kind, width
+        result = list(changes)
+        for k in self.members:
+            kind = kinds[k]
+            if kind < 0 or widths[k] >= self.high[k]:
+                continue
+            extra = min(self.high[k] - widths[k], free[kind] // self.gpw[k])
+            if extra > 0:
+                free[kind] -= extra * self.gpw[k]
+                result.append((k, kind, widths[k] + extra))
+        return result
+
+    def _squeeze(self, state: SearchState, i: int, t: int) -> list[_Change] | None:
+        """Move job ``i`` to type ``t`` at its base, scaling in flexible workers of the longest jobs there."""
+        g = self.gpw[i]
+        short = self.low[i] * g - state.free[t]
+        changes: list[_Change] = []
+        for k in reversed(self.members):
+            if short <= 0:
+                break
+            if k == i or state.kinds[k] != t or state.widths[k] <= self.low[k]:
+                continue
+            take = min(state.widths[k] - self.low[k], -(-short // self.gpw[k]))
+            changes.append((k, t, state.widths[k] - take))
+            short -= take * self.gpw[k]
+        if short > 0:
+            return None
+        return [*changes, (i, t, self.low[i])]
+
+    def _mix_types(self, state: SearchState) -> None:
+        """Jobs that opt in to mixing may grow onto other types where that raises their pace and the objective."""
+        problem = self.problem
+        for i in self.members:
+            job = problem.jobs[i]
+            if not job.mix_gpu_types or self.budget <= 0:
+                continue
+            for t in problem.type_preference(i):
+                spread = dict(state.spreads[i]) if state.kinds[i] == SPREAD else {state.kinds[i]: state.widths[i]}
+                width = sum(spread.values())
+                if width >= self.high[i] or t in spread:
+                    continue
+                slowest = min(problem.speeds[i][u] for u in spread)
+                count = min(self.high[i] - width, state.free[t] // job.gpus_per_worker)
+                if count <= 0 or job.pace(width + count, min(slowest, problem.speeds[i][t])) <= job.pace(
+                    width, slowest
+                ):
+                    continue
+                before = state.copy()
+                kind = state.kinds[i]
+                if kind >= 0:
+                    state.free[kind] += state.widths[i] * job.gpus_per_worker
+                spread[t] = count
+                for u, w in spread.items():
+                    state.free[u] -= w * job.gpus_per_worker
+                state.kinds[i] = SPREAD
+                state.widths[i] = width + count
+                state.spreads[i] = sorted(spread.items())
+                if not (self._packs(state, set(spread)) and self.evaluate(state) < before.value * (1 - 1e-12)):
+                    state.kinds, state.widths, state.spreads = before.kinds, before.widths, before.spreads
+                    state.free, state.value = before.free, before.value
