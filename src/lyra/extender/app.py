@@ -158,14 +158,25 @@ def _from_request(node: Node, view: ClusterView) -> NodeView | None:
     return judged
 
 
-def _prioritize(args: ExtenderArgs, view: ClusterView) -> list[dict[str, Any]]:
+class EncodedJson(bytes):
+    """An answer already encoded as JSON (the hot path's own encoding), sent as it is."""
+
+
+def _prioritize(args: ExtenderArgs, view: ClusterView) -> EncodedJson:
     """``HostPriorityList`` in request order, leaving out the nodes that score 0: kube-scheduler adds the extender's
     score of each host it lists and nothing for the others, so a missing host and a 0 are the same, and the answer
-    stays small. Plain dicts: this is the hot path, and the core keeps scores within 0..10 (see
-    :class:`~lyra.extender.wire.HostPriority`)."""
+    stays small. Encoded here: this is the hot path, the core keeps scores within 0..10 (see
+    :class:`~lyra.extender.wire.HostPriority`), and a node name needs no JSON escaping unless it holds a quote, a
+    backslash or a character that is not printable (Kubernetes names never do; a name sent in a request is checked,
+    and the whole answer then goes through ``json``)."""
     pod = view.request_for(args.Pod)
     views = _candidates(args, view)
-    return [{"Host": name, "Score": score} for name, score in score_nodes(pod, views) if score > 0]
+    scored = [(name, score) for name, score in score_nodes(pod, views) if score > 0]
+    names = "".join(name for name, _ in scored)
+    if '"' in names or "\\" in names or not names.isprintable():
+        return EncodedJson(json.dumps([{"Host": name, "Score": score} for name, score in scored]).encode())
+    entries = ",".join([f'{{"Host":"{name}","Score":{score:d}}}' for name, score in scored])
+    return EncodedJson(f"[{entries}]".encode())
 
 
 def _preempt(
@@ -306,6 +317,8 @@ def create_app(
                 outcome, status, body = "bad-request", 422, {"Error": _validation_message(error)}
             metrics.requests.labels(name, outcome).inc()
             metrics.latency.labels(name).observe(time.perf_counter() - started)
+            if isinstance(body, EncodedJson):
+                return Response(bytes(body), status_code=status, media_type="application/json")
             return JSONResponse(body, status_code=status)
 
         return endpoint

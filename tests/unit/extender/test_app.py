@@ -285,3 +285,12 @@ def test_a_50_mb_body_without_a_length_is_refused_without_holding_it_in_memory()
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("name", ['s"0', "s\\0", "s\t0", "sé0"])
+def test_a_node_name_sent_in_full_comes_back_as_valid_json_whatever_it_holds(api: TestClient, name: str) -> None:
+    sent = [dict(n, metadata={**n["metadata"], "name": name}) if n["metadata"]["name"] == "s0" else n for n in NODES]
+    answer = api.post("/prioritize", json={"Pod": pod("chat-1", 2, "inference"), "Nodes": {"items": sent}})
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/json"
+    assert [h["Host"] for h in json.loads(answer.content)] == [name, "i0"]
