@@ -1,15 +1,15 @@
-"""The plan and its explanation: every job's workers, GPU types and placement from the search's best allocation, what
-it started, resized, migrated and preempted, and why each waiting job waits (worded on first read)."""
+"""The plan: every job's workers, GPU types and placement from the search's best allocation, and what it started,
+resized, migrated and preempted; why each waiting job waits is :mod:`.explanation`'s."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from lyra.core.allocation.explanation import QueuedReasons
 from lyra.core.allocation.problem import Problem
 from lyra.core.allocation.search import Search, SearchState
-from lyra.core.model import TrainingJob
 from lyra.core.packing import Layout
 
 
@@ -33,30 +33,6 @@ class AllocationPlan:
     capacity_gpus: int = 0
     fluid_average_jct: float = 0.0
     evaluations: int = 0
-
-
-class _Reasons(Mapping[str, str]):
-    """Why each waiting job waits, worded on first read (most callers, like the simulator, never ask)."""
-
-    def __init__(self, jobs: Mapping[str, TrainingJob], explain: Callable[[TrainingJob], str]) -> None:
-        self._jobs = jobs
-        self._explain = explain
-        self._worded: dict[str, str] = {}
-
-    def __getitem__(self, name: str) -> str:
-        reason = self._worded.get(name)
-        if reason is None:
-            reason = self._worded[name] = self._explain(self._jobs[name])
-        return reason
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._jobs))
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def __repr__(self) -> str:
-        return repr(dict(self))
 
 
 def plan_of(problem: Problem, best: SearchState, layout: Layout, search: Search) -> AllocationPlan:
@@ -92,9 +68,7 @@ def plan_of(problem: Problem, best: SearchState, layout: Layout, search: Search)
         for name, before in problem.surviving.items()
         if name not in migrated and name in placement and dict(placement[name]) != before
     )
-    queued = _Reasons(
-        {j.name: j for j in problem.jobs if not workers[j.name]}, lambda job: why_queued(problem, job, layout)
-    )
+    queued = QueuedReasons(problem, layout, [j for j in problem.jobs if not workers[j.name]])
     return AllocationPlan(
         workers=MappingProxyType(workers),
         gpu_types=MappingProxyType(types),
@@ -109,24 +83,3 @@ def plan_of(problem: Problem, best: SearchState, layout: Layout, search: Search)
         fluid_average_jct=search.average_jct(best),
         evaluations=search.evaluations,
     )
-
-
-def why_queued(problem: Problem, job: TrainingJob, layout: Layout) -> str:
-    """Why ``job`` waits: what its base needs and what the GPU types it may use hold now and at best."""
-    i = problem.index[job.name]
-    base = f"base of {job.min_workers} worker{'s' if job.min_workers > 1 else ''} x {job.gpus_per_worker} GPU"
-    base += "s" if job.gpus_per_worker > 1 else ""
-    allowed = problem.type_preference(i)
-    excluded = [t for t in problem.types if t not in {problem.types[a] for a in allowed}]
-    if not allowed:
-        present = ", ".join(problem.types) or "none"
-        return f"may use none of the GPU types training can use now (present: {present})"
-    parts = []
-    for t in allowed:
-        now = layout.room(t, job.gpus_per_worker)
-        most = problem.most_workers(t, job.gpus_per_worker)
-        parts.append(f"{problem.types[t]} holds {now} now, at most {most}")
-    reason = f"{base} does not fit: " + "; ".join(parts)
-    if excluded:
-        reason += f" (may not use {', '.join(excluded)})"
-    return reason
