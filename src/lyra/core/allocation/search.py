@@ -208,13 +208,17 @@ class Search:
         layout = self.realise(best)
         if layout is None:  # every kept move packed; this is a guard, not a path
             return kept, self.problem.layout
-        if self._admit_leftovers(best, layout):
+        admitted = self._admit_leftovers(best, layout)
+        if admitted is not None:
+            best, layout = admitted
             self.evaluate(best)
         return best, layout
 
-    def _admit_leftovers(self, state: SearchState, layout: Layout) -> bool:
+    def _admit_leftovers(self, state: SearchState, layout: Layout) -> tuple[SearchState, Layout] | None:
         """Base demand stays first-class after phase 2: moving jobs between types can free room where a base that
-        phase 1 could not place now fits. Such bases start, in admission order, on their fastest type with room."""
+        phase 1 could not place now fits. Such bases start, in admission order, on their fastest type with room,
+        else on the fastest where scaling in flexible workers (of the longest jobs first) makes room. ``None`` if
+        none starts."""
         problem = self.problem
         waiting = sorted(
             (i for i in range(len(problem.jobs)) if state.kinds[i] == QUEUED and problem.preference[i]),
@@ -225,11 +229,27 @@ class Search:
             job = problem.jobs[i]
             for t in problem.type_preference(i):
                 if layout.place(job.name, job.gpus_per_worker, t, job.min_workers) is not None:
-                    self._set(state, i, t, job.min_workers)
-                    problem.started.append(i)
-                    started = True
                     break
-        return started
+            else:
+                for t in problem.type_preference(i):
+                    squeezed = self._squeeze(state, i, t)
+                    if squeezed is None or len(squeezed) == 1:
+                        continue
+                    trial = state.copy()
+                    for k, kind, width in squeezed[:-1]:
+                        self._set(trial, k, kind, width)
+                    realised = self.realise(trial)
+                    if realised is None or realised.place(job.name, job.gpus_per_worker, t, job.min_workers) is None:
+                        continue
+                    state, layout = trial, realised
+                    break
+                else:
+                    continue
+            self._set(state, i, t, job.min_workers)
+            problem.started.append(i)
+            self.members.append(i)  # so that realising a later squeeze places it too
+            started = True
+        return (state, layout) if started else None
 
     def _signature(self, state: SearchState) -> tuple[tuple[int, int], ...]:
         return tuple((state.kinds[i], state.widths[i]) for i in self.members)
@@ -325,8 +345,9 @@ class Search:
         return state
 
     def _neighbours(self, state: SearchState) -> Iterator[list[_Change]]:
-        """Moves, one at a time: one more worker; one worker moved between two jobs of a type; a job this plan
-        starts moved to another type; two such jobs swapping types."""
+        """Moves, one at a time, in this order: one more worker; one worker moved between two jobs of a type; a job
+        this plan starts (or, with a restart cost, a running one) moved to another type; two jobs exchanging types;
+        a running job and the jobs started beside it exchanged for one job on a faster type; one worker fewer."""
         kinds, widths, free = state.kinds, state.widths, state.free
         members = self.members
         gpw, low, high = self.gpw, self.low, self.high
@@ -354,11 +375,11 @@ class Search:
                 if t == kinds[i] or (running and speeds[i][t] <= speeds[i][phase_one[i]]):
                     continue
                 room = free[t] // gpw[i]
-                # As wide as it is now, or as wide as the other type holds (it may be wider there); and the same
-                # with the GPUs it leaves handed to the jobs still on its old type (a move that pays off only
-                # together with that).
-                for width in dict.fromkeys((min(widths[i], room), min(high[i], room))):
-                    if width >= low[i]:
+                # As wide as it is now, as wide as the other type holds (it may be wider there), or at its base
+                # (the restart costs less time at a lower pace, and its GPUs go to the others); each also with the
+                # GPUs it leaves handed to the jobs still on its old type (a move that pays off only with that).
+                for width in dict.fromkeys((min(widths[i], room), min(high[i], room), low[i])):
+                    if low[i] <= width <= room:
                         yield [(i, t, width)]
                         filled = self._with_fill(state, [(i, t, width)])
                         if len(filled) > 1:
@@ -367,11 +388,15 @@ class Search:
                     squeezed = self._squeeze(state, i, t)
                     if squeezed is not None:
                         yield squeezed
-        new = [i for i in movable if i not in self.running]
-        for a, i in enumerate(new):
-            for k in new[a + 1 :]:
+        # Exchanges: two jobs swapping types, at most one of them running (a running job only to a faster type).
+        for a, i in enumerate(movable):
+            for k in movable[a + 1 :]:
                 ti, tk = kinds[i], kinds[k]
                 if ti == tk or speeds[i][tk] <= 0 or speeds[k][ti] <= 0:
+                    continue
+                if i in self.running and (k in self.running or speeds[i][tk] <= speeds[i][phase_one[i]]):
+                    continue
+                if k in self.running and speeds[k][ti] <= speeds[k][phase_one[k]]:
                     continue
                 room_i = free[tk] + widths[k] * gpw[k]
                 room_k = free[ti] + widths[i] * gpw[i]
@@ -382,6 +407,45 @@ class Search:
                     filled = self._with_fill(state, [(i, tk, wi), (k, ti, wk)])
                     if len(filled) > 2:
                         yield filled
+                else:
+                    # No room for a base at the widths of now: both at their bases, every other job on the two
+                    # types scaled in to its base, then everything widened with what is left.
+                    changes = [(i, tk, low[i]), (k, ti, low[k])]
+                    changes += [(m, kinds[m], low[m]) for m in members if m not in (i, k) and kinds[m] in (ti, tk)]
+                    yield self._with_fill(state, changes)
+
+        # A running job moved to a faster type together with the jobs this plan started beside it, in exchange for
+        # one job this plan started there (a cycle of three types changes that no exchange of two reaches): all of
+        # them at their bases, then widened with what is left.
+        for i in movable:
+            if i not in self.running:
+                continue
+            ts = kinds[i]
+            for tf in self.problem.type_preference(i):
+                if speeds[i][tf] <= speeds[i][phase_one[i]]:
+                    continue
+                movers = [m for m in movable if m not in self.running and kinds[m] == ts and speeds[m][tf] > 0]
+                if not movers:
+                    continue
+                leaving = widths[i] * gpw[i] + sum(widths[m] * gpw[m] for m in movers)
+                bases = low[i] * gpw[i] + sum(low[m] * gpw[m] for m in movers)
+                for k in movable:
+                    if k in self.running or kinds[k] != tf or speeds[k][ts] <= 0:
+                        continue
+                    wk = min(widths[k], (free[ts] + leaving) // gpw[k])
+                    if wk < low[k] or free[tf] + widths[k] * gpw[k] < bases:
+                        continue
+                    changes = [(k, ts, wk), (i, tf, low[i]), *((m, tf, low[m]) for m in movers)]
+                    yield changes
+                    filled = self._with_fill(state, changes)
+                    if len(filled) > len(changes):
+                        yield filled
+
+        # Last, one worker fewer: the GPU left free goes to the queue's next base sooner (or, in the model, to the
+        # jobs still running when one ends), longest jobs first.
+        for i in reversed(members):
+            if kinds[i] >= 0 and widths[i] > low[i]:
+                yield [(i, kinds[i], widths[i] - 1)]
 
     def _with_fill(self, state: SearchState, changes: Sequence[_Change]) -> list[_Change]:
         """``changes``, then every job widened with the GPUs left on its type, shortest at maximum first: a type
