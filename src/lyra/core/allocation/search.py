@@ -208,10 +208,17 @@ class Search:
         layout = self.realise(best)
         if layout is None:  # every kept move packed; this is a guard, not a path
             return kept, self.problem.layout
-        admitted = self._admit_leftovers(best, layout)
-        if admitted is not None:
+        # Bases that the moves made room for start; the search then goes on with them (they may change type too),
+        # until no more start or the budget is spent.
+        while (admitted := self._admit_leftovers(best, layout)) is not None:
             best, layout = admitted
             self.evaluate(best)
+            if self.budget <= 0:
+                break
+            found = self._local_search(best)
+            realised = self.realise(found) if found.value < best.value * (1 - 1e-12) else None
+            if realised is not None:
+                best, layout = found, realised
         return best, layout
 
     def _admit_leftovers(self, state: SearchState, layout: Layout) -> tuple[SearchState, Layout] | None:
@@ -248,6 +255,8 @@ class Search:
             self._set(state, i, t, job.min_workers)
             problem.started.append(i)
             self.members.append(i)  # so that realising a later squeeze places it too
+            if len(problem.type_preference(i)) > 1:
+                self.movable.add(i)
             started = True
         return (state, layout) if started else None
 
@@ -347,7 +356,8 @@ class Search:
     def _neighbours(self, state: SearchState) -> Iterator[list[_Change]]:
         """Moves, one at a time, in this order: one more worker; one worker moved between two jobs of a type; a job
         this plan starts (or, with a restart cost, a running one) moved to another type; two jobs exchanging types;
-        a running job and the jobs started beside it exchanged for one job on a faster type; one worker fewer."""
+        a running job and the jobs started beside it exchanged for one job on a faster type; one worker fewer. The
+        order is fixed (members by time at maximum, movers by time left), so the search is deterministic."""
         kinds, widths, free = state.kinds, state.widths, state.free
         members = self.members
         gpw, low, high = self.gpw, self.low, self.high
@@ -362,6 +372,10 @@ class Search:
             for k in reversed(members):
                 if k != i and kinds[k] == kind and widths[k] > low[k] and free[kind] + gpw[k] >= gpw[i]:
                     yield [(k, kind, widths[k] - 1), (i, kind, widths[i] + 1)]
+                    # A worker of more GPUs than i's frees room for several of i's.
+                    more = min(high[i] - widths[i], (free[kind] + gpw[k]) // gpw[i])
+                    if more > 1:
+                        yield [(k, kind, widths[k] - 1), (i, kind, widths[i] + more)]
         speeds = self.problem.speeds
         phase_one = self.phase_one.kinds
         # Jobs with the most time left first: they gain the most from a faster type (first improvement wins).
@@ -388,6 +402,9 @@ class Search:
                     squeezed = self._squeeze(state, i, t)
                     if squeezed is not None:
                         yield squeezed
+                        filled = self._with_fill(state, squeezed)
+                        if len(filled) > len(squeezed):
+                            yield filled
         # Exchanges: two jobs swapping types, at most one of them running (a running job only to a faster type).
         for a, i in enumerate(movable):
             for k in movable[a + 1 :]:
@@ -449,24 +466,27 @@ class Search:
 
     def _with_fill(self, state: SearchState, changes: Sequence[_Change]) -> list[_Change]:
         """``changes``, then every job widened with the GPUs left on its type, shortest at maximum first: a type
-        move often pays off only together with what it frees."""
-        free = list(state.free)
-        widths = {i: state.widths[i] for i in self.members}
-        kinds = {i: state.kinds[i] for i in self.members}
+        move often pays off only together with what it frees. Where GPU counts do not decide packing, a job is
+        widened only as far as its type still packs (one worker too many would lose the whole move)."""
+        trial = state.copy()
         for i, kind, width in changes:
-            if kinds[i] >= 0:
-                free[kinds[i]] += widths[i] * self.gpw[i]
-            free[kind] -= width * self.gpw[i]
-            kinds[i], widths[i] = kind, width
+            self._set(trial, i, kind, width)
         result = list(changes)
+        if any(f < 0 for f in trial.free):
+            return result
         for k in self.members:
-            kind = kinds[k]
-            if kind < 0 or widths[k] >= self.high[k]:
+            kind, width = trial.kinds[k], trial.widths[k]
+            if kind < 0 or width >= self.high[k]:
                 continue
-            extra = min(self.high[k] - widths[k], free[kind] // self.gpw[k])
-            if extra > 0:
-                free[kind] -= extra * self.gpw[k]
-                result.append((k, kind, widths[k] + extra))
+            extra = min(self.high[k] - width, trial.free[kind] // self.gpw[k])
+            while extra > 0:
+                self._set(trial, k, kind, width + extra)
+                if self.unit[kind] or self._packs_on(trial, kind):
+                    result.append((k, kind, width + extra))
+                    break
+                extra -= 1
+            else:
+                self._set(trial, k, kind, width)
         return result
 
     def _squeeze(self, state: SearchState, i: int, t: int) -> list[_Change] | None:
