@@ -17,6 +17,11 @@ from lyra.core.packing import Layout, Slot
 #: Stand-in completion time for a job that never starts in the fluid model (1,000 years).
 _NEVER = 3.2e10
 
+#: Exchanges that involve a running job, or other jobs scaled in to their bases, are tried only in decisions over at
+#: most this many admitted jobs: they are quadratic (or worse) in the jobs that may change type, and most of them
+#: do not pack, which costs no budget.
+_EXCHANGE_JOBS = 64
+
 
 @dataclass(slots=True)
 class SearchState:
@@ -232,23 +237,35 @@ class Search:
             key=lambda i: admission_key(problem.jobs[i], problem.best_speed(i)),
         )
         started = False
+        spare = self._spare(state)
+        # The smallest base (GPUs, per type and worker size) that scaling in did not make room for: room only
+        # shrinks as bases start, so any base at least as large fails too (as in phase 1).
+        no_room: dict[tuple[int, int], int] = {}
         for i in waiting:
             job = problem.jobs[i]
+            need = job.min_workers * job.gpus_per_worker
             for t in problem.type_preference(i):
                 if layout.place(job.name, job.gpus_per_worker, t, job.min_workers) is not None:
                     break
             else:
                 for t in problem.type_preference(i):
+                    # Scaling in helps only where the free GPUs alone fall short and the flexible ones make it up.
+                    if not state.free[t] < need <= state.free[t] + spare[t]:
+                        continue
+                    if need >= no_room.get((t, job.gpus_per_worker), need + 1):
+                        continue
                     squeezed = self._squeeze(state, i, t)
-                    if squeezed is None or len(squeezed) == 1:
+                    if squeezed is None:
                         continue
                     trial = state.copy()
                     for k, kind, width in squeezed[:-1]:
                         self._set(trial, k, kind, width)
                     realised = self.realise(trial)
                     if realised is None or realised.place(job.name, job.gpus_per_worker, t, job.min_workers) is None:
+                        no_room[t, job.gpus_per_worker] = need
                         continue
                     state, layout = trial, realised
+                    spare = self._spare(state)
                     break
                 else:
                     continue
@@ -259,6 +276,14 @@ class Search:
                 self.movable.add(i)
             started = True
         return (state, layout) if started else None
+
+    def _spare(self, state: SearchState) -> list[int]:
+        """Flexible GPUs (above the jobs' bases) per type."""
+        spare = [0] * self.types
+        for k in self.members:
+            if state.kinds[k] >= 0:
+                spare[state.kinds[k]] += (state.widths[k] - self.low[k]) * self.gpw[k]
+        return spare
 
     def _signature(self, state: SearchState) -> tuple[tuple[int, int], ...]:
         return tuple((state.kinds[i], state.widths[i]) for i in self.members)
@@ -406,8 +431,10 @@ class Search:
                         if len(filled) > len(squeezed):
                             yield filled
         # Exchanges: two jobs swapping types, at most one of them running (a running job only to a faster type).
-        for a, i in enumerate(movable):
-            for k in movable[a + 1 :]:
+        small = len(members) <= _EXCHANGE_JOBS
+        exchanging = movable if small else [i for i in movable if i not in self.running]
+        for a, i in enumerate(exchanging):
+            for k in exchanging[a + 1 :]:
                 ti, tk = kinds[i], kinds[k]
                 if ti == tk or speeds[i][tk] <= 0 or speeds[k][ti] <= 0:
                     continue
@@ -424,7 +451,7 @@ class Search:
                     filled = self._with_fill(state, [(i, tk, wi), (k, ti, wk)])
                     if len(filled) > 2:
                         yield filled
-                else:
+                elif small:
                     # No room for a base at the widths of now: both at their bases, every other job on the two
                     # types scaled in to its base, then everything widened with what is left.
                     changes = [(i, tk, low[i]), (k, ti, low[k])]
@@ -434,7 +461,7 @@ class Search:
         # A running job moved to a faster type together with the jobs this plan started beside it, in exchange for
         # one job this plan started there (a cycle of three types changes that no exchange of two reaches): all of
         # them at their bases, then widened with what is left.
-        for i in movable:
+        for i in movable if small else ():
             if i not in self.running:
                 continue
             ts = kinds[i]
