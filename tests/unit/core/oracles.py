@@ -72,12 +72,19 @@ class OracleJob:
         return workers * speed / (1.0 + self.overhead * (workers - 1))
 
 
-def oracle_jobs(snapshot: ClusterSnapshot) -> list[OracleJob]:
-    """Every job of the snapshot (name order), with its maximum capped at what its types could ever hold."""
+def oracle_capacity(snapshot: ClusterSnapshot, held: Mapping[str, int] | None = None) -> dict[str, int]:
+    """GPUs per type the decision may use: usable servers' GPUs less those ``held`` by work outside it."""
+    held = held or {}
     capacity: dict[str, int] = {}
     for server in snapshot.servers:
         if _usable(server):
-            capacity[server.gpu_type] = capacity.get(server.gpu_type, 0) + server.gpus
+            capacity[server.gpu_type] = capacity.get(server.gpu_type, 0) + server.gpus - held.get(server.name, 0)
+    return capacity
+
+
+def oracle_jobs(snapshot: ClusterSnapshot, held: Mapping[str, int] | None = None) -> list[OracleJob]:
+    """Every job of the snapshot (name order), with its maximum capped at what its types could ever hold."""
+    capacity = oracle_capacity(snapshot, held)
     jobs = []
     for job in snapshot.jobs:
         speeds = allowed_speeds(snapshot, job)
@@ -98,9 +105,14 @@ def oracle_jobs(snapshot: ClusterSnapshot) -> list[OracleJob]:
 
 
 def oracle_completion_times(
-    jobs: Sequence[OracleJob], start: Mapping[str, Mapping[str, int]], capacity: Mapping[str, int]
+    jobs: Sequence[OracleJob],
+    start: Mapping[str, Mapping[str, int]],
+    capacity: Mapping[str, int],
+    restarts: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Completion time of every job from ``start`` (job -> type -> workers; absent: queued)."""
+    """Completion time of every job from ``start`` (job -> type -> workers; absent: queued). A job in
+    ``restarts`` (a migration) first spends that many seconds without progress, charged as that many seconds of
+    its starting pace in more work to do."""
     type_names = sorted(capacity)
     free = {t: capacity[t] for t in type_names}
     workers: dict[str, dict[str, int]] = {}
@@ -115,13 +127,15 @@ def oracle_completion_times(
     if any(f < 0 for f in free.values()):
         raise ValueError("the start does not fit the capacity")
     index = {job.name: i for i, job in enumerate(jobs)}
-    left = {job.name: job.work for job in jobs}
     finish: dict[str, float] = {}
     now = 0.0
 
     def rate(job: OracleJob) -> float:
         allocation = workers[job.name]
         return job.pace(sum(allocation.values()), min(job.speeds[t] for t in allocation))
+
+    left = {job.name: job.work + (restarts or {}).get(job.name, 0.0) * rate(job) for job in jobs if job.name in workers}
+    left.update({job.name: job.work for job in jobs if job.name not in workers})
 
     def fastest(job: OracleJob) -> list[str]:
         return sorted(job.speeds, key=lambda t: (-job.speeds[t], type_names.index(t)))
@@ -179,9 +193,12 @@ def oracle_completion_times(
 
 
 def oracle_average_jct(
-    jobs: Sequence[OracleJob], start: Mapping[str, Mapping[str, int]], capacity: Mapping[str, int]
+    jobs: Sequence[OracleJob],
+    start: Mapping[str, Mapping[str, int]],
+    capacity: Mapping[str, int],
+    restarts: Mapping[str, float] | None = None,
 ) -> float:
-    times = oracle_completion_times(jobs, start, capacity)
+    times = oracle_completion_times(jobs, start, capacity, restarts)
     return math.fsum(times.values()) / len(times) if times else 0.0
 
 
@@ -276,73 +293,212 @@ def plan_problems(
 
 # ------------------------------------------------------------------------------ brute-force allocation
 
+#: One job's part of a plan: its GPU type (``None``: it waits) and its workers.
+Choice = tuple[str | None, int]
 
-def brute_force_allocation(
-    snapshot: ClusterSnapshot, *, all_start: bool
-) -> tuple[float, dict[str, tuple[str | None, int]]]:
-    """The least fluid average JCT over every allocation of the (all queued) jobs whose workers pack.
 
-    With ``all_start`` every job must start; otherwise a job may wait only if its base could not be added next to
-    the bases of the jobs that start (base demand is first-class).
+def _keeps(hosts: Sequence[tuple[str, int]], count: int) -> Iterable[dict[str, int]]:
+    """Every way to keep ``count`` of a job's workers on the servers it runs on (``hosts``: server, workers)."""
+    if count == 0:
+        yield {}
+        return
+    if not hosts:
+        return
+    (server, here), rest = hosts[0], hosts[1:]
+    for k in range(min(here, count), -1, -1):
+        for kept in _keeps(rest, count - k):
+            yield {server: k, **kept} if k else kept
+
+
+class PlanSpace:
+    """The plans of one snapshot that brute force ranges over, and whether one packs onto the servers.
+
+    A queued job waits, or starts on a type it may use with ``min..max`` workers. A running job (one with a
+    placement; the proofs' running jobs run on one type) keeps running: on its own type with ``min..max`` workers
+    of which at least its base stay on the servers it runs on (the others anywhere on that type); and, with a
+    ``restart_cost_s``, moved whole to a type faster for it, where its restart costs that many seconds without
+    progress. ``held`` GPUs are outside the decision.
     """
-    assert all(not job.placement for job in snapshot.jobs), "brute force allocates queued jobs only"
-    jobs = oracle_jobs(snapshot)
-    capacity: dict[str, int] = {}
-    for server in snapshot.servers:
-        if _usable(server):
-            capacity[server.gpu_type] = capacity.get(server.gpu_type, 0) + server.gpus
-    options: list[list[tuple[str | None, int]]] = []
-    for job in jobs:
-        choices: list[tuple[str | None, int]] = [] if all_start else [(None, 0)]
-        for gpu_type in sorted(job.speeds):
-            if gpu_type in capacity:
-                choices += [(gpu_type, w) for w in range(job.min_workers, job.max_workers + 1)]
+
+    def __init__(
+        self, snapshot: ClusterSnapshot, held: Mapping[str, int] | None = None, restart_cost_s: float | None = None
+    ) -> None:
+        held = held or {}
+        self.snapshot = snapshot
+        self.jobs = oracle_jobs(snapshot, held)
+        self.capacity = oracle_capacity(snapshot, held)
+        self.restart_cost = restart_cost_s
+        self.gpw = {job.name: job.gpus_per_worker for job in self.jobs}
+        self.low = {job.name: job.min_workers for job in self.jobs}
+        self.bins: dict[str, dict[str, int]] = {}
+        for server in snapshot.servers:
+            if _usable(server):
+                self.bins.setdefault(server.gpu_type, {})[server.name] = server.gpus - held.get(server.name, 0)
+        types = {s.name: s.gpu_type for s in snapshot.servers}
+        #: Running jobs: their type and their workers per server.
+        self.running: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = {}
+        for job in snapshot.jobs:
+            if job.placement:
+                kinds = {types[s] for s in job.placement}
+                assert len(kinds) == 1, "the proofs' running jobs run on one GPU type"
+                assert all(s in self.bins[next(iter(kinds))] for s in job.placement), "and on usable servers"
+                self.running[job.name] = (next(iter(kinds)), tuple(sorted(job.placement.items())))
+        self._packs: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
+
+    def choices(self, job: OracleJob) -> list[Choice]:
+        if job.name in self.running:
+            home = self.running[job.name][0]
+            types = [home]
+            if self.restart_cost is not None:
+                types += [t for t in sorted(job.speeds) if t in self.capacity and job.speeds[t] > job.speeds[home]]
+            return [(t, w) for t in types for w in range(job.min_workers, job.max_workers + 1)]
+        waits: list[Choice] = [(None, 0)]
+        return waits + [
+            (t, w)
+            for t in sorted(job.speeds)
+            if t in self.capacity
+            for w in range(job.min_workers, job.max_workers + 1)
+        ]
+
+    def migrated(self, vector: Mapping[str, Choice]) -> list[str]:
+        return [name for name, (home, _) in self.running.items() if vector[name][0] != home]
+
+    def packs(self, vector: Mapping[str, Choice]) -> bool:
+        """Do the plan's workers pack, type by type, with every running job that stays keeping its base where it
+        runs? Exact: every way to keep the bases, then exact bin packing of the other workers."""
+        by_type: dict[str, list[tuple[str, int]]] = {}
+        for name, (gpu_type, workers) in vector.items():
+            if gpu_type is not None and workers:
+                by_type.setdefault(gpu_type, []).append((name, workers))
+        for gpu_type, members in by_type.items():
+            key = (gpu_type, tuple(sorted(members)))
+            known = self._packs.get(key)
+            if known is None:
+                known = self._packs[key] = self._packs_on(gpu_type, members)
+            if not known:
+                return False
+        return True
+
+    def _packs_on(self, gpu_type: str, members: Sequence[tuple[str, int]]) -> bool:
+        bins = self.bins[gpu_type]
+        staying = [name for name, _ in members if name in self.running and self.running[name][0] == gpu_type]
+        loose: list[int] = []
+        for name, workers in members:
+            loose += [self.gpw[name]] * (workers - (self.low[name] if name in staying else 0))
+        if sum(loose) + sum(self.low[n] * self.gpw[n] for n in staying) > sum(bins.values()):
+            return False
+        ways = [list(_keeps(self.running[name][1], self.low[name])) for name in staying]
+        for kept in itertools.product(*ways):
+            room = dict(bins)
+            for name, on in zip(staying, kept, strict=True):
+                for server, k in on.items():
+                    room[server] -= k * self.gpw[name]
+            if all(r >= 0 for r in room.values()) and _fits(loose, list(room.values())):
+                return True
+        return False
+
+    def bases_first(self, vector: Mapping[str, Choice]) -> bool:
+        """No waiting job's base could join the bases of the jobs that run (base demand is first-class)."""
+        bases = {name: (gpu_type, self.low[name]) for name, (gpu_type, _) in vector.items() if gpu_type is not None}
+        for job in self.jobs:
+            if vector[job.name][0] is None:
+                for gpu_type in job.speeds:
+                    if gpu_type in self.capacity and self.packs({**bases, job.name: (gpu_type, job.min_workers)}):
+                        return False
+        return True
+
+    def average_jct(self, vector: Mapping[str, Choice]) -> float:
+        start = {name: {t: w} for name, (t, w) in vector.items() if t is not None}
+        restarts = dict.fromkeys(self.migrated(vector), self.restart_cost or 0.0)
+        return oracle_average_jct(self.jobs, start, self.capacity, restarts)
+
+    def vector_of(self, placement: Mapping[str, Mapping[str, int]]) -> dict[str, Choice]:
+        """A plan's choices from its placement (job -> server -> workers)."""
+        types = {s.name: s.gpu_type for s in self.snapshot.servers}
+        vector: dict[str, Choice] = {}
+        for job in self.jobs:
+            hosts = placement.get(job.name, {})
+            kinds = {types[s] for s in hosts}
+            assert len(kinds) <= 1, f"{job.name} runs on several types"
+            vector[job.name] = (next(iter(kinds)), sum(hosts.values())) if kinds else (None, 0)
+        return vector
+
+    def problems(self, placement: Mapping[str, Mapping[str, int]]) -> list[str]:
+        """How a plan leaves this space: a running job stopped, moved to a type not faster for it (or at all
+        without a restart cost), or keeping fewer than its base where it ran."""
+        problems = []
+        vector = self.vector_of(placement)
+        jobs = {job.name: job for job in self.jobs}
+        for name, (home, hosts) in self.running.items():
+            gpu_type = vector[name][0]
+            if gpu_type is None:
+                problems.append(f"{name} was stopped")
+            elif gpu_type != home:
+                speeds = jobs[name].speeds
+                if self.restart_cost is None or speeds[gpu_type] <= speeds[home]:
+                    problems.append(f"{name} moved from {home} to {gpu_type}")
+            else:
+                kept = sum(min(n, placement[name].get(server, 0)) for server, n in hosts)
+                if kept < self.low[name]:
+                    problems.append(f"{name} keeps {kept} workers where it ran, below its base")
+        return problems
+
+
+def brute_force_plan(
+    snapshot: ClusterSnapshot,
+    *,
+    held: Mapping[str, int] | None = None,
+    restart_cost_s: float | None = None,
+    admitted: Iterable[str] | None = None,
+) -> tuple[float, dict[str, Choice]]:
+    """The least fluid average JCT over every plan of :class:`PlanSpace` that packs, and that plan.
+
+    With ``admitted``, exactly those queued jobs start (the others wait); without, any queued job may wait, but
+    only if its base could not join the bases of the jobs that run (base demand is first-class).
+    """
+    space = PlanSpace(snapshot, held, restart_cost_s)
+    chosen = None if admitted is None else set(admitted)
+    options = []
+    for job in space.jobs:
+        choices = space.choices(job)
+        if chosen is not None and job.name not in space.running:
+            choices = [c for c in choices if (c[0] is not None) == (job.name in chosen)]
         options.append(choices)
-    best: tuple[float, dict[str, tuple[str | None, int]]] = (math.inf, {})
-    names = [job.name for job in jobs]
+    names = [job.name for job in space.jobs]
+    best: tuple[float, dict[str, Choice]] = (math.inf, {})
     for combination in itertools.product(*options):
         used: dict[str, int] = {}
-        for job, (gpu_type, count) in zip(jobs, combination, strict=True):
+        for name, (gpu_type, count) in zip(names, combination, strict=True):
             if gpu_type is not None:
-                used[gpu_type] = used.get(gpu_type, 0) + count * job.gpus_per_worker
-        if any(used[t] > capacity[t] for t in used):
+                used[gpu_type] = used.get(gpu_type, 0) + count * space.gpw[name]
+        if any(used[t] > space.capacity[t] for t in used):
             continue
         vector = dict(zip(names, combination, strict=True))
-        if not packs(snapshot, vector):
+        if not space.packs(vector) or (chosen is None and not space.bases_first(vector)):
             continue
-        if not all_start and not _bases_first(snapshot, jobs, vector):
-            continue
-        start = {n: {t: w} for n, (t, w) in vector.items() if t is not None}
-        value = oracle_average_jct(jobs, start, capacity)
+        value = space.average_jct(vector)
         if value < best[0]:
             best = (value, vector)
     return best
 
 
-def starts_every_base_that_fits(snapshot: ClusterSnapshot, placement: Mapping[str, Mapping[str, int]]) -> bool:
-    """Whether a plan (job -> server -> workers; all jobs queued before it) leaves no job waiting whose base could
-    join the bases of the jobs it starts, on their types."""
-    types = {s.name: s.gpu_type for s in snapshot.servers}
-    vector: dict[str, tuple[str | None, int]] = {}
-    for job in snapshot.jobs:
-        hosts = placement.get(job.name, {})
-        kinds = {types[s] for s in hosts}
-        vector[job.name] = (next(iter(kinds)), sum(hosts.values())) if kinds else (None, 0)
-    return _bases_first(snapshot, oracle_jobs(snapshot), vector)
+def brute_force_allocation(snapshot: ClusterSnapshot, *, all_start: bool) -> tuple[float, dict[str, Choice]]:
+    """:func:`brute_force_plan` of a snapshot of queued jobs: with ``all_start`` every job starts."""
+    assert all(not job.placement for job in snapshot.jobs), "all jobs queued here"
+    return brute_force_plan(snapshot, admitted=[job.name for job in snapshot.jobs] if all_start else None)
 
 
-def _bases_first(
-    snapshot: ClusterSnapshot, jobs: Sequence[OracleJob], vector: Mapping[str, tuple[str | None, int]]
+def starts_every_base_that_fits(
+    snapshot: ClusterSnapshot,
+    placement: Mapping[str, Mapping[str, int]],
+    *,
+    held: Mapping[str, int] | None = None,
+    restart_cost_s: float | None = None,
 ) -> bool:
-    """No waiting job's base could join the bases of the started jobs."""
-    bases = {j.name: (vector[j.name][0], j.min_workers) for j in jobs if vector[j.name][0] is not None}
-    for job in jobs:
-        if vector[job.name][0] is not None:
-            continue
-        for gpu_type in job.speeds:
-            if packs(snapshot, {**bases, job.name: (gpu_type, job.min_workers)}):
-                return False
-    return True
+    """Whether a plan (job -> server -> workers) leaves no job waiting whose base could join the bases of the jobs
+    that run, on their types."""
+    space = PlanSpace(snapshot, held, restart_cost_s)
+    return space.bases_first(space.vector_of(placement))
 
 
 # ------------------------------------------------------------------------------ the poster's knapsack

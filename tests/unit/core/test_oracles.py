@@ -11,8 +11,10 @@ from lyra.core import ClusterSnapshot, GpuCatalog, GpuType, LoanState, Pool, Ser
 
 from .oracles import (
     OracleJob,
+    PlanSpace,
     ReclaimProblem,
     brute_force_allocation,
+    brute_force_plan,
     brute_force_reclaim,
     ilp_reclaim,
     oracle_average_jct,
@@ -126,6 +128,48 @@ def test_brute_force_keeps_a_base_that_fits_started() -> None:
     _, vector = brute_force_allocation(snapshot, all_start=False)
     assert vector["a"][0] is not None
     assert vector["b"][0] is not None
+
+
+def test_a_running_job_keeps_its_base_where_it_runs_any_way_it_can() -> None:
+    # Two 4-GPU servers; r runs 2 workers on each. n has one 4-GPU worker: it needs a whole server. With r's base
+    # at 2, r may keep both base workers on one server (and its others anywhere), freeing the other: n fits. With a
+    # base of 3, r keeps workers on both servers: n does not fit, though the counts (3 + 4 <= 8) would.
+    for base, fits in ((2, True), (3, False)):
+        r = TrainingJob("r", 1, base, 4, 100.0, placement={"V100-0": 2, "V100-1": 2})
+        space = PlanSpace(ClusterSnapshot(servers(4, 4), (r, queued("n", 4, 1, 1)), CATALOG))
+        assert space.packs({"r": ("V100", base), "n": ("V100", 1)}) is fits
+    # Held GPUs are outside the decision: one held on each server and r's base (a worker on each) leave 2 GPUs per
+    # server, so n's 4-GPU worker does not fit.
+    r = TrainingJob("r", 1, 2, 4, 100.0, placement={"V100-0": 1, "V100-1": 1})
+    space = PlanSpace(ClusterSnapshot(servers(4, 4), (r, queued("n", 4, 1, 1)), CATALOG), {"V100-0": 1, "V100-1": 1})
+    assert not space.packs({"r": ("V100", 2), "n": ("V100", 1)})
+
+
+def test_a_migration_is_charged_its_restart_at_the_new_pace() -> None:
+    # r runs 2 workers on T4s (speed 0.5, work 100: 100 s). Moved to 2 V100s with a 10 s restart: (100 + 2 x 10) / 2
+    # = 60 s. It may only move to a faster type, and only with a restart cost; stopping it is out of the space.
+    snapshot = ClusterSnapshot(
+        servers(2) + servers(2, gpu_type="T4"), (TrainingJob("r", 1, 2, 2, 100.0, placement={"T4-0": 2}),), CATALOG
+    )
+    space = PlanSpace(snapshot, restart_cost_s=10.0)
+    assert space.average_jct({"r": ("T4", 2)}) == 100.0
+    assert space.average_jct({"r": ("V100", 2)}) == 60.0
+    assert brute_force_plan(snapshot, restart_cost_s=10.0) == (60.0, {"r": ("V100", 2)})
+    assert brute_force_plan(snapshot) == (100.0, {"r": ("T4", 2)})
+    assert space.problems({"r": {"V100-0": 2}}) == []
+    assert space.problems({}) == ["r was stopped"]
+    assert PlanSpace(snapshot).problems({"r": {"V100-0": 2}}) == ["r moved from T4 to V100"]
+
+
+def test_brute_force_over_one_admitted_set() -> None:
+    # One 4-GPU V100 server. s (w 4..4, work 40: 10 s) and l (w 2..2, work 200: 100 s) cannot both start. Admitting
+    # s: s ends at 10, then l runs 100 s: mean 60. Admitting l: l ends at 100 (s's base never fits beside it), then s
+    # runs 10 s: mean 105. Either is first-class (the other's base does not fit), so the optimum over sets is 60.
+    jobs = (TrainingJob("s", 1, 4, 4, 40.0), TrainingJob("l", 1, 2, 2, 200.0))
+    snapshot = ClusterSnapshot(servers(4), jobs, CATALOG)
+    assert brute_force_plan(snapshot, admitted=["l"]) == (105.0, {"s": (None, 0), "l": ("V100", 2)})
+    assert brute_force_plan(snapshot, admitted=["s"])[0] == 60.0
+    assert brute_force_plan(snapshot)[0] == 60.0
 
 
 def test_poster_knapsack() -> None:

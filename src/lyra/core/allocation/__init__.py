@@ -22,10 +22,16 @@ completions), which, unlike the poster's own-reduction knapsack value, accounts 
 running when a short one ends. Candidates: everything as phase 1 left it (kept on ties, so a steady cluster is not
 rescaled for nothing); shortest-time-at-max first filling; and the poster's knapsack solved greedily by value per
 GPU. From each, best first, a first-improvement local search tries: one more worker; one worker moved between two
-jobs of the same type; a job started by this plan moved to another GPU type; two such jobs swapping types. A
-worker is added only on the job's own type (a worker never slows its job down: ``w * e(w)`` rises with ``w``);
-a job that opts in to mixing types may then grow onto another type only where that raises its pace. Every move
-is realised on the servers before it is kept, so every plan bin-packs.
+jobs of the same type (or one of more GPUs for as many of the other's as fit); a job started by this plan moved to
+another GPU type (as wide as now, as wide as there is room for, or at its base); two jobs exchanging types (at most
+one of them running), at their bases with the others on both types scaled in to theirs when there is no room
+otherwise; a running job moved to a faster type together with the jobs this plan started beside it, in exchange for
+one started there (these exchanges with a running job or at bases in decisions over at most 64 admitted jobs); and,
+last, one worker fewer. A worker is added only on the job's own type (a worker never slows its job down: ``w *
+e(w)`` rises with ``w``); a job that opts in to mixing types may then grow onto another type only where that raises
+its pace. Every move is realised on the servers before it is kept, so every plan bin-packs. Moves that free GPUs can
+make room for a base still waiting: such bases then start, in the queue's order, scaling in flexible workers if need
+be, and the search goes on with them.
 
 The search budget counts fluid-simulated jobs (one evaluation of an n-job instance costs n), so the search is
 deterministic, cheap on big instances and thorough on small ones.

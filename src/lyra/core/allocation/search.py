@@ -17,6 +17,11 @@ from lyra.core.packing import Layout, Slot
 #: Stand-in completion time for a job that never starts in the fluid model (1,000 years).
 _NEVER = 3.2e10
 
+#: Exchanges that involve a running job, or other jobs scaled in to their bases, are tried only in decisions over at
+#: most this many admitted jobs: they are quadratic (or worse) in the jobs that may change type, and most of them
+#: do not pack, which costs no budget.
+_EXCHANGE_JOBS = 64
+
 
 @dataclass(slots=True)
 class SearchState:
@@ -208,28 +213,77 @@ class Search:
         layout = self.realise(best)
         if layout is None:  # every kept move packed; this is a guard, not a path
             return kept, self.problem.layout
-        if self._admit_leftovers(best, layout):
+        # Bases that the moves made room for start; the search then goes on with them (they may change type too),
+        # until no more start or the budget is spent.
+        while (admitted := self._admit_leftovers(best, layout)) is not None:
+            best, layout = admitted
             self.evaluate(best)
+            if self.budget <= 0:
+                break
+            found = self._local_search(best)
+            realised = self.realise(found) if found.value < best.value * (1 - 1e-12) else None
+            if realised is not None:
+                best, layout = found, realised
         return best, layout
 
-    def _admit_leftovers(self, state: SearchState, layout: Layout) -> bool:
+    def _admit_leftovers(self, state: SearchState, layout: Layout) -> tuple[SearchState, Layout] | None:
         """Base demand stays first-class after phase 2: moving jobs between types can free room where a base that
-        phase 1 could not place now fits. Such bases start, in admission order, on their fastest type with room."""
+        phase 1 could not place now fits. Such bases start, in admission order, on their fastest type with room,
+        else on the fastest where scaling in flexible workers (of the longest jobs first) makes room. ``None`` if
+        none starts."""
         problem = self.problem
         waiting = sorted(
             (i for i in range(len(problem.jobs)) if state.kinds[i] == QUEUED and problem.preference[i]),
             key=lambda i: admission_key(problem.jobs[i], problem.best_speed(i)),
         )
         started = False
+        spare = self._spare(state)
+        # The smallest base (GPUs, per type and worker size) that scaling in did not make room for: room only
+        # shrinks as bases start, so any base at least as large fails too (as in phase 1).
+        no_room: dict[tuple[int, int], int] = {}
         for i in waiting:
             job = problem.jobs[i]
+            need = job.min_workers * job.gpus_per_worker
             for t in problem.type_preference(i):
                 if layout.place(job.name, job.gpus_per_worker, t, job.min_workers) is not None:
-                    self._set(state, i, t, job.min_workers)
-                    problem.started.append(i)
-                    started = True
                     break
-        return started
+            else:
+                for t in problem.type_preference(i):
+                    # Scaling in helps only where the free GPUs alone fall short and the flexible ones make it up.
+                    if not state.free[t] < need <= state.free[t] + spare[t]:
+                        continue
+                    if need >= no_room.get((t, job.gpus_per_worker), need + 1):
+                        continue
+                    squeezed = self._squeeze(state, i, t)
+                    if squeezed is None:
+                        continue
+                    trial = state.copy()
+                    for k, kind, width in squeezed[:-1]:
+                        self._set(trial, k, kind, width)
+                    realised = self.realise(trial)
+                    if realised is None or realised.place(job.name, job.gpus_per_worker, t, job.min_workers) is None:
+                        no_room[t, job.gpus_per_worker] = need
+                        continue
+                    state, layout = trial, realised
+                    spare = self._spare(state)
+                    break
+                else:
+                    continue
+            self._set(state, i, t, job.min_workers)
+            problem.started.append(i)
+            self.members.append(i)  # so that realising a later squeeze places it too
+            if len(problem.type_preference(i)) > 1:
+                self.movable.add(i)
+            started = True
+        return (state, layout) if started else None
+
+    def _spare(self, state: SearchState) -> list[int]:
+        """Flexible GPUs (above the jobs' bases) per type."""
+        spare = [0] * self.types
+        for k in self.members:
+            if state.kinds[k] >= 0:
+                spare[state.kinds[k]] += (state.widths[k] - self.low[k]) * self.gpw[k]
+        return spare
 
     def _signature(self, state: SearchState) -> tuple[tuple[int, int], ...]:
         return tuple((state.kinds[i], state.widths[i]) for i in self.members)
@@ -325,8 +379,10 @@ class Search:
         return state
 
     def _neighbours(self, state: SearchState) -> Iterator[list[_Change]]:
-        """Moves, one at a time: one more worker; one worker moved between two jobs of a type; a job this plan
-        starts moved to another type; two such jobs swapping types."""
+        """Moves, one at a time, in this order: one more worker; one worker moved between two jobs of a type; a job
+        this plan starts (or, with a restart cost, a running one) moved to another type; two jobs exchanging types;
+        a running job and the jobs started beside it exchanged for one job on a faster type; one worker fewer. The
+        order is fixed (members by time at maximum, movers by time left), so the search is deterministic."""
         kinds, widths, free = state.kinds, state.widths, state.free
         members = self.members
         gpw, low, high = self.gpw, self.low, self.high
@@ -341,6 +397,10 @@ class Search:
             for k in reversed(members):
                 if k != i and kinds[k] == kind and widths[k] > low[k] and free[kind] + gpw[k] >= gpw[i]:
                     yield [(k, kind, widths[k] - 1), (i, kind, widths[i] + 1)]
+                    # A worker of more GPUs than i's frees room for several of i's.
+                    more = min(high[i] - widths[i], (free[kind] + gpw[k]) // gpw[i])
+                    if more > 1:
+                        yield [(k, kind, widths[k] - 1), (i, kind, widths[i] + more)]
         speeds = self.problem.speeds
         phase_one = self.phase_one.kinds
         # Jobs with the most time left first: they gain the most from a faster type (first improvement wins).
@@ -354,11 +414,11 @@ class Search:
                 if t == kinds[i] or (running and speeds[i][t] <= speeds[i][phase_one[i]]):
                     continue
                 room = free[t] // gpw[i]
-                # As wide as it is now, or as wide as the other type holds (it may be wider there); and the same
-                # with the GPUs it leaves handed to the jobs still on its old type (a move that pays off only
-                # together with that).
-                for width in dict.fromkeys((min(widths[i], room), min(high[i], room))):
-                    if width >= low[i]:
+                # As wide as it is now, as wide as the other type holds (it may be wider there), or at its base
+                # (the restart costs less time at a lower pace, and its GPUs go to the others); each also with the
+                # GPUs it leaves handed to the jobs still on its old type (a move that pays off only with that).
+                for width in dict.fromkeys((min(widths[i], room), min(high[i], room), low[i])):
+                    if low[i] <= width <= room:
                         yield [(i, t, width)]
                         filled = self._with_fill(state, [(i, t, width)])
                         if len(filled) > 1:
@@ -367,11 +427,20 @@ class Search:
                     squeezed = self._squeeze(state, i, t)
                     if squeezed is not None:
                         yield squeezed
-        new = [i for i in movable if i not in self.running]
-        for a, i in enumerate(new):
-            for k in new[a + 1 :]:
+                        filled = self._with_fill(state, squeezed)
+                        if len(filled) > len(squeezed):
+                            yield filled
+        # Exchanges: two jobs swapping types, at most one of them running (a running job only to a faster type).
+        small = len(members) <= _EXCHANGE_JOBS
+        exchanging = movable if small else [i for i in movable if i not in self.running]
+        for a, i in enumerate(exchanging):
+            for k in exchanging[a + 1 :]:
                 ti, tk = kinds[i], kinds[k]
                 if ti == tk or speeds[i][tk] <= 0 or speeds[k][ti] <= 0:
+                    continue
+                if i in self.running and (k in self.running or speeds[i][tk] <= speeds[i][phase_one[i]]):
+                    continue
+                if k in self.running and speeds[k][ti] <= speeds[k][phase_one[k]]:
                     continue
                 room_i = free[tk] + widths[k] * gpw[k]
                 room_k = free[ti] + widths[i] * gpw[i]
@@ -382,27 +451,69 @@ class Search:
                     filled = self._with_fill(state, [(i, tk, wi), (k, ti, wk)])
                     if len(filled) > 2:
                         yield filled
+                elif small:
+                    # No room for a base at the widths of now: both at their bases, every other job on the two
+                    # types scaled in to its base, then everything widened with what is left.
+                    changes = [(i, tk, low[i]), (k, ti, low[k])]
+                    changes += [(m, kinds[m], low[m]) for m in members if m not in (i, k) and kinds[m] in (ti, tk)]
+                    yield self._with_fill(state, changes)
+
+        # A running job moved to a faster type together with the jobs this plan started beside it, in exchange for
+        # one job this plan started there (a cycle of three types changes that no exchange of two reaches): all of
+        # them at their bases, then widened with what is left.
+        for i in movable if small else ():
+            if i not in self.running:
+                continue
+            ts = kinds[i]
+            for tf in self.problem.type_preference(i):
+                if speeds[i][tf] <= speeds[i][phase_one[i]]:
+                    continue
+                movers = [m for m in movable if m not in self.running and kinds[m] == ts and speeds[m][tf] > 0]
+                if not movers:
+                    continue
+                leaving = widths[i] * gpw[i] + sum(widths[m] * gpw[m] for m in movers)
+                bases = low[i] * gpw[i] + sum(low[m] * gpw[m] for m in movers)
+                for k in movable:
+                    if k in self.running or kinds[k] != tf or speeds[k][ts] <= 0:
+                        continue
+                    wk = min(widths[k], (free[ts] + leaving) // gpw[k])
+                    if wk < low[k] or free[tf] + widths[k] * gpw[k] < bases:
+                        continue
+                    changes = [(k, ts, wk), (i, tf, low[i]), *((m, tf, low[m]) for m in movers)]
+                    yield changes
+                    filled = self._with_fill(state, changes)
+                    if len(filled) > len(changes):
+                        yield filled
+
+        # Last, one worker fewer: the GPU left free goes to the queue's next base sooner (or, in the model, to the
+        # jobs still running when one ends), longest jobs first.
+        for i in reversed(members):
+            if kinds[i] >= 0 and widths[i] > low[i]:
+                yield [(i, kinds[i], widths[i] - 1)]
 
     def _with_fill(self, state: SearchState, changes: Sequence[_Change]) -> list[_Change]:
         """``changes``, then every job widened with the GPUs left on its type, shortest at maximum first: a type
-        move often pays off only together with what it frees."""
-        free = list(state.free)
-        widths = {i: state.widths[i] for i in self.members}
-        kinds = {i: state.kinds[i] for i in self.members}
+        move often pays off only together with what it frees. Where GPU counts do not decide packing, a job is
+        widened only as far as its type still packs (one worker too many would lose the whole move)."""
+        trial = state.copy()
         for i, kind, width in changes:
-            if kinds[i] >= 0:
-                free[kinds[i]] += widths[i] * self.gpw[i]
-            free[kind] -= width * self.gpw[i]
-            kinds[i], widths[i] = kind, width
+            self._set(trial, i, kind, width)
         result = list(changes)
+        if any(f < 0 for f in trial.free):
+            return result
         for k in self.members:
-            kind = kinds[k]
-            if kind < 0 or widths[k] >= self.high[k]:
+            kind, width = trial.kinds[k], trial.widths[k]
+            if kind < 0 or width >= self.high[k]:
                 continue
-            extra = min(self.high[k] - widths[k], free[kind] // self.gpw[k])
-            if extra > 0:
-                free[kind] -= extra * self.gpw[k]
-                result.append((k, kind, widths[k] + extra))
+            extra = min(self.high[k] - width, trial.free[kind] // self.gpw[k])
+            while extra > 0:
+                self._set(trial, k, kind, width + extra)
+                if self.unit[kind] or self._packs_on(trial, kind):
+                    result.append((k, kind, width + extra))
+                    break
+                extra -= 1
+            else:
+                self._set(trial, k, kind, width)
         return result
 
     def _squeeze(self, state: SearchState, i: int, t: int) -> list[_Change] | None:
