@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from lyra.api import names
 from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.kubeconfig import write_kubeconfig
+from lyra.localcluster.waiting import wait_for
 
 T4 = "Tesla-T4"
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -82,6 +83,34 @@ def custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 
 
+def inference_service(
+    name: str, *, replicas: int, gpus: int, max_replicas: int = 64, min_replicas: int | None = None, gpu_type: str = T4
+) -> dict[str, Any]:
+    """An InferenceService of ``replicas`` replicas of ``gpus`` GPUs of ``gpu_type`` (KWOK runs no container: the
+    image is never pulled)."""
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "maxReplicas": max_replicas,
+        "gpusPerReplica": gpus,
+        "gpuType": gpu_type,
+        "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/server:1"}]}},
+    }
+    if min_replicas is not None:
+        spec["minReplicas"] = min_replicas
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.INFERENCE_SERVICE_KIND,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def create_service(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> None:
+    custom(api).create_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, body
+    )
+
+
 def create_job(api: client.ApiClient, namespace: str, name: str, **spec: Any) -> None:
     body = {
         "apiVersion": names.API_VERSION,
@@ -144,6 +173,21 @@ def dry_run_once(operator: Operator) -> str:
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, env=os.environ.copy())
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def wait_quiet(operator: Operator, deadline_s: float) -> None:
+    """Wait until a dry-run pass with ``operator``'s configuration proposes nothing; a timeout names what the last
+    pass still proposed."""
+    last: list[Any] = []
+
+    def quiet() -> bool:
+        last[:] = json.loads(dry_run_once(operator))["actions"]
+        return not last
+
+    try:
+        wait_for(quiet, deadline_s, "a pass with nothing left to do")
+    except TimeoutError as error:
+        raise AssertionError(f"{error}; the last dry-run pass proposed {last}") from error
 
 
 def lyra_node_fields(api: client.ApiClient) -> dict[str, Any]:

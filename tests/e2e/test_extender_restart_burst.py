@@ -16,7 +16,6 @@ workers, a dry-run pass has nothing left to do, and ``lyra check`` is clean.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -36,9 +35,10 @@ from tests.operator_support import (
     assert_check_clean,
     create_job,
     custom,
-    dry_run_once,
+    inference_service,
     job,
     node_states,
+    wait_quiet,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.timeout(900)]
@@ -68,18 +68,7 @@ BURST = (Service("burst", 12, 1), Job("a100", 4, 32, A100), Job("t4", 2, 40, T4)
 
 
 def service(spec: Service) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": spec.name},
-        "spec": {
-            "replicas": spec.replicas,
-            "maxReplicas": 64,
-            "gpusPerReplica": spec.gpus,
-            "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/server:1"}]}},
-        },
-    }
+    return inference_service(spec.name, replicas=spec.replicas, gpus=spec.gpus)
 
 
 def live_pods(api: client.ApiClient, namespace: str) -> list[client.V1Pod]:
@@ -194,16 +183,7 @@ def test_a_burst_is_placed_by_the_rules_while_the_extender_dies_and_restarts(sys
             assert not wrong, wrong
             # A later pass may still act (a flexible worker left unplaced past the gang timeout is dropped and
             # offered again): the end state is checked once a pass has nothing left to do.
-            last: list[Any] = []
-
-            def quiet() -> bool:
-                last[:] = json.loads(dry_run_once(operator))["actions"]
-                return not last
-
-            try:
-                wait_for(quiet, DEADLINE_S, "a pass with nothing left to do")
-            except TimeoutError as error:
-                raise AssertionError(f"{error}; the last dry-run pass proposed {last}") from error
+            wait_quiet(operator, DEADLINE_S)
             wait_for(lambda: converged(api, namespace), DEADLINE_S, "every pod of the burst running, once quiet")
             wrong = misplaced(api, namespace)
             assert not wrong, wrong

@@ -32,6 +32,7 @@ from tests.operator_support import (
     Operator,
     create_job,
     custom,
+    inference_service,
     node_states,
     scale_service,
     workers,
@@ -45,18 +46,7 @@ OPERATOR_JOB, EXTENDER_JOB = "lyra-operator", "lyra-extender"
 
 
 def service(replicas: int) -> dict[str, object]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": "chat"},
-        "spec": {
-            "replicas": replicas,
-            "maxReplicas": 8,
-            "gpusPerReplica": GPUS_PER_SERVER,
-            "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/chat:1"}]}},
-        },
-    }
+    return inference_service("chat", replicas=replicas, gpus=GPUS_PER_SERVER, max_replicas=8)
 
 
 def test_prometheus_sees_loans_reclaims_the_leader_and_pass_durations(

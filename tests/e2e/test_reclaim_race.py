@@ -38,6 +38,7 @@ from tests.operator_support import (
     Operator,
     create_job,
     custom,
+    inference_service,
     job,
     node_states,
     running_replicas,
@@ -84,18 +85,7 @@ class Measured:
 
 
 def service(name: str, replicas: int) -> dict[str, object]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "maxReplicas": SERVERS,
-            "gpusPerReplica": GPUS_PER_SERVER,
-            "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/chat:1"}]}},
-        },
-    }
+    return inference_service(name, replicas=replicas, gpus=GPUS_PER_SERVER, max_replicas=SERVERS)
 
 
 def job_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, object]:

@@ -22,6 +22,7 @@ from lyra.localcluster.testing import (
     session_control_plane,
     temporary_namespace,
 )
+from tests.operator_support import service_account_kubeconfig
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -45,6 +46,31 @@ def local_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 def kube_api(local_cluster: ControlPlane) -> Iterator[client.ApiClient]:
     with populate.admin_api(local_cluster.kubeconfig) as api_client:
         yield api_client
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of the module's own, with Lyra's CRDs: for stories that run the operator, whose lending and
+    reclaims would disturb other modules' nodes."""
+    directory = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_"))
+    try:
+        with session_control_plane(directory, crd_dir=REPOSITORY / "manifests" / "crds") as control_plane:
+            yield control_plane
+    except (BinariesError, ClusterStartError) as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
+    """An admin client of the module's own control plane."""
+    with populate.admin_api(cluster.kubeconfig) as api_client:
+        yield api_client
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(cluster: ControlPlane, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig for the operator's ServiceAccount on the module's control plane (the chart's RBAC)."""
+    return service_account_kubeconfig(cluster, api, tmp_path_factory.mktemp("operator-account"))
 
 
 @pytest.fixture

@@ -52,12 +52,13 @@ from tests.operator_support import (
     assert_check_clean,
     create_job,
     custom,
-    dry_run_once,
+    inference_service,
     job,
     node_states,
     running_replicas,
     scale_service,
     service_account_kubeconfig,
+    wait_quiet,
     workers,
 )
 
@@ -98,18 +99,7 @@ END = {
 
 
 def service(replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": "chat"},
-        "spec": {
-            "replicas": replicas,
-            "maxReplicas": SERVERS,
-            "gpusPerReplica": 8,
-            "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/chat:1"}]}},
-        },
-    }
+    return inference_service("chat", replicas=replicas, gpus=8, max_replicas=SERVERS)
 
 
 def through(kubeconfig: Path, proxy: FaultProxy) -> Path:
@@ -205,16 +195,7 @@ def story(api: client.ApiClient, namespace: str, operator: Operator) -> dict[str
     reclaimed_s = time.monotonic() - scaled
     assert reclaimed_s <= RECLAIM_DEADLINE_S, f"the reclaim took {reclaimed_s:.0f} s, past its deadline"
     wait_for(lambda: where(api, namespace) == END, STORY_DEADLINE_S, f"reclaimed and scaled in: {END}")
-    last: list[Any] = []
-
-    def quiet() -> bool:
-        last[:] = json.loads(dry_run_once(operator))["actions"]
-        return not last
-
-    try:
-        wait_for(quiet, STORY_DEADLINE_S, "a pass with nothing left to do")
-    except TimeoutError as error:
-        raise AssertionError(f"{error}; the last dry-run pass proposed {last}") from error
+    wait_quiet(operator, STORY_DEADLINE_S)
     print(f"servers back {reclaimed_s:.1f} s after the scale-up")
     return outcome(api, namespace)
 

@@ -38,7 +38,17 @@ from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from lyra.operator.sizing import InferenceGpuCaps
 from lyra.snapshot import parse_gpu_catalog
-from tests.operator_support import DEADLINE_S, T4, create_job, custom, lyra_node_fields, node_states, workers
+from tests.operator_support import (
+    DEADLINE_S,
+    T4,
+    create_job,
+    create_service,
+    custom,
+    inference_service,
+    lyra_node_fields,
+    node_states,
+    workers,
+)
 from tests.prometheus_support import promtool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -495,18 +505,7 @@ def restored_nodes(api: client.ApiClient) -> Iterator[None]:
 
 def _lend_and_reclaim(api: client.ApiClient, namespace: str) -> None:
     t4_servers = len(node_states(api))
-    service = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": "chat"},
-        "spec": {
-            "replicas": 2, "gpusPerReplica": 4, "minReplicas": 1, "maxReplicas": 64, "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/server:1"}]}},
-        },
-    }  # fmt: skip
-    custom(api).create_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, service
-    )
+    create_service(api, namespace, inference_service("chat", replicas=2, gpus=4, min_replicas=1, max_replicas=64))
     create_job(api, namespace, "elastic", minWorkers=1, maxWorkers=8, gpusPerWorker=8, gpuTypes=[T4])
 
     def lent_and_used() -> list[str] | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +19,17 @@ from kubernetes import client
 
 from lyra.api import names
 from lyra.cli.exit_codes import EXIT_VIOLATIONS
-from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     DEADLINE_S,
-    REPOSITORY,
     T4,
     Operator,
     assert_check_clean,
     create_job,
-    custom,
+    create_service,
+    inference_service,
     lyra_check,
     node_states,
     running,
@@ -41,19 +39,6 @@ from tests.operator_support import (
 
 # Starts the operator twice and runs `lyra check` five times, each a new process: minutes on a busy 2-core machine.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    crds = REPOSITORY / "manifests" / "crds"
-    with session_control_plane(tmp_path_factory.mktemp("check-cluster"), crd_dir=crds) as control_plane:
-        yield control_plane
-
-
-@pytest.fixture(scope="module")
-def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    with populate.admin_api(cluster.kubeconfig) as api_client:
-        yield api_client
 
 
 def test_check_is_clean_on_a_lending_cluster_and_finds_a_removed_taint(
@@ -71,18 +56,7 @@ def test_check_is_clean_on_a_lending_cluster_and_finds_a_removed_taint(
 
 
 def _story(api: client.ApiClient, kubeconfig: Path, namespace: str, operator: Operator) -> None:
-    service = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": "chat"},
-        "spec": {
-            "replicas": 2, "gpusPerReplica": 2, "minReplicas": 1, "maxReplicas": 8, "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/server:1"}]}},
-        },
-    }  # fmt: skip
-    custom(api).create_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, service
-    )
+    create_service(api, namespace, inference_service("chat", replicas=2, gpus=2, min_replicas=1, max_replicas=8))
     create_job(api, namespace, "elastic", minWorkers=2, maxWorkers=4, gpusPerWorker=8, gpuTypes=[T4])
     operator.start()
 

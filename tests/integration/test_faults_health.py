@@ -37,19 +37,17 @@ from kubernetes.client.exceptions import ApiException
 from lyra.api import names
 from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     A100,
     DEADLINE_S,
-    REPOSITORY,
     Operator,
     assert_check_clean,
     create_job,
     custom,
     job,
     running,
-    service_account_kubeconfig,
     workers,
 )
 
@@ -60,24 +58,6 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 #: Keeps a pod on the dead node from being removed before the node is revived (nothing confirms its deletion).
 NO_KUBELET_FINALIZER = f"{names.GROUP}/test-dead-kubelet"
 ONE_NODE = {"minWorkers": 1, "maxWorkers": 1, "gpusPerWorker": 8, "gpuTypes": [A100]}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    crds = REPOSITORY / "manifests" / "crds"
-    with session_control_plane(tmp_path_factory.mktemp("faults-health"), crd_dir=crds) as control_plane:
-        yield control_plane
-
-
-@pytest.fixture(scope="module")
-def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    with populate.admin_api(cluster.kubeconfig) as api_client:
-        yield api_client
-
-
-@pytest.fixture(scope="module")
-def operator_kubeconfig(cluster: ControlPlane, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return service_account_kubeconfig(cluster, api, tmp_path_factory.mktemp("operator-account"))
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,14 +24,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
-from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     A100,
     DEADLINE_S,
-    REPOSITORY,
     Operator,
     create_job,
     job,
@@ -43,19 +40,6 @@ from tests.operator_support import (
 pytestmark = pytest.mark.integration
 
 GPU_QUOTA = f"requests.{names.GPU_RESOURCE}"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    crds = REPOSITORY / "manifests" / "crds"
-    with session_control_plane(tmp_path_factory.mktemp("isolation-cluster"), crd_dir=crds) as control_plane:
-        yield control_plane
-
-
-@pytest.fixture(scope="module")
-def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    with populate.admin_api(cluster.kubeconfig) as api_client:
-        yield api_client
 
 
 def condition(api: client.ApiClient, namespace: str, name: str, kind: str) -> dict[str, Any] | None:

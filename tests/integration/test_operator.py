@@ -20,56 +20,37 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from lyra.api import names
-from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from lyra.operator.observe import parse_time
 from tests.operator_support import (
     A100,
     DEADLINE_S,
-    REPOSITORY,
     T4,
     Operator,
     assert_check_clean,
     create_job,
+    create_service,
     custom,
     dry_run_once,
+    inference_service,
     job,
     labels_of,
     lease_holder,
     lyra_node_fields,
     node_states,
     running,
-    service_account_kubeconfig,
+    wait_quiet,
     workers,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    crds = REPOSITORY / "manifests" / "crds"
-    with session_control_plane(tmp_path_factory.mktemp("operator-cluster"), crd_dir=crds) as control_plane:
-        yield control_plane
-
-
-@pytest.fixture(scope="module")
-def operator_kubeconfig(cluster: ControlPlane, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return service_account_kubeconfig(cluster, api, tmp_path_factory.mktemp("operator-sa"))
-
-
-@pytest.fixture(scope="module")
-def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    with populate.admin_api(cluster.kubeconfig) as api_client:
-        yield api_client
 
 
 @pytest.mark.timeout(300)  # two operators, a kill, a standby's takeover and `lyra check`: over 120 s on a busy machine
@@ -90,18 +71,7 @@ def test_the_operator_lends_reclaims_survives_a_kill_and_converges(
 
 
 def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: Operator) -> None:
-    service = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": "chat"},
-        "spec": {
-            "replicas": 4, "gpusPerReplica": 2, "minReplicas": 1, "maxReplicas": 64, "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/server:1"}]}},
-        },
-    }  # fmt: skip
-    custom(api).create_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, service
-    )
+    create_service(api, namespace, inference_service("chat", replicas=4, gpus=2, min_replicas=1, max_replicas=64))
     create_job(api, namespace, "elastic", minWorkers=2, maxWorkers=12, gpusPerWorker=4, gpuTypes=[T4])
     create_job(api, namespace, "a100-only", minWorkers=2, maxWorkers=2, gpusPerWorker=8, gpuTypes=[A100])
     create_job(api, namespace, "oversized", minWorkers=40, maxWorkers=40, gpusPerWorker=8)
@@ -178,18 +148,7 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: O
 
     # 3. Shadow mode reports a plan for a new job and changes nothing (and needs no lease).
     # A converged cluster needs no action: a shadow pass beside the running operators proposes nothing.
-    last: list[Any] = []
-
-    def quiet() -> bool:
-        last[:] = json.loads(dry_run_once(operator))["actions"]
-        return not last
-
-    try:
-        wait_for(quiet, DEADLINE_S, "a pass with nothing to do")
-    except AssertionError:
-        raise
-    except Exception as error:
-        raise AssertionError(f"{error}; the last shadow pass proposed {last}") from error
+    wait_quiet(operator, DEADLINE_S)
     operator.stop()
     standby.stop()
     assert lease_holder(api) == "", "a cleanly stopped leader releases the lease"

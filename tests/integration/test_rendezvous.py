@@ -6,7 +6,6 @@ DNS serves, ready or not), and the Service goes with its job.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
-from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     A100,
     DEADLINE_S,
-    REPOSITORY,
     Operator,
     create_job,
     custom,
@@ -31,19 +28,6 @@ from tests.operator_support import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    crds = REPOSITORY / "manifests" / "crds"
-    with session_control_plane(tmp_path_factory.mktemp("rendezvous-cluster"), crd_dir=crds) as control_plane:
-        yield control_plane
-
-
-@pytest.fixture(scope="module")
-def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    with populate.admin_api(cluster.kubeconfig) as api_client:
-        yield api_client
 
 
 def published_hostnames(api: client.ApiClient, namespace: str, service: str) -> set[str]:

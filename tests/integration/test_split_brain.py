@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,16 +27,16 @@ from kubernetes import client
 from lyra.api import names
 from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     DEADLINE_S,
-    REPOSITORY,
     T4,
     Operator,
     assert_check_clean,
     create_job,
     custom,
+    inference_service,
     lease_holder,
     node_states,
     running_replicas,
@@ -51,13 +50,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ROUNDS = 3
 LEASE_S = 4  # renew deadline 2.7 s, retry period 0.5 s (client-go's proportions)
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    crds = REPOSITORY / "manifests" / "crds"
-    with session_control_plane(tmp_path_factory.mktemp("split-brain"), crd_dir=crds) as control_plane:
-        yield control_plane
 
 
 def audited_writes(cluster: ControlPlane) -> list[dict[str, Any]]:
@@ -82,18 +74,7 @@ def by(operator_marker: str, events: list[dict[str, Any]]) -> list[dict[str, Any
 
 
 def service(replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": "chat"},
-        "spec": {
-            "replicas": replicas,
-            "maxReplicas": 8,
-            "gpusPerReplica": 8,
-            "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/chat:1"}]}},
-        },
-    }
+    return inference_service("chat", replicas=replicas, gpus=8, max_replicas=8)
 
 
 def pause_the_leader_mid_reclaim(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,21 +21,20 @@ import pytest
 from kubernetes import client
 
 from lyra.api import names
-from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.ports import allocate_ports
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from lyra.operator.caches import KINDS, RELIST_MESSAGE, ClusterCaches, list_once
 from tests.operator_support import (
     A100,
     DEADLINE_S,
-    REPOSITORY,
     T4,
     Operator,
     create_job,
     custom,
     dry_run_once,
+    inference_service,
     job,
     running_replicas,
     scale_service,
@@ -48,19 +46,6 @@ pytestmark = pytest.mark.integration
 WRITES = frozenset({"create", "update", "patch", "delete"})
 #: Lists a pass may make to repair a watch that lost the operator's own write (each one logged).
 MAX_REPAIRS = 2
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    crds = REPOSITORY / "manifests" / "crds"
-    with session_control_plane(tmp_path_factory.mktemp("watch-cluster"), crd_dir=crds) as control_plane:
-        yield control_plane
-
-
-@pytest.fixture(scope="module")
-def api(cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    with populate.admin_api(cluster.kubeconfig) as api_client:
-        yield api_client
 
 
 def audited(cluster: ControlPlane, pid: int) -> list[dict[str, Any]]:
@@ -91,19 +76,8 @@ def received(event: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
 
 
-def inference_service(name: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "maxReplicas": 16,
-            "gpusPerReplica": 4,
-            "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/chat:1"}]}},
-        },
-    }
+def service(name: str, replicas: int) -> dict[str, Any]:
+    return inference_service(name, replicas=replicas, gpus=4, max_replicas=16)
 
 
 def comparable(objects: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -143,7 +117,7 @@ def test_the_operator_never_lists_in_a_pass_and_its_caches_miss_no_event(
             create_job(api, namespace, "a100", minWorkers=2, maxWorkers=2, gpusPerWorker=4, gpuTypes=[A100])
             objects = custom(api)
             objects.create_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, inference_service("chat", 2)
+                names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, service("chat", 2)
             )
             for name in ("elastic", "a100"):
                 wait_for(
