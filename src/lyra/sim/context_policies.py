@@ -28,11 +28,15 @@ def context_policy(sim: Driver, admission: Admission) -> Decider:
 
 
 def start_on_training_gpus(sim: Driver, job: SimJob, t: float) -> bool:
-    """Start a queued job with its base on the training pool's GPUs, placed by the core's rule."""
+    """Start a queued job with its base on the training pool's GPUs, placed by the core's rule, on the fastest
+    training GPU type that holds it (then the type's name)."""
     cluster = sim.cluster
     layout = cluster.layout
-    moves = layout.place(job.name, 1, cluster.training_type, job.wmin)
-    if moves is None:
+    for gpu_type in cluster.training_types_fastest_first:
+        moves = layout.place(job.name, 1, gpu_type, job.wmin)
+        if moves is not None:
+            break
+    else:
         return False
     layout.undo(job.name, moves, 1)
     placement: dict[int, int] = {}
@@ -40,6 +44,12 @@ def start_on_training_gpus(sim: Driver, job: SimJob, t: float) -> bool:
         placement[server] = placement.get(server, 0) + count
     sim.apply({job: placement}, t)
     return True
+
+
+def most_free_on_one_training_type(sim: Driver) -> int:
+    """The free GPUs of the training GPU type with the most (a job that does not mix runs on one type)."""
+    free = sim.cluster.layout.free_of_type
+    return max(free[t] for t in sim.cluster.training_types)
 
 
 class GreedyAdmission:
@@ -56,14 +66,12 @@ class GreedyAdmission:
 
     def decide(self, t: float) -> None:
         sim = self.sim
-        free = sim.cluster.layout.free_of_type
-        training = sim.cluster.training_type
-        while free[training] > 0:
-            entry = sim.queue.head() if self.fifo else sim.queue.best_fit(free[training])
+        while (room := most_free_on_one_training_type(sim)) > 0:
+            entry = sim.queue.head() if self.fifo else sim.queue.best_fit(room)
             if entry is None:
                 return
             job = sim.jobs[entry[3]]
-            if job.wmin > free[training] or not start_on_training_gpus(sim, job, t):
+            if job.wmin > room or not start_on_training_gpus(sim, job, t):
                 return
 
 
@@ -81,11 +89,9 @@ class LeastAttainedService:
 
     def decide(self, t: float) -> None:
         sim = self.sim
-        free = sim.cluster.layout.free_of_type
-        training = sim.cluster.training_type
         if not (self.dirty and t >= self.next_full):
-            while free[training] > 0:
-                entry = sim.queue.best_fit(free[training])
+            while (room := most_free_on_one_training_type(sim)) > 0:
+                entry = sim.queue.best_fit(room)
                 if entry is None or not start_on_training_gpus(sim, sim.jobs[entry[3]], t):
                     return
             return

@@ -93,7 +93,8 @@ class CoreDecisions:
                     # Every job that could make room on the training GPUs, up to view_jobs: moving a job there
                     # may be worth more than the flexible workers it displaces, and the objective decides.
                     offered.update(movers)
-                    offered.update(self._donors_on(cluster.training_type, cluster.training_gpus))
+                    for t_index in cluster.training_types:
+                        offered.update(self._donors_on(t_index, cluster.training_gpus_of_type[t_index]))
             if queued:
                 offered.update(self._donors())
             if self._can_grow():
@@ -126,15 +127,19 @@ class CoreDecisions:
         return sorted(chosen, key=lambda i: jobs[i].entry or (0.0, 0.0, jobs[i].name, i))[:cap]
 
     def _migration_candidates(self, t: float) -> list[int]:
-        """Jobs on the inference GPUs whose base the training GPUs could hold (free or flexible workers), longest
-        estimated time left first (they gain the most from moving): at most ``view_jobs``."""
+        """Jobs on the inference GPU types (those no training server has) whose base one training GPU type could
+        hold (free or flexible workers), longest estimated time left first (they gain the most from moving): at most
+        ``view_jobs``."""
         sim = self.sim
         cluster = sim.cluster
-        if cluster.training_type == cluster.inference_type:
+        movable = [t for t in cluster.inference_types if t not in cluster.training_types]
+        if not movable:
             return []
         jobs = sim.jobs
-        room = cluster.layout.free_of_type[cluster.training_type] + sim.flexible[cluster.training_type]
-        candidates = (i for i in sim.on_type[cluster.inference_type] if jobs[i].wmin <= room)
+        free = cluster.layout.free_of_type
+        room = max(free[t] + sim.flexible[t] for t in cluster.training_types)
+        on_inference = set().union(*(sim.on_type[t] for t in movable))
+        candidates = (i for i in on_inference if jobs[i].wmin <= room)
         return heapq.nsmallest(self.view_jobs, candidates, key=lambda i: (-self._time_left(i, t), jobs[i].name))
 
     def _time_left(self, i: int, t: float) -> float:
@@ -226,9 +231,10 @@ class CoreDecisions:
             kind = self.sim.kind[job.index]
             if kind >= 0:
                 wanted[kind] += job.wmax - job.workers
-                if self.migrate and kind != self.sim.cluster.training_type:
+                if self.migrate and kind not in cluster.training_types:
                     # It may move to the training GPUs: offer room there for all of it.
-                    wanted[self.sim.cluster.training_type] += job.wmax
+                    for training_type in cluster.training_types:
+                        wanted[training_type] += job.wmax
             else:
                 for name in job.gpu_types:
                     wanted[self.type_index[name]] += job.wmax - job.workers
@@ -270,19 +276,23 @@ class CoreDecisions:
         fastest; running ones on their own type), the allocator's answer is known: everyone at its maximum,
         since with ``w * e(w)`` rising no job is faster with fewer workers and none waits. Then the placements
         come straight from the core's placement rule and the call is skipped (a unit test checks this shortcut
-        against :func:`allocate_workers`). ``None`` when it does not apply."""
+        against :func:`allocate_workers`). ``None`` when it does not apply, and with several training GPU types
+        (which of them a queued job gets is the allocator's choice)."""
         sim = self.sim
         cluster = sim.cluster
         layout = cluster.layout
         jobs = sim.jobs
+        if len(cluster.training_types) != 1:
+            return None
+        (training_type,) = cluster.training_types
         wanted = [0] * len(cluster.type_names)
         for i in queued:
-            wanted[cluster.training_type] += jobs[i].wmax
+            wanted[training_type] += jobs[i].wmax
         for i in running:
             kind = sim.kind[i]
             if kind < 0:
                 return None
-            if self.migrate and kind != cluster.training_type:
+            if self.migrate and kind != training_type:
                 return None  # the allocator may move it to the training GPUs, free or held by flexible workers
             wanted[kind] += jobs[i].wmax - jobs[i].workers
         if any(w > f for w, f in zip(wanted, layout.free_of_type, strict=True)):
@@ -293,7 +303,7 @@ class CoreDecisions:
             (jobs[i] for i in queued), key=lambda job: job.entry or (0.0, 0.0, job.name, job.index)
         )
         for job in order:
-            kind = sim.kind[job.index] if job.workers else cluster.training_type
+            kind = sim.kind[job.index] if job.workers else training_type
             extra = job.wmax - job.workers
             if extra <= 0:
                 continue

@@ -111,9 +111,8 @@ class Simulation:
         self.cluster = SimCluster(scenario)
         self.cluster.window_s = self.window.length_s
         cluster = self.cluster
-        training_type = scenario.training.gpu_type
-        both = frozenset({training_type, scenario.inference.gpu_type})
-        only_training = frozenset({training_type})
+        only_training = frozenset(scenario.training.gpu_types)
+        both = frozenset(scenario.gpu_types)
         self.jobs = [
             SimJob(
                 i,
@@ -174,7 +173,7 @@ class Simulation:
         step = self.load.step_s
         offset = math.fmod(self.window.start_s, step)
         first_step = 0.0 if offset == 0 else step - offset
-        self.cluster.demand = self.demand_at(0.0)
+        self.cluster.set_demand(self.demand_at(0.0))
         if self.loans is not None:
             self.loans.load_changed(0.0)
         self.push(first_step if first_step > 0 else step, _LOAD_STEP, -1)
@@ -233,7 +232,7 @@ class Simulation:
         cluster = self.cluster
         demand = self.demand_at(t)
         if demand != cluster.demand:
-            cluster.demand = demand
+            cluster.set_demand(demand)
         if self.loans is not None:
             self.loans.load_changed(t)
         if t < self.window.length_s:

@@ -7,14 +7,16 @@ Rules (all seeded, so one seed gives one workload for every scheme):
   the simulator takes as reference GPUs (speed 1.0, the training pool's type): a job that ran ``n`` GPUs for ``d``
   seconds has ``d * n * e(n)`` reference worker-seconds of work, ``e`` being the scenario's scaling efficiency, so
   that at its trace width on training GPUs it takes exactly ``d``. A job asking for more GPUs than the training
-  cluster has is clamped to the cluster's size with its work kept (it runs longer), and counted in ``clamped``.
+  cluster has is clamped to the cluster's size with its work kept (it runs longer), and counted in ``clamped``;
+  with several training GPU types, the size of the largest type's group (a job runs on one type at a time).
 * Two draws per job, in trace order, from ``random.Random(seed)``: ``u`` (uniform) makes the job elastic when
   ``u < elasticity.share``, and ``z`` (standard normal) gives the estimate error ``exp(sigma * z)``. Both are
   drawn for every job whatever the scenario says, so changing one knob does not reshuffle the others.
 * Two more per job from a second stream (``random.Random(f"{seed}/gpus")``), also drawn for every job: ``m``
   (uniform) lets a job of ``n`` GPUs use the inference GPU type when
   ``m < memory.inference_fit_share * n ** -memory.size_exponent`` (its memory fits; larger jobs fit less often
-  when the exponent is above 0; it always may if both pools have the same type), and ``x`` (uniform) makes an
+  when the exponent is above 0; it always may if every inference GPU type is also a training one), and ``x``
+  (uniform) makes an
   elastic job mix GPU types when ``x < elasticity.mixing_share``.
 * An elastic job that ran on ``n`` GPUs gets ``w_min = ceil(n * min_factor)`` and ``w_max = n * max_factor``
   (clamped to the training cluster). Schemes without elasticity run every job at exactly ``n``.
@@ -92,9 +94,10 @@ class Workload:
 def build_workload(trace: Trace, scenario: Scenario, window: Window) -> Workload:
     rng = random.Random(scenario.seed)
     gpu_rng = random.Random(f"{scenario.seed}/gpus")
-    same_type = scenario.training.gpu_type == scenario.inference.gpu_type
+    same_type = set(scenario.inference.gpu_types) <= set(scenario.training.gpu_types)
     overhead = scenario.scaling.overhead
-    cluster_gpus = scenario.training.servers * scenario.training.gpus_per_server
+    # A job runs on one GPU type unless it mixes: the most GPUs one type of the training pool has.
+    cluster_gpus = max(group.servers * group.gpus_per_server for group in scenario.training.groups)
     sigma = scenario.durations.sigma if scenario.durations.knowledge is DurationKnowledge.NOISY else 0.0
     rule = scenario.elasticity
     memory = scenario.memory

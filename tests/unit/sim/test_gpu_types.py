@@ -1,0 +1,195 @@
+"""A scenario of three GPU types (A100 and V100 training servers, T4 inference servers) run end to end, checked at
+every instant by an oracle that shares no code with the engine: it derives each server's GPU type and size from
+the scenario text by its own reading of the naming rule, counts GPUs per type and per server from the jobs'
+placements, and recomputes each job's pace as its workers times the speed of its slowest GPU type (synchronous
+data parallelism: speeds never add across types)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import yaml
+
+from lyra.sim.engine import Simulation
+from lyra.sim.jobs import SimJob, Status
+from lyra.sim.load import LoadSeries
+from lyra.sim.scenario import Scenario, parse_scenario
+from lyra.sim.schemes import SCHEMES
+from lyra.sim.traces import Trace, TraceFormat, TraceJob
+from lyra.sim.workload import Window, build_workload
+from tests.unit.sim.builders import TINY, stepped_load
+
+SPEEDS = {"A100": 1.5, "V100": 1.0, "T4": 0.4}
+TRAINING_GROUPS = [
+    {"gpu_type": "V100", "servers": 2, "gpus_per_server": 8},
+    {"gpu_type": "A100", "servers": 1, "gpus_per_server": 8},
+]
+INFERENCE_GROUPS = [{"gpu_type": "T4", "servers": 3, "gpus_per_server": 4}]
+
+
+def three_types(**overrides: Any) -> Scenario:
+    document = yaml.safe_load(TINY)
+    document["training"] = {"groups": TRAINING_GROUPS}
+    document["inference"] = {"groups": INFERENCE_GROUPS, "req_per_server": 100.0, "headroom_share": 0}
+    document["speed"] = SPEEDS
+    document["memory"] = {"inference_fit_share": 0.7}
+    document["elasticity"] = {"share": 0.6, "min_factor": 0.5, "max_factor": 2, "mixing_share": 0.5}
+    document["scheduler"]["decision_interval_s"] = 30
+    document["scheduler"]["rebalance_interval_s"] = 300
+    document.update(overrides)
+    return parse_scenario(yaml.safe_dump(document), "<three types>")
+
+
+def oracle_servers() -> dict[str, tuple[str, int]]:
+    """Server name -> (GPU type, GPUs), read off the groups above: ``train-NNNN`` and ``infer-NNNN`` numbered
+    through each pool's groups in order."""
+    servers: dict[str, tuple[str, int]] = {}
+    for prefix, groups in (("train", TRAINING_GROUPS), ("infer", INFERENCE_GROUPS)):
+        number = 0
+        for group in groups:
+            for _ in range(group["servers"]):
+                servers[f"{prefix}-{number:04d}"] = (group["gpu_type"], group["gpus_per_server"])
+                number += 1
+    return servers
+
+
+def random_trace(seed: int, jobs: int = 70) -> Trace:
+    draw = random.Random(seed)
+    rows = [
+        TraceJob(f"job-{i:03d}", draw.uniform(0, 20_000), draw.uniform(300, 9_000), draw.choice((1, 1, 2, 3, 4, 8, 12)))
+        for i in range(jobs)
+    ]
+    return Trace("<three types>", TraceFormat.GENERIC, tuple(sorted(rows, key=lambda j: (j.submit_s, j.name))))
+
+
+class Observed:
+    """What the oracle saw over a run."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+        self.types_used: set[str] = set()
+        self.mixed_jobs: set[str] = set()
+        self.peak_gpus: dict[str, int] = {}
+
+
+class CheckedSimulation(Simulation):
+    """The engine, with the oracle run after every placement change and at the end of every instant."""
+
+    observed: Observed
+    servers: dict[str, tuple[str, int]]
+
+    def apply(self, changes: Any, t: float) -> None:
+        super().apply(changes, t)
+        self.check()
+
+    def decide(self, t: float) -> None:
+        super().decide(t)
+        self.check()
+
+    def check(self) -> None:
+        names = self.cluster.names
+        capacity: dict[str, int] = {}
+        for gpu_type, gpus in self.servers.values():
+            capacity[gpu_type] = capacity.get(gpu_type, 0) + gpus
+        used_of_type: dict[str, int] = {}
+        for job in self.jobs:
+            if job.status is not Status.RUNNING:
+                continue
+            self.check_job(job, names, used_of_type)
+        for gpu_type, used in used_of_type.items():
+            assert used <= capacity[gpu_type], f"{used} {gpu_type} GPUs used, {capacity[gpu_type]} exist"
+            self.observed.peak_gpus[gpu_type] = max(self.observed.peak_gpus.get(gpu_type, 0), used)
+        self.observed.checks += 1
+
+    def check_job(self, job: SimJob, names: list[str], used_of_type: dict[str, int]) -> None:
+        types_here: set[str] = set()
+        workers = 0
+        for server, count in job.placement.items():
+            gpu_type, _ = self.servers[names[server]]
+            assert count > 0
+            assert gpu_type in job.gpu_types, f"{job.name} runs on {gpu_type}, may use {sorted(job.gpu_types)}"
+            used_of_type[gpu_type] = used_of_type.get(gpu_type, 0) + count
+            types_here.add(gpu_type)
+            workers += count
+        assert workers == job.workers
+        if len(types_here) > 1:
+            assert job.mixes, f"{job.name} spans {sorted(types_here)} without opting in to mixing"
+            self.observed.mixed_jobs.add(job.name)
+        self.observed.types_used |= types_here
+        slowest = min(SPEEDS[t] for t in types_here)
+        assert job.rate == pytest.approx(workers * slowest), f"{job.name}: pace {job.rate}, {workers} x {slowest}"
+
+
+def run_checked(scheme: str, seed: int, load: LoadSeries) -> tuple[CheckedSimulation, Observed]:
+    setup = three_types(seed=seed)
+    workload = build_workload(random_trace(seed), setup, Window(0.0, 30_000.0))
+    simulation = CheckedSimulation(workload, setup, SCHEMES[scheme], load)
+    simulation.observed = Observed()
+    simulation.servers = oracle_servers()
+    simulation.run()
+    return simulation, simulation.observed
+
+
+#: No inference demand for the first hour and a half, then all of it, then none: servers are lent and reclaimed.
+LOAD = stepped_load(*([0] * 9), *([300] * 6), *([0] * 30))
+
+
+@pytest.mark.parametrize("scheme", ["baseline", "basic", "lyra", "lyra-no-elasticity", "fifo", "sjf", "las"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_three_gpu_types_never_oversubscribed_and_a_job_runs_at_its_slowest_type(scheme: str, seed: int) -> None:
+    simulation, observed = run_checked(scheme, seed, LOAD)
+    assert all(job.status is Status.DONE for job in simulation.jobs)
+    assert observed.checks > 50
+    assert {"A100", "V100"} <= observed.types_used
+    if SCHEMES[scheme].loaning:
+        assert "T4" in observed.types_used
+        assert simulation.loans is not None
+        assert simulation.loans.reclaims > 0
+    else:
+        assert "T4" not in observed.types_used
+
+
+def test_jobs_that_opt_in_to_mixing_span_types_at_the_slowest_pace() -> None:
+    spans = set()
+    for seed in range(3):
+        _, observed = run_checked("lyra", seed, LOAD)
+        spans |= observed.mixed_jobs
+    assert spans, "some mixing job spans GPU types, so the slowest-type rule is exercised"
+
+
+def test_the_oracle_catches_speeds_that_add_across_types() -> None:
+    """The oracle is not vacuous: a pace that adds each type's speed fails it."""
+    setup = three_types()
+    workload = build_workload(random_trace(0), setup, Window(0.0, 30_000.0))
+    simulation = CheckedSimulation(workload, setup, SCHEMES["lyra"], LOAD)
+    simulation.observed = Observed()
+    simulation.servers = oracle_servers()
+    job = simulation.jobs[0]
+    names = simulation.cluster.names
+    a100 = names.index("train-0002")
+    v100 = names.index("train-0000")
+    job.status = Status.RUNNING
+    job.placement = {a100: 2, v100: 2}
+    job.workers = 4
+    job.mixes = True
+    job.gpu_types = frozenset(SPEEDS)
+    job.rate = 2 * 1.5 + 2 * 1.0
+    with pytest.raises(AssertionError, match="pace"):
+        simulation.check()
+    job.rate = 4 * 1.0
+    simulation.check()
+    job.placement = {a100: 9}
+    job.workers = 9
+    job.rate = 9 * 1.5
+    with pytest.raises(AssertionError, match="A100 GPUs used, 8 exist"):
+        simulation.check()
+
+
+def test_a_job_larger_than_any_one_training_type_is_clamped_to_the_largest() -> None:
+    workload = build_workload(
+        Trace("<t>", TraceFormat.GENERIC, (TraceJob("big", 0.0, 100.0, 24),)), three_types(), Window(0.0, 10.0)
+    )
+    (job,) = workload.jobs
+    assert (job.num_gpus, workload.clamped) == (16, 1)  # the V100 group's 16 GPUs; the A100 group has 8
