@@ -140,12 +140,12 @@ class SimCluster:
         self.loaned += 1
         self.loaned_of_type[self.type_of[server]] += 1
 
-    def release(self, job: str, server: int, count: int) -> None:
+    def release(self, job: str, server: int, count: int, gpus_per_worker: int) -> None:
         """Workers of a training job leave a server; on an inference server that is no longer loaned (reclaiming,
         or back in service) their GPUs go straight back to inference."""
-        self.move(job, server, -count, 1)
+        self.move(job, server, -count, gpus_per_worker)
         if not self.is_training[server] and self.state[server] != _LOANED:
-            self.layout.add(INFERENCE_HOLD, server, count, 1)
+            self.layout.add(INFERENCE_HOLD, server, count * gpus_per_worker, 1)
 
     def start_reclaim(self, server: int, ready_at: float) -> None:
         """The server stops taking training work: its free GPUs are held for inference now, those of the workers

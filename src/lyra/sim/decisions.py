@@ -3,8 +3,9 @@ applies its placements as they are.
 
 Decisions are made on a *view*, so that a decision costs what it touches, not the size of the cluster:
 
-* queued jobs: per bucket of the queue (the GPU types a job may use, its base size ``b``), the first ``A // b``
-  jobs in the scheme's order, where ``A`` is what those types offer a base (free GPUs plus flexible workers).
+* queued jobs: per bucket of the queue (the GPU types a job may use, its GPUs per worker, its base of ``b`` GPUs),
+  the first ``A // b`` jobs in the scheme's order, where ``A`` is what those types offer a base (free GPUs plus
+  the GPUs of flexible workers).
   Within a bucket the allocator admits a prefix of that order, so this is a superset of whom it can admit; at
   most ``4 * view_jobs`` of them, in admission order (the next decision offers the rest);
 * running elastic jobs: when a queued base needs flexible workers on a GPU type it may use (even if a slower type
@@ -12,9 +13,9 @@ Decisions are made on a *view*, so that a decision costs what it touches, not th
   to make room and two more (at most ``view_jobs`` per type); when free
   GPUs are left over, the ``view_jobs`` that could grow with the shortest estimated remaining time (the fluid
   model grows those first);
-* servers: those the view's jobs run on and, per GPU type they may use, servers with free GPUs (tightest first)
-  until they hold every worker the view could add; GPUs that jobs outside the view hold are passed as ``held``:
-  those jobs keep their workers.
+* servers: those the view's jobs run on and, per GPU type they may use and worker size, servers with room for
+  such a worker (tightest first) until they hold every worker the view could add; GPUs that jobs outside the view
+  hold are passed as ``held``: those jobs keep their workers.
 
 Every ``rebalance_interval_s`` (if anything changed) a periodic decision also offers, with migration, the
 ``view_jobs`` jobs on inference GPUs with the longest estimated time left whose base the training GPUs could hold,
@@ -139,7 +140,7 @@ class CoreDecisions:
         free = cluster.layout.free_of_type
         room = max(free[t] + sim.flexible[t] for t in cluster.training_types)
         on_inference = set().union(*(sim.on_type[t] for t in movable))
-        candidates = (i for i in on_inference if jobs[i].wmin <= room)
+        candidates = (i for i in on_inference if jobs[i].wmin * jobs[i].gpus_per_worker <= room)
         return heapq.nsmallest(self.view_jobs, candidates, key=lambda i: (-self._time_left(i, t), jobs[i].name))
 
     def _time_left(self, i: int, t: float) -> float:
@@ -155,9 +156,10 @@ class CoreDecisions:
         free = sim.cluster.layout.free_of_type
         flexible = sim.flexible
         deficit = [0] * len(free)
-        for (types, need), bucket in sim.queue.buckets.items():
+        for (types, per_worker, base), bucket in sim.queue.buckets.items():
             if not bucket:
                 continue
+            need = per_worker * base
             for name in types:
                 t = self.type_index[name]
                 if free[t] < need <= free[t] + flexible[t]:
@@ -168,7 +170,7 @@ class CoreDecisions:
         return chosen
 
     def _donors_on(self, gpu_type: int, missing: int) -> list[int]:
-        """Running elastic jobs on a type holding the most flexible workers: enough to free ``missing`` GPUs, and
+        """Running elastic jobs on a type holding the most flexible GPUs: enough to free ``missing`` GPUs, and
         two more to choose from; at most ``view_jobs``."""
         if missing <= 0:
             return []
@@ -176,7 +178,7 @@ class CoreDecisions:
         jobs = sim.jobs
         ranked = sorted(
             (i for i in sim.on_type[gpu_type] if i in sim.running_elastic and jobs[i].workers > jobs[i].wmin),
-            key=lambda i: (jobs[i].wmin - jobs[i].workers, jobs[i].name),
+            key=lambda i: ((jobs[i].wmin - jobs[i].workers) * jobs[i].gpus_per_worker, jobs[i].name),
         )
         chosen: list[int] = []
         extra = 2
@@ -186,7 +188,7 @@ class CoreDecisions:
                     break
                 extra -= 1
             chosen.append(i)
-            missing -= jobs[i].workers - jobs[i].wmin
+            missing -= (jobs[i].workers - jobs[i].wmin) * jobs[i].gpus_per_worker
         return chosen
 
     def _receivers(self, t: float) -> list[int]:
@@ -201,7 +203,7 @@ class CoreDecisions:
         growable = (
             i
             for i in sim.running_elastic
-            if jobs[i].workers < jobs[i].wmax and sim.kind[i] >= 0 and free[sim.kind[i]] > 0
+            if jobs[i].workers < jobs[i].wmax and sim.kind[i] >= 0 and free[sim.kind[i]] >= jobs[i].gpus_per_worker
         )
         return heapq.nsmallest(self.view_jobs, growable, key=remaining_time)
 
@@ -218,34 +220,48 @@ class CoreDecisions:
 
     def snapshot(self, jobs: Iterable[SimJob], t: float) -> tuple[ClusterSnapshot, dict[str, int]]:
         """The view as a core snapshot: the view's jobs, the servers they run on, and, of each GPU type they may
-        use, the servers with free GPUs, tightest first, until they hold every worker the view could add there
-        (more could not change the plan's counts); plus the GPUs that jobs outside the view hold on them."""
+        use and each worker size they have (the largest first), the servers with room for such a worker, tightest
+        first, until they hold every worker of that size the view could add there, GPUs counted for one size not
+        counted again (more could not change the plan's counts); plus the GPUs that jobs outside the view hold on
+        them."""
         cluster = self.sim.cluster
         layout = cluster.layout
         members = list(jobs)
         used: dict[int, int] = {}
-        wanted = [0] * len(cluster.type_names)
+        #: (GPU type index, GPUs per worker) -> workers the view could add there.
+        wanted: dict[tuple[int, int], int] = {}
+
+        def want(gpu_type: int, per_worker: int, workers: int) -> None:
+            wanted[(gpu_type, per_worker)] = wanted.get((gpu_type, per_worker), 0) + workers
+
         for job in members:
+            per_worker = job.gpus_per_worker
             for server, count in job.placement.items():
-                used[server] = used.get(server, 0) + count
+                used[server] = used.get(server, 0) + count * per_worker
             kind = self.sim.kind[job.index]
             if kind >= 0:
-                wanted[kind] += job.wmax - job.workers
+                want(kind, per_worker, job.wmax - job.workers)
                 if self.migrate and kind not in cluster.training_types:
                     # It may move to the training GPUs: offer room there for all of it.
                     for training_type in cluster.training_types:
-                        wanted[training_type] += job.wmax
+                        want(training_type, per_worker, job.wmax)
             else:
                 for name in job.gpu_types:
-                    wanted[self.type_index[name]] += job.wmax - job.workers
+                    want(self.type_index[name], per_worker, job.wmax - job.workers)
         chosen = set(used)
-        for t_index, need in enumerate(wanted):
-            left = need
-            for server in self._open_servers(t_index) if left > 0 else ():
+        # Per type, the largest workers first; a server's GPUs counted for one size are not counted again.
+        spare: dict[int, int] = {}
+        for (t_index, per_worker), workers in sorted(wanted.items(), key=lambda item: (item[0][0], -item[0][1])):
+            left = workers
+            for server in self._open_servers(t_index, per_worker) if left > 0 else ():
                 if left <= 0:
                     break
-                chosen.add(server)
-                left -= layout.free[server]
+                room = spare.get(server, layout.free[server])
+                take = min(left, room // per_worker)
+                if take:
+                    chosen.add(server)
+                    spare[server] = room - take * per_worker
+                    left -= take
         servers: list[Server] = []
         held: dict[str, int] = {}
         for server in sorted(chosen):
@@ -256,14 +272,14 @@ class CoreDecisions:
         views = tuple(self._core_job(job, t) for job in members)
         return ClusterSnapshot(tuple(servers), views, self.catalog), held
 
-    def _open_servers(self, gpu_type: int) -> Iterator[int]:
-        """Servers of a type with free GPUs, tightest first (then index), read off the layout's buckets so that a
-        caller that stops early pays for what it reads. (Inference servers not loaned have no free GPUs: their
-        GPUs are held, so every server here may take training work.)"""
+    def _open_servers(self, gpu_type: int, per_worker: int) -> Iterator[int]:
+        """Servers of a type with at least ``per_worker`` free GPUs, tightest first (then index), read off the
+        layout's buckets so that a caller that stops early pays for what it reads. (Inference servers not loaned have
+        no free GPUs: their GPUs are held, so every server here may take training work.)"""
         layout = self.sim.cluster.layout
         free = layout.free
         count = layout.count
-        for f in range(1, layout.largest[gpu_type] + 1):
+        for f in range(per_worker, layout.largest[gpu_type] + 1):
             if not count.get((gpu_type, f)):
                 continue
             servers: set[int] = set()
@@ -287,18 +303,18 @@ class CoreDecisions:
         (training_type,) = cluster.training_types
         wanted = [0] * len(cluster.type_names)
         for i in queued:
-            wanted[training_type] += jobs[i].wmax
+            wanted[training_type] += jobs[i].wmax * jobs[i].gpus_per_worker
         for i in running:
             kind = sim.kind[i]
             if kind < 0:
                 return None
             if self.migrate and kind != training_type:
                 return None  # the allocator may move it to the training GPUs, free or held by flexible workers
-            wanted[kind] += jobs[i].wmax - jobs[i].workers
+            wanted[kind] += (jobs[i].wmax - jobs[i].workers) * jobs[i].gpus_per_worker
         if any(w > f for w, f in zip(wanted, layout.free_of_type, strict=True)):
             return None
         changes: dict[SimJob, dict[int, int]] = {}
-        journal: list[tuple[str, list[tuple[int, int]]]] = []
+        journal: list[tuple[SimJob, list[tuple[int, int]]]] = []
         order = [jobs[i] for i in running] + sorted(
             (jobs[i] for i in queued), key=lambda job: job.entry or (0.0, 0.0, job.name, job.index)
         )
@@ -307,17 +323,17 @@ class CoreDecisions:
             extra = job.wmax - job.workers
             if extra <= 0:
                 continue
-            moves = layout.place(job.name, 1, kind, extra)
+            moves = layout.place(job.name, job.gpus_per_worker, kind, extra)
             if moves is None:
-                for name, made in reversed(journal):
-                    layout.undo(name, made, 1)
+                for placed, made in reversed(journal):
+                    layout.undo(placed.name, made, placed.gpus_per_worker)
                 return None
-            journal.append((job.name, moves))
+            journal.append((job, moves))
             placement = changes.setdefault(job, dict(job.placement))
             for server, count in moves:
                 placement[server] = placement.get(server, 0) + count
-        for name, made in reversed(journal):
-            layout.undo(name, made, 1)
+        for placed, made in reversed(journal):
+            layout.undo(placed.name, made, placed.gpus_per_worker)
         return changes
 
     def _allocate(self, t: float, running: list[int], queued: list[int]) -> None:

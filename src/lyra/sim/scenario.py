@@ -180,7 +180,8 @@ class Scaling(_Strict):
 class Elasticity(_Strict):
     #: Share of jobs made elastic (chosen by a seeded draw per job).
     share: float = Field(default=0.5, ge=0, le=1)
-    #: An elastic job that ran on n GPUs gets w_min = ceil(n * min_factor) and w_max = n * max_factor workers.
+    #: An elastic job that ran as w workers gets w_min = ceil(w * min_factor) and w_max = w * max_factor workers (a
+    #: job of n GPUs runs as workers of the largest divisor of n up to a server: :mod:`lyra.sim.workload`).
     min_factor: float = Field(default=0.5, gt=0, le=1)
     max_factor: int = Field(default=2, ge=1)
     #: Share of elastic jobs that opt in to mixing GPU types (then at the pace of their slowest worker).

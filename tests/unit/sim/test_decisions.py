@@ -105,11 +105,12 @@ def test_a_job_on_t4_moves_to_the_v100s_by_displacing_flexible_workers() -> None
 
 
 def test_lyra_scales_an_elastic_job_to_its_maximum_when_alone() -> None:
-    # 2 GPUs x 100 s: w_min = ceil(2 x 0.5) = 1, w_max = 2 x 2 = 4; 200 worker-seconds on 4 V100s take 50 s (it
-    # starts on the V100s, the fastest type with room, though both T4 servers are lent).
+    # 2 GPUs x 100 s: one worker of 2 GPUs, w_min = ceil(1 x 0.5) = 1, w_max = 1 x 2 = 2; 100 worker-seconds on 2
+    # workers (4 V100s) take 50 s (it starts on the V100s, the fastest type with room, though both T4 servers are
+    # lent).
     result = simulate("lyra", trace((0, 100, 2)), setup=scenario("elasticity: {share: 1}"))
     record = result.records[0]
-    assert (record.min_workers, record.max_workers) == (1, 4)
+    assert (record.gpus_per_worker, record.min_workers, record.max_workers) == (2, 1, 2)
     assert (record.first_start_s, record.finish_s, record.resizes) == (0, 50, 0)
 
 
@@ -231,7 +232,7 @@ def full_snapshot(sim: Simulation, view: ClusterSnapshot) -> tuple[ClusterSnapsh
     used: dict[str, int] = {}
     for job in view.jobs:
         for server, count in job.placement.items():
-            used[server] = used.get(server, 0) + count
+            used[server] = used.get(server, 0) + count * job.gpus_per_worker
     held: dict[str, int] = {}
     for s in range(cluster.count):
         name = cluster.names[s]

@@ -1,8 +1,10 @@
-"""A scenario of three GPU types (A100 and V100 training servers, T4 inference servers) run end to end, checked at
-every instant by an oracle that shares no code with the engine: it derives each server's GPU type and size from
-the scenario text by its own reading of the naming rule, counts GPUs per type and per server from the jobs'
-placements, and recomputes each job's pace as its workers times the speed of its slowest GPU type (synchronous
-data parallelism: speeds never add across types)."""
+"""A scenario of three GPU types (A100 and V100 training servers, T4 inference servers on smaller servers) run end
+to end, checked after every placement change and at every instant by an oracle that shares no code with the engine:
+it derives each server's GPU type and size from the scenario text by its own reading of the naming rule, derives
+each job's worker size from its trace width by the documented rule (the largest divisor up to the smallest server
+the job may use), counts GPUs per type and per server from the jobs' placements (workers whole on one server, so a
+layout packs when no server holds more GPUs than it has), and recomputes each job's pace as its workers times the
+speed of its slowest GPU type (synchronous data parallelism: speeds never add across types)."""
 
 from __future__ import annotations
 
@@ -58,7 +60,12 @@ def oracle_servers() -> dict[str, tuple[str, int]]:
 def random_trace(seed: int, jobs: int = 70) -> Trace:
     draw = random.Random(seed)
     rows = [
-        TraceJob(f"job-{i:03d}", draw.uniform(0, 20_000), draw.uniform(300, 9_000), draw.choice((1, 1, 2, 3, 4, 8, 12)))
+        TraceJob(
+            f"job-{i:03d}",
+            draw.uniform(0, 20_000),
+            draw.uniform(300, 9_000),
+            draw.choice((1, 1, 2, 3, 4, 6, 8, 12, 16)),
+        )
         for i in range(jobs)
     ]
     return Trace("<three types>", TraceFormat.GENERIC, tuple(sorted(rows, key=lambda j: (j.submit_s, j.name))))
@@ -72,6 +79,10 @@ class Observed:
         self.types_used: set[str] = set()
         self.mixed_jobs: set[str] = set()
         self.peak_gpus: dict[str, int] = {}
+        #: GPUs per worker seen among running jobs, and jobs seen with workers on several servers.
+        self.worker_sizes: set[int] = set()
+        self.multi_server_jobs: set[str] = set()
+        self.full_servers = 0
 
 
 class CheckedSimulation(Simulation):
@@ -79,6 +90,9 @@ class CheckedSimulation(Simulation):
 
     observed: Observed
     servers: dict[str, tuple[str, int]]
+    #: Each job's GPUs at its trace width, and whether its memory fits the inference GPUs (the workload's draw).
+    trace_gpus: dict[str, int]
+    fits: dict[str, bool]
 
     def apply(self, changes: Any, t: float) -> None:
         super().apply(changes, t)
@@ -94,26 +108,44 @@ class CheckedSimulation(Simulation):
         for gpu_type, gpus in self.servers.values():
             capacity[gpu_type] = capacity.get(gpu_type, 0) + gpus
         used_of_type: dict[str, int] = {}
+        used_of_server: dict[str, int] = {}
         for job in self.jobs:
+            if job.status is Status.LEAVING:  # its workers still hold their GPUs during the grace period
+                for server, count in job.placement.items():
+                    used_of_server[names[server]] = used_of_server.get(names[server], 0) + count * job.gpus_per_worker
             if job.status is not Status.RUNNING:
                 continue
             self.check_job(job, names, used_of_type)
+            for server, count in job.placement.items():
+                used_of_server[names[server]] = used_of_server.get(names[server], 0) + count * job.gpus_per_worker
+        for server, used in used_of_server.items():
+            size = self.servers[server][1]
+            assert used <= size, f"server {server}: {used} GPUs used, it has {size}"
+            self.observed.full_servers += used == size
         for gpu_type, used in used_of_type.items():
             assert used <= capacity[gpu_type], f"{used} {gpu_type} GPUs used, {capacity[gpu_type]} exist"
             self.observed.peak_gpus[gpu_type] = max(self.observed.peak_gpus.get(gpu_type, 0), used)
         self.observed.checks += 1
 
     def check_job(self, job: SimJob, names: list[str], used_of_type: dict[str, int]) -> None:
+        per_worker = self.oracle_worker_size(job)
+        assert job.gpus_per_worker == per_worker, f"{job.name}: workers of {job.gpus_per_worker}, not {per_worker}"
         types_here: set[str] = set()
         workers = 0
         for server, count in job.placement.items():
-            gpu_type, _ = self.servers[names[server]]
+            gpu_type, size = self.servers[names[server]]
+            assert isinstance(count, int)
             assert count > 0
+            assert count * per_worker <= size, f"{job.name}: {count} workers of {per_worker} GPUs on {size}"
             assert gpu_type in job.gpu_types, f"{job.name} runs on {gpu_type}, may use {sorted(job.gpu_types)}"
-            used_of_type[gpu_type] = used_of_type.get(gpu_type, 0) + count
+            used_of_type[gpu_type] = used_of_type.get(gpu_type, 0) + count * per_worker
             types_here.add(gpu_type)
             workers += count
         assert workers == job.workers
+        assert job.wmin <= workers <= job.wmax
+        self.observed.worker_sizes.add(per_worker)
+        if len(job.placement) > 1:
+            self.observed.multi_server_jobs.add(job.name)
         if len(types_here) > 1:
             assert job.mixes, f"{job.name} spans {sorted(types_here)} without opting in to mixing"
             self.observed.mixed_jobs.add(job.name)
@@ -121,13 +153,22 @@ class CheckedSimulation(Simulation):
         slowest = min(SPEEDS[t] for t in types_here)
         assert job.rate == pytest.approx(workers * slowest), f"{job.name}: pace {job.rate}, {workers} x {slowest}"
 
+    def oracle_worker_size(self, job: SimJob) -> int:
+        """The largest divisor of the job's GPUs up to the smallest server whose type its memory allows."""
+        gpus, fits = self.trace_gpus[job.name], self.fits[job.name]
+        smallest = min(size for name, (_, size) in self.servers.items() if fits or name.startswith("train-"))
+        return max(d for d in range(1, min(gpus, smallest) + 1) if gpus % d == 0)
+
 
 def run_checked(scheme: str, seed: int, load: LoadSeries) -> tuple[CheckedSimulation, Observed]:
     setup = three_types(seed=seed)
-    workload = build_workload(random_trace(seed), setup, Window(0.0, 30_000.0))
+    rows = random_trace(seed)
+    workload = build_workload(rows, setup, Window(0.0, 30_000.0))
     simulation = CheckedSimulation(workload, setup, SCHEMES[scheme], load)
     simulation.observed = Observed()
     simulation.servers = oracle_servers()
+    simulation.trace_gpus = {row.name: row.num_gpus for row in rows.jobs}
+    simulation.fits = {spec.name: spec.fits_inference_gpu for spec in workload.jobs}
     simulation.run()
     return simulation, simulation.observed
 
@@ -142,6 +183,9 @@ def test_three_gpu_types_never_oversubscribed_and_a_job_runs_at_its_slowest_type
     simulation, observed = run_checked(scheme, seed, LOAD)
     assert all(job.status is Status.DONE for job in simulation.jobs)
     assert observed.checks > 50
+    assert {1, 4, 6, 8} <= observed.worker_sizes  # one-GPU workers, T4-sized workers, 12-GPU jobs split in two
+    assert observed.multi_server_jobs, "some job's workers span servers"
+    assert observed.full_servers > 0, "the packing check bites: some server was full"
     assert {"A100", "V100"} <= observed.types_used
     if SCHEMES[scheme].loaning:
         assert "T4" in observed.types_used
@@ -166,11 +210,14 @@ def test_the_oracle_catches_speeds_that_add_across_types() -> None:
     simulation = CheckedSimulation(workload, setup, SCHEMES["lyra"], LOAD)
     simulation.observed = Observed()
     simulation.servers = oracle_servers()
+    simulation.trace_gpus = {job.name: 1 for job in simulation.jobs}
+    simulation.fits = {job.name: True for job in simulation.jobs}
     job = simulation.jobs[0]
     names = simulation.cluster.names
     a100 = names.index("train-0002")
     v100 = names.index("train-0000")
     job.status = Status.RUNNING
+    job.gpus_per_worker, job.wmin, job.wmax = 1, 1, 9
     job.placement = {a100: 2, v100: 2}
     job.workers = 4
     job.mixes = True
@@ -183,8 +230,41 @@ def test_the_oracle_catches_speeds_that_add_across_types() -> None:
     job.placement = {a100: 9}
     job.workers = 9
     job.rate = 9 * 1.5
-    with pytest.raises(AssertionError, match="A100 GPUs used, 8 exist"):
+    with pytest.raises(AssertionError, match="9 workers of 1 GPUs on 8"):
         simulation.check()
+
+
+def test_the_oracle_catches_a_layout_that_does_not_pack() -> None:
+    """Two 6-GPU workers on one 8-GPU server, and 6-GPU workers on two servers where one of them is full."""
+    setup = three_types()
+    workload = build_workload(random_trace(0), setup, Window(0.0, 30_000.0))
+    simulation = CheckedSimulation(workload, setup, SCHEMES["lyra"], LOAD)
+    simulation.observed = Observed()
+    simulation.servers = oracle_servers()
+    first, second = simulation.jobs[:2]
+    simulation.trace_gpus = {job.name: 12 for job in simulation.jobs}
+    simulation.fits = {job.name: False for job in simulation.jobs}
+    names = simulation.cluster.names
+    v0, v1 = names.index("train-0000"), names.index("train-0001")
+    for job in (first, second):
+        job.status = Status.RUNNING
+        job.gpus_per_worker = 6
+        job.wmin, job.wmax = 1, 2
+        job.gpu_types = frozenset({"V100"})
+        job.rate = 2.0
+    first.placement, first.workers = {v0: 2}, 2
+    second.status = Status.QUEUED
+    with pytest.raises(AssertionError, match="2 workers of 6 GPUs on 8"):
+        simulation.check()
+    first.placement = {v0: 1, v1: 1}
+    second.status, second.placement, second.workers, second.rate = Status.RUNNING, {v1: 1}, 1, 1.0
+    with pytest.raises(AssertionError, match="server train-0001: 12 GPUs used, it has 8"):
+        simulation.check()
+    second.placement = {v0: 1}
+    with pytest.raises(AssertionError, match="server train-0000: 12 GPUs used, it has 8"):
+        simulation.check()
+    second.status = Status.QUEUED
+    simulation.check()
 
 
 def test_a_job_larger_than_any_one_training_type_is_clamped_to_the_largest() -> None:
