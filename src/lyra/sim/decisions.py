@@ -66,15 +66,21 @@ class CoreDecisions:
             indices = self._indices_of[types] = tuple(sorted(self.type_index[t] for t in types))
         return indices
 
-    def _available(self, types: frozenset[str]) -> int:
-        """GPUs a queued base of these types could get now: free GPUs plus flexible workers on them."""
-        free = self.sim.cluster.layout.free_of_type
+    def _available(self, types: frozenset[str], per_worker: int) -> int:
+        """At most the GPUs a queued base of these types and worker size could get now: on a type with flexible
+        workers its free GPUs plus theirs (scaling them in may complete a server's room), else the free GPUs that
+        whole workers of ``per_worker`` GPUs fill."""
         flexible = self.sim.flexible
-        return sum(free[i] + flexible[i] for i in self._indices(types))
+        layout = self.sim.cluster.layout
+        return sum(
+            layout.free_of_type[i] + flexible[i] if flexible[i] else layout.room(i, per_worker) * per_worker
+            for i in self._indices(types)
+        )
 
-    def _free(self, types: frozenset[str]) -> int:
-        free = self.sim.cluster.layout.free_of_type
-        return sum(free[i] for i in self._indices(types))
+    def _free(self, types: frozenset[str], per_worker: int) -> int:
+        """The free GPUs of these types that whole workers of ``per_worker`` GPUs fill."""
+        layout = self.sim.cluster.layout
+        return sum(layout.room(i, per_worker) * per_worker for i in self._indices(types))
 
     def _can_grow(self) -> bool:
         free = self.sim.cluster.layout.free_of_type
@@ -222,8 +228,8 @@ class CoreDecisions:
         """The view as a core snapshot: the view's jobs, the servers they run on, and, of each GPU type they may
         use and each worker size they have (the largest first), the servers with room for such a worker, tightest
         first, until they hold every worker of that size the view could add there, GPUs counted for one size not
-        counted again (more could not change the plan's counts); plus the GPUs that jobs outside the view hold on
-        them."""
+        counted again (more could not change the plan's counts), and room for a running job's workers to move to
+        where larger workers want room on its type; plus the GPUs that jobs outside the view hold on them."""
         cluster = self.sim.cluster
         layout = cluster.layout
         members = list(jobs)
@@ -248,6 +254,17 @@ class CoreDecisions:
             else:
                 for name in job.gpu_types:
                     want(self.type_index[name], per_worker, job.wmax - job.workers)
+        # A running job may move its workers to small holes elsewhere to leave a server whole for larger workers
+        # (its own or a queued job's): where the view wants room for workers larger than a running job's, it offers
+        # room for all of that job's workers too.
+        largest: dict[int, int] = {}
+        for (gpu_type, per_worker), workers in wanted.items():
+            if workers > 0:
+                largest[gpu_type] = max(largest.get(gpu_type, 0), per_worker)
+        for job in members:
+            kind = self.sim.kind[job.index]
+            if kind >= 0 and job.workers and largest.get(kind, 0) > job.gpus_per_worker:
+                want(kind, job.gpus_per_worker, job.workers)
         chosen = set(used)
         # Per type, the largest workers first; a server's GPUs counted for one size are not counted again.
         spare: dict[int, int] = {}

@@ -38,14 +38,15 @@ class JobQueue:
         del bucket[position]
         self.size -= 1
 
-    def could_start(self, available: Callable[[frozenset[str]], int]) -> bool:
-        """True if some bucket's base GPUs fit in what ``available`` says its types offer, in GPUs."""
+    def could_start(self, available: Callable[[frozenset[str], int], int]) -> bool:
+        """True if some bucket's base GPUs fit in what ``available`` says its types offer workers of its size, in
+        GPUs."""
         return any(
-            bucket and per_worker * base <= available(types)
+            bucket and per_worker * base <= available(types, per_worker)
             for (types, per_worker, base), bucket in self.buckets.items()
         )
 
-    def prefix(self, available: Callable[[frozenset[str]], int]) -> list[int]:
+    def prefix(self, available: Callable[[frozenset[str], int], int]) -> list[int]:
         """Job indices: per bucket, the first ``available // need`` jobs, ``need`` being a base's GPUs (a superset
         of whom any allocation of that much room could admit from it, since within a bucket admission follows the
         bucket's order)."""
@@ -58,7 +59,7 @@ class JobQueue:
                 continue
             types, per_worker, base = key
             need = per_worker * base
-            room = available(types)
+            room = available(types, per_worker)
             if need <= room:
                 chosen.extend(entry[3] for entry in bucket[: room // need])
         return chosen

@@ -101,6 +101,20 @@ def test_a_job_on_t4_moves_to_the_v100s_by_displacing_flexible_workers() -> None
     assert started.finish_s == pytest.approx(1001)
 
 
+# ------------------------------------------------------------------------------------------- multi-GPU workers
+
+
+def test_a_base_whose_workers_do_not_pack_waits_without_calling_the_allocator() -> None:
+    """Two 4-GPU V100 servers each run a 3-GPU worker: 2 GPUs are free, one on each, so the 2-GPU worker of C does
+    not pack. The queue's check counts whole workers, so no decision calls the allocator for it; C starts when A
+    ends and leaves a server whole."""
+    setup = scenario("training: {servers: 2, gpus_per_server: 4}\ninference: {gpus_per_server: 4}")
+    result = simulate("baseline", trace((0, 100, 3), (0, 300, 3), (1, 50, 2)), setup=setup)
+    starts = {r.name: (r.gpus_per_worker, r.first_start_s, r.finish_s) for r in result.records}
+    assert starts == {"job-0": (3, 0, 100), "job-1": (3, 0, 300), "job-2": (2, 100, 150)}
+    assert result.allocator_calls == 0
+
+
 # ------------------------------------------------------------------------------------------------ elasticity
 
 
