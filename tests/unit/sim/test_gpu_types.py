@@ -9,11 +9,13 @@ speed of its slowest GPU type (synchronous data parallelism: speeds never add ac
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 from typing import Any
 
 import pytest
 import yaml
 
+from lyra.sim.cluster import split_demand
 from lyra.sim.engine import Simulation
 from lyra.sim.jobs import SimJob, Status
 from lyra.sim.load import LoadSeries
@@ -23,18 +25,23 @@ from lyra.sim.traces import Trace, TraceFormat, TraceJob
 from lyra.sim.workload import Window, build_workload
 from tests.unit.sim.builders import TINY, stepped_load
 
-SPEEDS = {"A100": 1.5, "V100": 1.0, "T4": 0.4}
+SPEEDS = {"A100": 1.5, "V100": 1.0, "T4": 0.4, "L4": 0.5}
 TRAINING_GROUPS = [
     {"gpu_type": "V100", "servers": 2, "gpus_per_server": 8},
     {"gpu_type": "A100", "servers": 1, "gpus_per_server": 8},
 ]
 INFERENCE_GROUPS = [{"gpu_type": "T4", "servers": 3, "gpus_per_server": 4}]
+#: A fourth type: two inference GPU types, demand split over them by their servers.
+TWO_INFERENCE_GROUPS = [
+    {"gpu_type": "T4", "servers": 2, "gpus_per_server": 4},
+    {"gpu_type": "L4", "servers": 1, "gpus_per_server": 8},
+]
 
 
-def three_types(**overrides: Any) -> Scenario:
+def three_types(inference: list[dict[str, Any]] = INFERENCE_GROUPS, **overrides: Any) -> Scenario:
     document = yaml.safe_load(TINY)
     document["training"] = {"groups": TRAINING_GROUPS}
-    document["inference"] = {"groups": INFERENCE_GROUPS, "req_per_server": 100.0, "headroom_share": 0}
+    document["inference"] = {"groups": inference, "req_per_server": 100.0, "headroom_share": 0}
     document["speed"] = SPEEDS
     document["memory"] = {"inference_fit_share": 0.7}
     document["elasticity"] = {"share": 0.6, "min_factor": 0.5, "max_factor": 2, "mixing_share": 0.5}
@@ -44,11 +51,11 @@ def three_types(**overrides: Any) -> Scenario:
     return parse_scenario(yaml.safe_dump(document), "<three types>")
 
 
-def oracle_servers() -> dict[str, tuple[str, int]]:
+def oracle_servers(inference: list[dict[str, Any]] = INFERENCE_GROUPS) -> dict[str, tuple[str, int]]:
     """Server name -> (GPU type, GPUs), read off the groups above: ``train-NNNN`` and ``infer-NNNN`` numbered
     through each pool's groups in order."""
     servers: dict[str, tuple[str, int]] = {}
-    for prefix, groups in (("train", TRAINING_GROUPS), ("infer", INFERENCE_GROUPS)):
+    for prefix, groups in (("train", TRAINING_GROUPS), ("infer", inference)):
         number = 0
         for group in groups:
             for _ in range(group["servers"]):
@@ -160,13 +167,15 @@ class CheckedSimulation(Simulation):
         return max(d for d in range(1, min(gpus, smallest) + 1) if gpus % d == 0)
 
 
-def run_checked(scheme: str, seed: int, load: LoadSeries) -> tuple[CheckedSimulation, Observed]:
-    setup = three_types(seed=seed)
+def run_checked(
+    scheme: str, seed: int, load: LoadSeries, inference: list[dict[str, Any]] = INFERENCE_GROUPS
+) -> tuple[CheckedSimulation, Observed]:
+    setup = three_types(inference, seed=seed)
     rows = random_trace(seed)
     workload = build_workload(rows, setup, Window(0.0, 30_000.0))
     simulation = CheckedSimulation(workload, setup, SCHEMES[scheme], load)
     simulation.observed = Observed()
-    simulation.servers = oracle_servers()
+    simulation.servers = oracle_servers(inference)
     simulation.trace_gpus = {row.name: row.num_gpus for row in rows.jobs}
     simulation.fits = {spec.name: spec.fits_inference_gpu for spec in workload.jobs}
     simulation.run()
@@ -177,7 +186,10 @@ def run_checked(scheme: str, seed: int, load: LoadSeries) -> tuple[CheckedSimula
 LOAD = stepped_load(*([0] * 9), *([300] * 6), *([0] * 30))
 
 
-@pytest.mark.parametrize("scheme", ["baseline", "basic", "lyra", "lyra-no-elasticity", "fifo", "sjf", "las"])
+@pytest.mark.parametrize(
+    "scheme",
+    ["baseline", "basic", "lyra", "lyra-no-loaning", "lyra-no-elasticity", "lyra-exact-free", "fifo", "sjf", "las"],
+)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_three_gpu_types_never_oversubscribed_and_a_job_runs_at_its_slowest_type(scheme: str, seed: int) -> None:
     simulation, observed = run_checked(scheme, seed, LOAD)
@@ -193,6 +205,51 @@ def test_three_gpu_types_never_oversubscribed_and_a_job_runs_at_its_slowest_type
         assert simulation.loans.reclaims > 0
     else:
         assert "T4" not in observed.types_used
+
+
+@pytest.mark.parametrize("scheme", ["basic", "lyra", "lyra-no-elasticity"])
+def test_two_inference_gpu_types_are_both_lent_and_reclaimed_under_the_oracle(scheme: str) -> None:
+    simulation, observed = run_checked(scheme, 0, LOAD, TWO_INFERENCE_GROUPS)
+    assert all(job.status is Status.DONE for job in simulation.jobs)
+    assert {"A100", "V100", "T4", "L4"} <= observed.types_used
+    assert simulation.loans is not None
+    assert simulation.loans.reclaims > 0
+    # 300 req/s at 100 per server: 3 servers, split 2 T4 + 1 L4 by their servers, so none is short once reclaimed.
+    cluster = simulation.cluster
+    assert simulation.demand_at(5_400.0) == 3
+    assert dict(zip(cluster.type_names, split_demand(3, cluster.inference_servers_of_type), strict=True)) == {
+        "A100": 0,
+        "L4": 1,
+        "T4": 2,
+        "V100": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("servers", "of_type", "split"),
+    [
+        (0, [3], [0]),
+        (5, [3], [5]),
+        (3, [2, 1], [2, 1]),
+        (4, [2, 1], [3, 1]),  # 8/3 and 4/3: the larger remainder (2/3) takes the extra server
+        (5, [1, 1, 1], [2, 2, 1]),  # equal remainders: the lower type indices
+        (7, [0, 5, 2], [0, 5, 2]),
+        (100, [3, 0, 4], [43, 0, 57]),  # 300/7 and 400/7: remainders 6/7 and 1/7
+    ],
+)
+def test_demand_splits_in_proportion_to_the_servers_of_each_type(
+    servers: int, of_type: list[int], split: list[int]
+) -> None:
+    """Whole servers per type, summing to the demand, each within one server of its exact share (an oracle by
+    fractions); the largest remainders get the extra servers, ties to the lower type index."""
+    shares = split_demand(servers, of_type)
+    assert shares == split
+    assert sum(shares) == servers
+    total = sum(of_type)
+    for share, count in zip(shares, of_type, strict=True):
+        exact = Fraction(servers * count, total)
+        assert exact - 1 < share < exact + 1
+        assert count or share == 0
 
 
 def test_jobs_that_opt_in_to_mixing_span_types_at_the_slowest_pace() -> None:
