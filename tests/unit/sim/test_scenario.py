@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import lyra.sim
 from lyra.sim.scenario import DurationKnowledge, ScenarioError, load_scenario, parse_scenario
 
+SHIPPED = Path(lyra.sim.__file__).parent / "scenarios"
 POOLS = "training: {servers: 1}\ninference: {servers: 1, req_per_server: 1}\n"
 
 
@@ -115,3 +119,17 @@ def test_a_pool_of_several_groups_and_the_one_group_form_read_alike() -> None:
     assert three.inference.headroom_servers == 1
     with pytest.raises(ValueError, match="only a pool of one server group can be resized"):
         three.with_sizes(training_servers=4, inference_servers=4, req_per_server=1.0)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SHIPPED.glob("*.yaml")))
+def test_every_shipped_scenario_reads(name: str) -> None:
+    scenario = load_scenario(SHIPPED / name)
+    assert scenario.training.servers >= 1
+    assert scenario.inference.servers >= 1
+
+
+def test_the_three_types_example_has_its_groups() -> None:
+    scenario = load_scenario(SHIPPED / "three-types.yaml")
+    assert scenario.training.describe() == "16 x 8 A100 + 48 x 8 V100"
+    assert scenario.inference.describe() == "216 x 4 T4"
+    assert [scenario.speed_of(t) for t in scenario.gpu_types] == [1.5, 0.4, 1.0]
