@@ -198,10 +198,11 @@ class CoreDecisions:
         return chosen
 
     def _receivers(self, t: float) -> list[int]:
-        """Running elastic jobs below their maximum on a type with free GPUs, shortest estimated time first."""
+        """Running elastic jobs below their maximum on a type with a server that has room for one more of their
+        workers, shortest estimated time first."""
         sim = self.sim
         jobs = sim.jobs
-        free = sim.cluster.layout.free_of_type
+        layout = sim.cluster.layout
 
         def remaining_time(i: int) -> tuple[float, str]:
             return (self._time_left(i, t), jobs[i].name)
@@ -209,7 +210,9 @@ class CoreDecisions:
         growable = (
             i
             for i in sim.running_elastic
-            if jobs[i].workers < jobs[i].wmax and sim.kind[i] >= 0 and free[sim.kind[i]] >= jobs[i].gpus_per_worker
+            if jobs[i].workers < jobs[i].wmax
+            and sim.kind[i] >= 0
+            and layout.has_room(sim.kind[i], jobs[i].gpus_per_worker)
         )
         return heapq.nsmallest(self.view_jobs, growable, key=remaining_time)
 
