@@ -169,7 +169,7 @@ class ProgressBar:
 
 def run_simulate(args: argparse.Namespace) -> int:
     from lyra.sim.bursts import BurstError, with_bursts
-    from lyra.sim.calibration import calibrate
+    from lyra.sim.calibration import calibrate, check_calibratable
     from lyra.sim.comparison import compare
     from lyra.sim.load import LoadError, read_load
     from lyra.sim.report import format_table, results_json, write_jobs_csv
@@ -192,6 +192,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         recorded = load
         load = with_bursts(recorded, scenario.bursts, scenario.seed)
         window = Window.of(trace, parse_start(args.start), args.days)
+        if args.calibrate:
+            check_calibratable(scenario)
     except (
         FileNotFoundError,
         TraceError,
@@ -223,11 +225,12 @@ def run_simulate(args: argparse.Namespace) -> int:
                 print(f"calibrating: {servers} training servers -> baseline usage {usage:.3f}", file=sys.stderr)
 
         scenario, report = calibrate(trace, load, scenario, window, on_try=tried)
+        (training,), (inference,) = scenario.training.groups, scenario.inference.groups
         print(
-            f"calibrated: {report.training_servers} training servers x {scenario.training.gpus_per_server} "
-            f"{scenario.training.gpu_type} (baseline usage {report.training_usage:.3f}), "
-            f"{report.inference_servers} inference servers x {scenario.inference.gpus_per_server} "
-            f"{scenario.inference.gpu_type}, {report.req_per_server:g} req/s per server "
+            f"calibrated: {report.training_servers} training servers x {training.gpus_per_server} "
+            f"{training.gpu_type} (baseline usage {report.training_usage:.3f}), "
+            f"{report.inference_servers} inference servers x {inference.gpus_per_server} "
+            f"{inference.gpu_type}, {report.req_per_server:g} req/s per server "
             f"(inference utilisation {report.inference_utilisation:.3f})"
         )
         for problem in report.problems:
@@ -246,9 +249,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"{result.scheme}: simulated in {result.wall_seconds:.1f} s", file=sys.stderr)
     print(
         f"window: {window.length_s / 86_400:.2f} days from {datetime.fromtimestamp(window.start_s, UTC):%Y-%m-%d %H:%M}"
-        f" UTC, {comparison.context['inputs']['jobs_in_window']} jobs; training {scenario.training.servers} x "
-        f"{scenario.training.gpus_per_server} {scenario.training.gpu_type}, inference {scenario.inference.servers} x "
-        f"{scenario.inference.gpus_per_server} {scenario.inference.gpu_type}"
+        f" UTC, {comparison.context['inputs']['jobs_in_window']} jobs; training {scenario.training.describe()}, "
+        f"inference {scenario.inference.describe()}"
     )
     print(format_table(comparison.metrics))
     if args.json is not None:

@@ -13,7 +13,9 @@ Calibration says when it misses a target, and why (:attr:`CalibrationReport.prob
 training server, one server more or less moving usage past the tolerance, a load idle in too many steps, or whole
 servers making the utilisation jump over the target.
 
-Only ``baseline`` runs during calibration: Lyra's numbers play no part in the sizes.
+Only ``baseline`` runs during calibration: Lyra's numbers play no part in the sizes. It sizes pools of one server
+group each (one GPU type per pool); a scenario with several groups in a pool gives its sizes itself, and
+:func:`check_calibratable` refuses it with a message saying so.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from lyra.sim.engine import Simulation
 from lyra.sim.load import LoadSeries
 from lyra.sim.metrics import summarise
-from lyra.sim.scenario import Scenario
+from lyra.sim.scenario import Scenario, ScenarioError
 from lyra.sim.schemes import SCHEMES
 from lyra.sim.traces import Trace
 from lyra.sim.workload import Window, build_workload
@@ -73,8 +75,9 @@ def calibrate(
     on_try: Callable[[int, float], None] | None = None,
 ) -> tuple[Scenario, CalibrationReport]:
     """The scenario with calibrated sizes, and how they were found."""
+    check_calibratable(scenario)
     target = scenario.calibration.training_usage
-    per_server = scenario.training.gpus_per_server
+    per_server = scenario.training.groups[0].gpus_per_server
     tried: dict[int, float] = {}
 
     def usage(servers: int) -> float:
@@ -119,6 +122,17 @@ def calibrate(
     return sized, report
 
 
+def check_calibratable(scenario: Scenario) -> None:
+    """Raise :class:`ScenarioError` unless each pool is one server group: calibration sizes one group per pool."""
+    for pool, groups in (("training", scenario.training.groups), ("inference", scenario.inference.groups)):
+        if len(groups) != 1:
+            raise ScenarioError(
+                f"--calibrate sizes pools of one server group, and {pool} has {len(groups)} "
+                f"({', '.join(group.gpu_type for group in groups)}): give the sizes in the scenario and drop "
+                "--calibrate"
+            )
+
+
 def _training_problems(tried: dict[int, float], best: int, target: float, per_server: int) -> tuple[str, ...]:
     usage = tried[best]
     if abs(usage - target) <= TRAINING_TOLERANCE:
@@ -159,8 +173,8 @@ def inference_problems(load: LoadSeries, servers: int, utilisation: float, targe
 
 def _sized(scenario: Scenario, training_servers: int, load: LoadSeries) -> Scenario:
     ratio = scenario.calibration.inference_gpus_per_training_gpu
-    training_gpus = training_servers * scenario.training.gpus_per_server
-    inference_servers = max(1, round(training_gpus * ratio / scenario.inference.gpus_per_server))
+    training_gpus = training_servers * scenario.training.groups[0].gpus_per_server
+    inference_servers = max(1, round(training_gpus * ratio / scenario.inference.groups[0].gpus_per_server))
     rate = req_per_server_for(load, inference_servers, scenario.calibration.inference_utilisation)
     return scenario.with_sizes(
         training_servers=training_servers, inference_servers=inference_servers, req_per_server=rate

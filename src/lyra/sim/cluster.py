@@ -8,16 +8,21 @@ and a reclaim takes them back once the server's training workers are gone.
 Loan states: an inference server is ``loaned``, ``reclaiming`` (its training workers have left or are leaving;
 it serves again at its ``ready_at`` time), or ready for inference (which of those serve and which are idle is the
 loan cycle's: :mod:`lyra.sim.loans`).
+
+Servers are numbered within each pool group after group, in the scenario's order (``train-0000`` ...,
+``infer-0000`` ...). Inference demand is in servers; with several inference GPU types it is split over them in
+proportion to their servers (:func:`split_demand`), and serving, loans and shortfall are counted per type.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from lyra.core.gpus import GpuCatalog, GpuType
 from lyra.core.model import LoanState, Pool, Server
 from lyra.core.packing import Layout, Slot
-from lyra.sim.scenario import Scenario
+from lyra.sim.scenario import Scenario, ServerGroup
 
 #: The placeholder job that holds the GPUs of inference servers not loaned to training.
 INFERENCE_HOLD = "\x00inference"
@@ -30,12 +35,12 @@ class SimCluster:
     """Every server of the scenario, indexed in name order (the layout's order)."""
 
     def __init__(self, scenario: Scenario) -> None:
-        training, inference = scenario.training, scenario.inference
         slots = [
-            Slot(f"train-{i:04d}", training.gpu_type, training.gpus_per_server, True) for i in range(training.servers)
+            Slot(f"train-{i:04d}", gpu_type, gpus_per_server, True)
+            for i, (gpu_type, gpus_per_server) in enumerate(_servers_of(scenario.training.groups))
         ] + [
-            Slot(f"infer-{i:04d}", inference.gpu_type, inference.gpus_per_server, False)
-            for i in range(inference.servers)
+            Slot(f"infer-{i:04d}", gpu_type, gpus_per_server, False)
+            for i, (gpu_type, gpus_per_server) in enumerate(_servers_of(scenario.inference.groups))
         ]
         self.layout = Layout(slots)
         layout = self.layout
@@ -50,8 +55,13 @@ class SimCluster:
         self.catalog = GpuCatalog.of(
             *(GpuType(name, speed) for name, speed in zip(self.type_names, self.speed_of_type, strict=True))
         )
-        self.training_type = self.type_names.index(training.gpu_type)
-        self.inference_type = self.type_names.index(inference.gpu_type)
+        #: The type indices of each pool, in name order (a type may be in both).
+        self.training_types = tuple(self.type_names.index(t) for t in scenario.training.gpu_types)
+        self.inference_types = tuple(self.type_names.index(t) for t in scenario.inference.gpu_types)
+        #: The training types, fastest first (then name): where a job that may use any of them starts.
+        self.training_types_fastest_first = tuple(
+            sorted(self.training_types, key=lambda t: (-self.speed_of_type[t], self.type_names[t]))
+        )
         self.servers_of_type = [
             [s for s in range(self.count) if self.type_of[s] == t] for t in range(len(self.type_names))
         ]
@@ -59,8 +69,19 @@ class SimCluster:
         self.inference_servers = [s for s in range(self.count) if not self.is_training[s]]
         self.n_training = len(self.training_servers)
         self.n_inference = len(self.inference_servers)
-        self.inference_gpus_per_server = inference.gpus_per_server
+        types = len(self.type_names)
+        #: Per type index: inference servers of the type, and their GPUs each (one group per type and pool).
+        self.inference_servers_of_type = [0] * types
+        self.inference_gpus_per_server = [0] * types
+        for group in scenario.inference.groups:
+            t = self.type_names.index(group.gpu_type)
+            self.inference_servers_of_type[t] = group.servers
+            self.inference_gpus_per_server[t] = group.gpus_per_server
         self.training_gpus = sum(self.gpus[s] for s in self.training_servers)
+        #: Per type index: the GPUs of the training servers of the type.
+        self.training_gpus_of_type = [0] * types
+        for s in self.training_servers:
+            self.training_gpus_of_type[self.type_of[s]] += self.gpus[s]
         self.inference_gpus = sum(self.gpus[s] for s in self.inference_servers)
         self.state = [_READY] * self.count
         self.ready_at = [0.0] * self.count
@@ -68,9 +89,14 @@ class SimCluster:
             layout.add(INFERENCE_HOLD, server, self.gpus[server], 1)
         self.loaned = 0
         self.reclaiming = 0
+        #: Per type index: inference servers loaned, and reclaiming.
+        self.loaned_of_type = [0] * types
+        self.reclaiming_of_type = [0] * types
         self.busy_training = 0
         self.busy_loaned = 0
         self.demand = 0
+        #: Per type index: the inference servers demanded of the type (:func:`split_demand`).
+        self.demand_of_type = [0] * types
         self.now = 0.0
         self.window_s = math.inf
         self.busy_training_gpu_s = 0.0
@@ -81,6 +107,11 @@ class SimCluster:
         self.demand_server_s = 0.0
         self.structural_short_server_s = 0.0
         self._views: dict[tuple[int, LoanState | None], Server] = {}
+
+    def set_demand(self, servers: int) -> None:
+        """Inference needs ``servers`` serving servers, split over its GPU types by :func:`split_demand`."""
+        self.demand = servers
+        self.demand_of_type = split_demand(servers, self.inference_servers_of_type)
 
     # ------------------------------------------------------------------------------------------- workers
 
@@ -95,10 +126,6 @@ class SimCluster:
 
     # ----------------------------------------------------------------------------------------- loan states
 
-    @property
-    def ready_for_inference(self) -> int:
-        return self.n_inference - self.loaned - self.reclaiming
-
     def is_loaned(self, server: int) -> bool:
         return self.state[server] == _LOANED
 
@@ -111,13 +138,14 @@ class SimCluster:
         self.layout.add(INFERENCE_HOLD, server, -self.gpus[server], 1)
         self.state[server] = _LOANED
         self.loaned += 1
+        self.loaned_of_type[self.type_of[server]] += 1
 
-    def release(self, job: str, server: int, count: int) -> None:
+    def release(self, job: str, server: int, count: int, gpus_per_worker: int) -> None:
         """Workers of a training job leave a server; on an inference server that is no longer loaned (reclaiming,
         or back in service) their GPUs go straight back to inference."""
-        self.move(job, server, -count, 1)
+        self.move(job, server, -count, gpus_per_worker)
         if not self.is_training[server] and self.state[server] != _LOANED:
-            self.layout.add(INFERENCE_HOLD, server, count, 1)
+            self.layout.add(INFERENCE_HOLD, server, count * gpus_per_worker, 1)
 
     def start_reclaim(self, server: int, ready_at: float) -> None:
         """The server stops taking training work: its free GPUs are held for inference now, those of the workers
@@ -131,6 +159,8 @@ class SimCluster:
         self.ready_at[server] = ready_at
         self.loaned -= 1
         self.reclaiming += 1
+        self.loaned_of_type[self.type_of[server]] -= 1
+        self.reclaiming_of_type[self.type_of[server]] += 1
 
     def finish_reclaim(self, server: int) -> None:
         if self.state[server] == _RECLAIMING:
@@ -138,6 +168,7 @@ class SimCluster:
                 raise RuntimeError(f"server {self.names[server]} came back with GPUs neither held nor used")
             self.state[server] = _READY
             self.reclaiming -= 1
+            self.reclaiming_of_type[self.type_of[server]] -= 1
 
     def server_view(self, server: int) -> Server:
         """The core's view of a server (cached; a ready inference server shows as ``idle``)."""
@@ -170,12 +201,34 @@ class SimCluster:
         if dt > 0:
             self.busy_training_gpu_s += self.busy_training * dt
             self.busy_loaned_gpu_s += self.busy_loaned * dt
-            ready = self.ready_for_inference
-            serving = min(self.demand, ready)
-            per_server = self.inference_gpus_per_server
-            self.serving_gpu_s += serving * per_server * dt
-            self.loaned_gpu_s += self.loaned * per_server * dt
-            self.short_server_s += (self.demand - serving) * dt
+            for gpu_type in self.inference_types:
+                demand, servers = self.demand_of_type[gpu_type], self.inference_servers_of_type[gpu_type]
+                serving = min(demand, servers - self.loaned_of_type[gpu_type] - self.reclaiming_of_type[gpu_type])
+                per_server = self.inference_gpus_per_server[gpu_type]
+                self.serving_gpu_s += serving * per_server * dt
+                self.loaned_gpu_s += self.loaned_of_type[gpu_type] * per_server * dt
+                self.short_server_s += (demand - serving) * dt
+                self.structural_short_server_s += max(0, demand - servers) * dt
             self.demand_server_s += self.demand * dt
-            self.structural_short_server_s += max(0, self.demand - self.n_inference) * dt
         self.now = t
+
+
+def _servers_of(groups: Sequence[ServerGroup]) -> list[tuple[str, int]]:
+    """(GPU type, GPUs) of every server of a pool, group after group."""
+    return [(group.gpu_type, group.gpus_per_server) for group in groups for _ in range(group.servers)]
+
+
+def split_demand(servers: int, servers_of_type: Sequence[int]) -> list[int]:
+    """Split a demand of ``servers`` inference servers over the GPU types in proportion to the servers of each
+    (largest remainders first, then the lower type index, i.e. name order). One inference type takes it all."""
+    total = sum(servers_of_type)
+    if total == 0:
+        raise ValueError("the inference pool has no server")
+    shares = [servers * n // total for n in servers_of_type]
+    left = servers - sum(shares)
+    order = sorted(
+        (t for t, n in enumerate(servers_of_type) if n), key=lambda t: (-(servers * servers_of_type[t] % total), t)
+    )
+    for t in order[:left]:
+        shares[t] += 1
+    return shares

@@ -18,6 +18,7 @@ import heapq
 
 from lyra.sim.driver import Decider, Driver
 from lyra.sim.jobs import QueueEntry, SimJob, Status
+from lyra.sim.queueing import BucketKey
 from lyra.sim.schemes import Admission
 
 
@@ -28,18 +29,35 @@ def context_policy(sim: Driver, admission: Admission) -> Decider:
 
 
 def start_on_training_gpus(sim: Driver, job: SimJob, t: float) -> bool:
-    """Start a queued job with its base on the training pool's GPUs, placed by the core's rule."""
+    """Start a queued job with its base on the training pool's GPUs, placed by the core's rule, on the fastest
+    training GPU type that holds it (then the type's name)."""
     cluster = sim.cluster
     layout = cluster.layout
-    moves = layout.place(job.name, 1, cluster.training_type, job.wmin)
-    if moves is None:
+    for gpu_type in cluster.training_types_fastest_first:
+        moves = layout.place(job.name, job.gpus_per_worker, gpu_type, job.wmin)
+        if moves is not None:
+            break
+    else:
         return False
-    layout.undo(job.name, moves, 1)
+    layout.undo(job.name, moves, job.gpus_per_worker)
     placement: dict[int, int] = {}
     for server, count in moves:
         placement[server] = placement.get(server, 0) + count
     sim.apply({job: placement}, t)
     return True
+
+
+def most_free_on_one_training_type(sim: Driver) -> int:
+    """The free GPUs of the training GPU type with the most (a job that does not mix runs on one type)."""
+    free = sim.cluster.layout.free_of_type
+    return max(free[t] for t in sim.cluster.training_types)
+
+
+def packs_on_training_gpus(sim: Driver, key: BucketKey) -> bool:
+    """True if a base of the bucket ``key`` packs onto the free GPUs of one training GPU type."""
+    _, gpus_per_worker, base = key
+    layout = sim.cluster.layout
+    return any(layout.room(t, gpus_per_worker) >= base for t in sim.cluster.training_types)
 
 
 class GreedyAdmission:
@@ -56,14 +74,9 @@ class GreedyAdmission:
 
     def decide(self, t: float) -> None:
         sim = self.sim
-        free = sim.cluster.layout.free_of_type
-        training = sim.cluster.training_type
-        while free[training] > 0:
-            entry = sim.queue.head() if self.fifo else sim.queue.best_fit(free[training])
-            if entry is None:
-                return
-            job = sim.jobs[entry[3]]
-            if job.wmin > free[training] or not start_on_training_gpus(sim, job, t):
+        while most_free_on_one_training_type(sim) > 0:
+            entry = sim.queue.head() if self.fifo else sim.queue.best_fit(lambda key: packs_on_training_gpus(sim, key))
+            if entry is None or not start_on_training_gpus(sim, sim.jobs[entry[3]], t):
                 return
 
 
@@ -81,11 +94,9 @@ class LeastAttainedService:
 
     def decide(self, t: float) -> None:
         sim = self.sim
-        free = sim.cluster.layout.free_of_type
-        training = sim.cluster.training_type
         if not (self.dirty and t >= self.next_full):
-            while free[training] > 0:
-                entry = sim.queue.best_fit(free[training])
+            while most_free_on_one_training_type(sim) > 0:
+                entry = sim.queue.best_fit(lambda key: packs_on_training_gpus(sim, key))
                 if entry is None or not start_on_training_gpus(sim, sim.jobs[entry[3]], t):
                     return
             return
@@ -101,9 +112,9 @@ class LeastAttainedService:
         keep: set[int] = set()
         for entry in heapq.merge(running, sim.queue.ordered()):
             job = sim.jobs[entry[3]]
-            if job.wmin <= left:
+            if job.wmin * job.gpus_per_worker <= left:
                 keep.add(entry[3])
-                left -= job.wmin
+                left -= job.wmin * job.gpus_per_worker
                 if left == 0:
                     break
         for entry in running:

@@ -3,8 +3,9 @@ applies its placements as they are.
 
 Decisions are made on a *view*, so that a decision costs what it touches, not the size of the cluster:
 
-* queued jobs: per bucket of the queue (the GPU types a job may use, its base size ``b``), the first ``A // b``
-  jobs in the scheme's order, where ``A`` is what those types offer a base (free GPUs plus flexible workers).
+* queued jobs: per bucket of the queue (the GPU types a job may use, its GPUs per worker, its base of ``b`` GPUs),
+  the first ``A // b`` jobs in the scheme's order, where ``A`` is what those types offer a base (free GPUs plus
+  the GPUs of flexible workers).
   Within a bucket the allocator admits a prefix of that order, so this is a superset of whom it can admit; at
   most ``4 * view_jobs`` of them, in admission order (the next decision offers the rest);
 * running elastic jobs: when a queued base needs flexible workers on a GPU type it may use (even if a slower type
@@ -12,9 +13,9 @@ Decisions are made on a *view*, so that a decision costs what it touches, not th
   to make room and two more (at most ``view_jobs`` per type); when free
   GPUs are left over, the ``view_jobs`` that could grow with the shortest estimated remaining time (the fluid
   model grows those first);
-* servers: those the view's jobs run on and, per GPU type they may use, servers with free GPUs (tightest first)
-  until they hold every worker the view could add; GPUs that jobs outside the view hold are passed as ``held``:
-  those jobs keep their workers.
+* servers: those the view's jobs run on and, per GPU type they may use and worker size, servers with room for
+  such a worker (tightest first) until they hold every worker the view could add; GPUs that jobs outside the view
+  hold are passed as ``held``: those jobs keep their workers.
 
 Every ``rebalance_interval_s`` (if anything changed) a periodic decision also offers, with migration, the
 ``view_jobs`` jobs on inference GPUs with the longest estimated time left whose base the training GPUs could hold,
@@ -65,15 +66,21 @@ class CoreDecisions:
             indices = self._indices_of[types] = tuple(sorted(self.type_index[t] for t in types))
         return indices
 
-    def _available(self, types: frozenset[str]) -> int:
-        """GPUs a queued base of these types could get now: free GPUs plus flexible workers on them."""
-        free = self.sim.cluster.layout.free_of_type
+    def _available(self, types: frozenset[str], per_worker: int) -> int:
+        """At most the GPUs a queued base of these types and worker size could get now: on a type with flexible
+        workers its free GPUs plus theirs (scaling them in may complete a server's room), else the free GPUs that
+        whole workers of ``per_worker`` GPUs fill."""
         flexible = self.sim.flexible
-        return sum(free[i] + flexible[i] for i in self._indices(types))
+        layout = self.sim.cluster.layout
+        return sum(
+            layout.free_of_type[i] + flexible[i] if flexible[i] else layout.room(i, per_worker) * per_worker
+            for i in self._indices(types)
+        )
 
-    def _free(self, types: frozenset[str]) -> int:
-        free = self.sim.cluster.layout.free_of_type
-        return sum(free[i] for i in self._indices(types))
+    def _free(self, types: frozenset[str], per_worker: int) -> int:
+        """The free GPUs of these types that whole workers of ``per_worker`` GPUs fill."""
+        layout = self.sim.cluster.layout
+        return sum(layout.room(i, per_worker) * per_worker for i in self._indices(types))
 
     def _can_grow(self) -> bool:
         free = self.sim.cluster.layout.free_of_type
@@ -93,7 +100,8 @@ class CoreDecisions:
                     # Every job that could make room on the training GPUs, up to view_jobs: moving a job there
                     # may be worth more than the flexible workers it displaces, and the objective decides.
                     offered.update(movers)
-                    offered.update(self._donors_on(cluster.training_type, cluster.training_gpus))
+                    for t_index in cluster.training_types:
+                        offered.update(self._donors_on(t_index, cluster.training_gpus_of_type[t_index]))
             if queued:
                 offered.update(self._donors())
             if self._can_grow():
@@ -126,15 +134,19 @@ class CoreDecisions:
         return sorted(chosen, key=lambda i: jobs[i].entry or (0.0, 0.0, jobs[i].name, i))[:cap]
 
     def _migration_candidates(self, t: float) -> list[int]:
-        """Jobs on the inference GPUs whose base the training GPUs could hold (free or flexible workers), longest
-        estimated time left first (they gain the most from moving): at most ``view_jobs``."""
+        """Jobs on the inference GPU types (those no training server has) whose base one training GPU type could
+        hold (free or flexible workers), longest estimated time left first (they gain the most from moving): at most
+        ``view_jobs``."""
         sim = self.sim
         cluster = sim.cluster
-        if cluster.training_type == cluster.inference_type:
+        movable = [t for t in cluster.inference_types if t not in cluster.training_types]
+        if not movable:
             return []
         jobs = sim.jobs
-        room = cluster.layout.free_of_type[cluster.training_type] + sim.flexible[cluster.training_type]
-        candidates = (i for i in sim.on_type[cluster.inference_type] if jobs[i].wmin <= room)
+        free = cluster.layout.free_of_type
+        room = max(free[t] + sim.flexible[t] for t in cluster.training_types)
+        on_inference = set().union(*(sim.on_type[t] for t in movable))
+        candidates = (i for i in on_inference if jobs[i].wmin * jobs[i].gpus_per_worker <= room)
         return heapq.nsmallest(self.view_jobs, candidates, key=lambda i: (-self._time_left(i, t), jobs[i].name))
 
     def _time_left(self, i: int, t: float) -> float:
@@ -150,9 +162,10 @@ class CoreDecisions:
         free = sim.cluster.layout.free_of_type
         flexible = sim.flexible
         deficit = [0] * len(free)
-        for (types, need), bucket in sim.queue.buckets.items():
+        for (types, per_worker, base), bucket in sim.queue.buckets.items():
             if not bucket:
                 continue
+            need = per_worker * base
             for name in types:
                 t = self.type_index[name]
                 if free[t] < need <= free[t] + flexible[t]:
@@ -163,7 +176,7 @@ class CoreDecisions:
         return chosen
 
     def _donors_on(self, gpu_type: int, missing: int) -> list[int]:
-        """Running elastic jobs on a type holding the most flexible workers: enough to free ``missing`` GPUs, and
+        """Running elastic jobs on a type holding the most flexible GPUs: enough to free ``missing`` GPUs, and
         two more to choose from; at most ``view_jobs``."""
         if missing <= 0:
             return []
@@ -171,7 +184,7 @@ class CoreDecisions:
         jobs = sim.jobs
         ranked = sorted(
             (i for i in sim.on_type[gpu_type] if i in sim.running_elastic and jobs[i].workers > jobs[i].wmin),
-            key=lambda i: (jobs[i].wmin - jobs[i].workers, jobs[i].name),
+            key=lambda i: ((jobs[i].wmin - jobs[i].workers) * jobs[i].gpus_per_worker, jobs[i].name),
         )
         chosen: list[int] = []
         extra = 2
@@ -181,14 +194,15 @@ class CoreDecisions:
                     break
                 extra -= 1
             chosen.append(i)
-            missing -= jobs[i].workers - jobs[i].wmin
+            missing -= (jobs[i].workers - jobs[i].wmin) * jobs[i].gpus_per_worker
         return chosen
 
     def _receivers(self, t: float) -> list[int]:
-        """Running elastic jobs below their maximum on a type with free GPUs, shortest estimated time first."""
+        """Running elastic jobs below their maximum on a type with a server that has room for one more of their
+        workers, shortest estimated time first."""
         sim = self.sim
         jobs = sim.jobs
-        free = sim.cluster.layout.free_of_type
+        layout = sim.cluster.layout
 
         def remaining_time(i: int) -> tuple[float, str]:
             return (self._time_left(i, t), jobs[i].name)
@@ -196,7 +210,9 @@ class CoreDecisions:
         growable = (
             i
             for i in sim.running_elastic
-            if jobs[i].workers < jobs[i].wmax and sim.kind[i] >= 0 and free[sim.kind[i]] > 0
+            if jobs[i].workers < jobs[i].wmax
+            and sim.kind[i] >= 0
+            and layout.has_room(sim.kind[i], jobs[i].gpus_per_worker)
         )
         return heapq.nsmallest(self.view_jobs, growable, key=remaining_time)
 
@@ -213,33 +229,59 @@ class CoreDecisions:
 
     def snapshot(self, jobs: Iterable[SimJob], t: float) -> tuple[ClusterSnapshot, dict[str, int]]:
         """The view as a core snapshot: the view's jobs, the servers they run on, and, of each GPU type they may
-        use, the servers with free GPUs, tightest first, until they hold every worker the view could add there
-        (more could not change the plan's counts); plus the GPUs that jobs outside the view hold on them."""
+        use and each worker size they have (the largest first), the servers with room for such a worker, tightest
+        first, until they hold every worker of that size the view could add there, GPUs counted for one size not
+        counted again (more could not change the plan's counts), and room for a running job's workers to move to
+        where larger workers want room on its type; plus the GPUs that jobs outside the view hold on them."""
         cluster = self.sim.cluster
         layout = cluster.layout
         members = list(jobs)
         used: dict[int, int] = {}
-        wanted = [0] * len(cluster.type_names)
+        #: (GPU type index, GPUs per worker) -> workers the view could add there.
+        wanted: dict[tuple[int, int], int] = {}
+
+        def want(gpu_type: int, per_worker: int, workers: int) -> None:
+            wanted[(gpu_type, per_worker)] = wanted.get((gpu_type, per_worker), 0) + workers
+
         for job in members:
+            per_worker = job.gpus_per_worker
             for server, count in job.placement.items():
-                used[server] = used.get(server, 0) + count
+                used[server] = used.get(server, 0) + count * per_worker
             kind = self.sim.kind[job.index]
             if kind >= 0:
-                wanted[kind] += job.wmax - job.workers
-                if self.migrate and kind != self.sim.cluster.training_type:
+                want(kind, per_worker, job.wmax - job.workers)
+                if self.migrate and kind not in cluster.training_types:
                     # It may move to the training GPUs: offer room there for all of it.
-                    wanted[self.sim.cluster.training_type] += job.wmax
+                    for training_type in cluster.training_types:
+                        want(training_type, per_worker, job.wmax)
             else:
                 for name in job.gpu_types:
-                    wanted[self.type_index[name]] += job.wmax - job.workers
+                    want(self.type_index[name], per_worker, job.wmax - job.workers)
+        # A running job may move its workers to small holes elsewhere to leave a server whole for larger workers
+        # (its own or a queued job's): where the view wants room for workers larger than a running job's, it offers
+        # room for all of that job's workers too.
+        largest: dict[int, int] = {}
+        for (gpu_type, per_worker), workers in wanted.items():
+            if workers > 0:
+                largest[gpu_type] = max(largest.get(gpu_type, 0), per_worker)
+        for job in members:
+            kind = self.sim.kind[job.index]
+            if kind >= 0 and job.workers and largest.get(kind, 0) > job.gpus_per_worker:
+                want(kind, job.gpus_per_worker, job.workers)
         chosen = set(used)
-        for t_index, need in enumerate(wanted):
-            left = need
-            for server in self._open_servers(t_index) if left > 0 else ():
+        # Per type, the largest workers first; a server's GPUs counted for one size are not counted again.
+        spare: dict[int, int] = {}
+        for (t_index, per_worker), workers in sorted(wanted.items(), key=lambda item: (item[0][0], -item[0][1])):
+            left = workers
+            for server in self._open_servers(t_index, per_worker) if left > 0 else ():
                 if left <= 0:
                     break
-                chosen.add(server)
-                left -= layout.free[server]
+                room = spare.get(server, layout.free[server])
+                take = min(left, room // per_worker)
+                if take:
+                    chosen.add(server)
+                    spare[server] = room - take * per_worker
+                    left -= take
         servers: list[Server] = []
         held: dict[str, int] = {}
         for server in sorted(chosen):
@@ -250,14 +292,14 @@ class CoreDecisions:
         views = tuple(self._core_job(job, t) for job in members)
         return ClusterSnapshot(tuple(servers), views, self.catalog), held
 
-    def _open_servers(self, gpu_type: int) -> Iterator[int]:
-        """Servers of a type with free GPUs, tightest first (then index), read off the layout's buckets so that a
-        caller that stops early pays for what it reads. (Inference servers not loaned have no free GPUs: their
-        GPUs are held, so every server here may take training work.)"""
+    def _open_servers(self, gpu_type: int, per_worker: int) -> Iterator[int]:
+        """Servers of a type with at least ``per_worker`` free GPUs, tightest first (then index), read off the
+        layout's buckets so that a caller that stops early pays for what it reads. (Inference servers not loaned have
+        no free GPUs: their GPUs are held, so every server here may take training work.)"""
         layout = self.sim.cluster.layout
         free = layout.free
         count = layout.count
-        for f in range(1, layout.largest[gpu_type] + 1):
+        for f in range(per_worker, layout.largest[gpu_type] + 1):
             if not count.get((gpu_type, f)):
                 continue
             servers: set[int] = set()
@@ -270,44 +312,48 @@ class CoreDecisions:
         fastest; running ones on their own type), the allocator's answer is known: everyone at its maximum,
         since with ``w * e(w)`` rising no job is faster with fewer workers and none waits. Then the placements
         come straight from the core's placement rule and the call is skipped (a unit test checks this shortcut
-        against :func:`allocate_workers`). ``None`` when it does not apply."""
+        against :func:`allocate_workers`). ``None`` when it does not apply, and with several training GPU types
+        (which of them a queued job gets is the allocator's choice)."""
         sim = self.sim
         cluster = sim.cluster
         layout = cluster.layout
         jobs = sim.jobs
+        if len(cluster.training_types) != 1:
+            return None
+        (training_type,) = cluster.training_types
         wanted = [0] * len(cluster.type_names)
         for i in queued:
-            wanted[cluster.training_type] += jobs[i].wmax
+            wanted[training_type] += jobs[i].wmax * jobs[i].gpus_per_worker
         for i in running:
             kind = sim.kind[i]
             if kind < 0:
                 return None
-            if self.migrate and kind != cluster.training_type:
+            if self.migrate and kind != training_type:
                 return None  # the allocator may move it to the training GPUs, free or held by flexible workers
-            wanted[kind] += jobs[i].wmax - jobs[i].workers
+            wanted[kind] += (jobs[i].wmax - jobs[i].workers) * jobs[i].gpus_per_worker
         if any(w > f for w, f in zip(wanted, layout.free_of_type, strict=True)):
             return None
         changes: dict[SimJob, dict[int, int]] = {}
-        journal: list[tuple[str, list[tuple[int, int]]]] = []
+        journal: list[tuple[SimJob, list[tuple[int, int]]]] = []
         order = [jobs[i] for i in running] + sorted(
             (jobs[i] for i in queued), key=lambda job: job.entry or (0.0, 0.0, job.name, job.index)
         )
         for job in order:
-            kind = sim.kind[job.index] if job.workers else cluster.training_type
+            kind = sim.kind[job.index] if job.workers else training_type
             extra = job.wmax - job.workers
             if extra <= 0:
                 continue
-            moves = layout.place(job.name, 1, kind, extra)
+            moves = layout.place(job.name, job.gpus_per_worker, kind, extra)
             if moves is None:
-                for name, made in reversed(journal):
-                    layout.undo(name, made, 1)
+                for placed, made in reversed(journal):
+                    layout.undo(placed.name, made, placed.gpus_per_worker)
                 return None
-            journal.append((job.name, moves))
+            journal.append((job, moves))
             placement = changes.setdefault(job, dict(job.placement))
             for server, count in moves:
                 placement[server] = placement.get(server, 0) + count
-        for name, made in reversed(journal):
-            layout.undo(name, made, 1)
+        for placed, made in reversed(journal):
+            layout.undo(placed.name, made, placed.gpus_per_worker)
         return changes
 
     def _allocate(self, t: float, running: list[int], queued: list[int]) -> None:

@@ -40,7 +40,8 @@ class Driver(Protocol):
     #: Per job: not running (:data:`lyra.core.fluid.QUEUED`), on several GPU types (``SPREAD``), else its one
     #: type's index.
     kind: list[int]
-    #: Per GPU type: flexible workers, and GPUs elastic jobs could still grow by.
+    #: Per GPU type: the GPUs of flexible workers (above their jobs' minimum), and the running elastic jobs that
+    #: could still grow.
     flexible: list[int]
     growable: list[int]
     #: Per GPU type: the running jobs on it.

@@ -111,9 +111,8 @@ class Simulation:
         self.cluster = SimCluster(scenario)
         self.cluster.window_s = self.window.length_s
         cluster = self.cluster
-        training_type = scenario.training.gpu_type
-        both = frozenset({training_type, scenario.inference.gpu_type})
-        only_training = frozenset({training_type})
+        only_training = frozenset(scenario.training.gpu_types)
+        both = frozenset(scenario.gpu_types)
         self.jobs = [
             SimJob(
                 i,
@@ -140,7 +139,7 @@ class Simulation:
         self.lose_work = not free_costs and not cost.saves_on_signal
         self.checkpoint_interval = cost.checkpoint_interval_s
 
-        # Running totals the deciders read instead of scanning jobs, per GPU type index.
+        # Running totals the deciders read instead of scanning jobs, per GPU type index (flexible: in GPUs).
         types = len(cluster.type_names)
         self.flexible = [0] * types
         self.growable = [0] * types
@@ -174,7 +173,7 @@ class Simulation:
         step = self.load.step_s
         offset = math.fmod(self.window.start_s, step)
         first_step = 0.0 if offset == 0 else step - offset
-        self.cluster.demand = self.demand_at(0.0)
+        self.cluster.set_demand(self.demand_at(0.0))
         if self.loans is not None:
             self.loans.load_changed(0.0)
         self.push(first_step if first_step > 0 else step, _LOAD_STEP, -1)
@@ -233,7 +232,7 @@ class Simulation:
         cluster = self.cluster
         demand = self.demand_at(t)
         if demand != cluster.demand:
-            cluster.demand = demand
+            cluster.set_demand(demand)
         if self.loans is not None:
             self.loans.load_changed(t)
         if t < self.window.length_s:
@@ -270,7 +269,7 @@ class Simulation:
     # ----------------------------------------------------------------------------------------- job lifecycle
 
     def queue_key(self, job: SimJob) -> BucketKey:
-        return (job.gpu_types, job.wmin)
+        return (job.gpu_types, job.gpus_per_worker, job.wmin)
 
     def entry_of(self, job: SimJob) -> QueueEntry:
         admission = self.scheme.admission
@@ -333,12 +332,12 @@ class Simulation:
             for server, count in job.placement.items():
                 wanted = placement.get(server, 0)
                 if wanted < count:
-                    cluster.move(job.name, server, wanted - count, 1)
+                    cluster.move(job.name, server, wanted - count, job.gpus_per_worker)
         for job, placement in changes.items():
             for server, wanted in placement.items():
                 count = job.placement.get(server, 0)
                 if wanted > count:
-                    cluster.move(job.name, server, wanted - count, 1)
+                    cluster.move(job.name, server, wanted - count, job.gpus_per_worker)
         for job, placement in changes.items():
             job.placement = {s: n for s, n in placement.items() if n}
             job.workers = sum(job.placement.values())
@@ -377,7 +376,7 @@ class Simulation:
 
     def _stop(self, job: SimJob) -> None:
         for server, count in job.placement.items():
-            self.cluster.release(job.name, server, count)
+            self.cluster.release(job.name, server, count, job.gpus_per_worker)
         job.placement = {}
         job.workers = 0
         job.rate = 0.0
@@ -402,7 +401,7 @@ class Simulation:
         if self.lose_work:
             lost = self.since_checkpoint(job, t)
             job.remaining += lost * job.rate
-            job.lost_gpu_s += lost * job.workers
+            job.lost_gpu_s += lost * job.workers * job.gpus_per_worker
         job.preemptions += 1
         job.restart_due = True
         if self.grace > 0:
@@ -434,7 +433,7 @@ class Simulation:
         names = self.cluster.names
         return TrainingJob(
             name=job.name,
-            gpus_per_worker=1,
+            gpus_per_worker=job.gpus_per_worker,
             min_workers=job.wmin,
             max_workers=job.wmax,
             remaining_work=job.estimate,
@@ -478,7 +477,7 @@ class Simulation:
                 self.flexible[kind] -= counted[0]
                 self.growable[kind] -= counted[1]
             return
-        flexible = max(0, job.workers - job.wmin)
+        flexible = max(0, job.workers - job.wmin) * job.gpus_per_worker
         growable = int(0 < job.workers < job.wmax)
         self.flexible[kind] += flexible
         self.growable[kind] += growable

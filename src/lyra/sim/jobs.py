@@ -3,6 +3,9 @@
 A :class:`SimJob` holds everything the driver tracks of one job (its static description from the workload, its
 state, progress, placement and counters), replacing parallel lists indexed by job number. Records are plain
 slotted objects: the driver reads and writes them millions of times on a whole-trace run.
+
+Counts of a job (``workers``, ``wmin``, ``wmax``, ``placement``) are in workers of ``gpus_per_worker`` GPUs; the
+GPU-seconds it attained or lost are in GPUs.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class SimJob:
         "first_start",
         "gpu_types",
         "gpus",
+        "gpus_per_worker",
         "index",
         "last",
         "lost_gpu_s",
@@ -69,8 +73,9 @@ class SimJob:
         self.name = spec.name
         self.submit = spec.submit_s
         self.gpus = spec.num_gpus
-        self.wmin = spec.elastic_min if elastic else spec.num_gpus
-        self.wmax = spec.elastic_max if elastic else spec.num_gpus
+        self.gpus_per_worker = spec.gpus_per_worker
+        self.wmin = spec.elastic_min if elastic else spec.workers
+        self.wmax = spec.elastic_max if elastic else spec.workers
         self.estimate_factor = 1.0 if exact else spec.estimate_factor
         self.gpu_types = gpu_types
         self.mixes = elastic and spec.mixes_gpu_types
@@ -113,13 +118,14 @@ class SimJob:
         dt = t - self.last
         if dt > 0 and self.workers:
             self.remaining = max(0.0, self.remaining - self.rate * dt)
-            self.attained += self.workers * dt
+            self.attained += self.workers * self.gpus_per_worker * dt
         self.last = t
 
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """What happened to one job. ``queue_s`` is all the time it waited with no worker (also after preemptions)."""
+    """What happened to one job. ``queue_s`` is all the time it waited with no worker (also after preemptions);
+    ``min_workers`` and ``max_workers`` count workers of ``gpus_per_worker`` GPUs."""
 
     name: str
     submit_s: float
@@ -133,6 +139,7 @@ class JobRecord:
     resizes: int
     migrations: int = 0
     lost_gpu_s: float = 0.0
+    gpus_per_worker: int = 1
 
     @property
     def jct_s(self) -> float:
@@ -153,4 +160,5 @@ def record_of(job: SimJob) -> JobRecord:
         resizes=job.resizes,
         migrations=job.migrations,
         lost_gpu_s=job.lost_gpu_s,
+        gpus_per_worker=job.gpus_per_worker,
     )

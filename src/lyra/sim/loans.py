@@ -44,11 +44,16 @@ class LoanKeeper:
             seed=scenario.seed,
         )
         self.drain = scenario.loaning.drain_s
-        self.gpu_type = cluster.type_names[cluster.inference_type]
         settled = -self.settings.lend_delay_s
         #: Each inference server as the loan cycle sees it, in the layout's (name) order.
         self.servers = [
-            InferenceServer(cluster.names[s], self.gpu_type, cluster.gpus[s], LoanState.IDLE, idle_since=settled)
+            InferenceServer(
+                cluster.names[s],
+                cluster.type_names[cluster.type_of[s]],
+                cluster.gpus[s],
+                LoanState.IDLE,
+                idle_since=settled,
+            )
             for s in cluster.inference_servers
         ]
         self.changed = True
@@ -78,21 +83,23 @@ class LoanKeeper:
         settings = self.settings
         if settings.strategy is ReclaimStrategy.RANDOM:
             settings = replace(settings, seed=settings.seed + self.reclaims)
-        cycle = plan_loan_cycle(
-            servers, {self.gpu_type: cluster.demand}, lambda: self.training(t), now=t, settings=settings
-        )
+        cycle = plan_loan_cycle(servers, self.demand(), lambda: self.training(t), now=t, settings=settings)
         self.cycle = cycle
         self.servers = list(cycle.servers)  # sorted by name, as the layout is
         self.apply(cycle, t)
+
+    def demand(self) -> dict[str, int]:
+        """Inference servers needed per GPU type (the cluster's split of the demand)."""
+        cluster = self.sim.cluster
+        return {cluster.type_names[t]: cluster.demand_of_type[t] for t in cluster.inference_types}
 
     def training(self, t: float) -> ClusterSnapshot:
         """The running jobs with workers on inference servers, and every server."""
         sim = self.sim
         cluster = sim.cluster
+        on_inference_types = set().union(*(sim.on_type[t] for t in cluster.inference_types))
         affected = [
-            sim.jobs[i]
-            for i in sim.on_type[cluster.inference_type]
-            if any(not cluster.is_training[s] for s in sim.jobs[i].placement)
+            sim.jobs[i] for i in on_inference_types if any(not cluster.is_training[s] for s in sim.jobs[i].placement)
         ]
         self.by_name = {job.name: job for job in affected}
         jobs = tuple(sim.core_job(job, t) for job in sorted(affected, key=lambda job: job.name))

@@ -179,7 +179,8 @@ def _finite(value: Any) -> Any:
 
 
 JOB_COLUMNS = (
-    "scheme", "name", "submit_s", "num_gpus", "min_workers", "max_workers", "first_start_s", "finish_s",
+    "scheme", "name", "submit_s", "num_gpus", "gpus_per_worker", "min_workers", "max_workers", "first_start_s",
+    "finish_s",
     "queue_s", "jct_s", "preemptions", "resizes", "migrations",
 )  # fmt: skip
 
@@ -194,7 +195,8 @@ def write_jobs_csv(path: Path, results: Sequence[SimulationResult]) -> None:
             for r in result.records:
                 writer.writerow(
                     (
-                        result.scheme, r.name, f"{r.submit_s:.3f}", r.num_gpus, r.min_workers, r.max_workers,
+                        result.scheme, r.name, f"{r.submit_s:.3f}", r.num_gpus, r.gpus_per_worker, r.min_workers,
+                        r.max_workers,
                         f"{r.first_start_s:.3f}", f"{r.finish_s:.3f}", f"{r.queue_s:.3f}", f"{r.jct_s:.3f}",
                         r.preemptions, r.resizes, r.migrations,
                     )

@@ -10,10 +10,13 @@ import enum
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lyra.core.gpus import default_gpu_type
+from lyra.core.model import MAX_GPUS_PER_SERVER
 
 
 class ScenarioError(ValueError):
@@ -24,26 +27,104 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class TrainingPool(_Strict):
+class ServerGroup(_Strict):
+    """Servers alike: how many, their GPU type (its speed is the scenario's ``speed`` entry, else the core's
+    catalogue default for the type's family, :func:`lyra.core.gpus.default_gpu_type`) and GPUs per server."""
+
+    gpu_type: str = Field(min_length=1)
     servers: int = Field(ge=1)
-    gpus_per_server: int = Field(default=8, ge=1)
-    gpu_type: str = Field(default="V100", min_length=1)
+    gpus_per_server: int = Field(default=8, ge=1, le=MAX_GPUS_PER_SERVER)
+
+    def describe(self) -> str:
+        return f"{self.servers} x {self.gpus_per_server} {self.gpu_type}"
 
 
-class InferencePool(_Strict):
-    servers: int = Field(ge=1)
-    gpus_per_server: int = Field(default=8, ge=1)
-    gpu_type: str = Field(default="T4", min_length=1)
+#: The fields of a pool written as one group (the original format, still accepted: ``servers``, ``gpus_per_server``
+#: and ``gpu_type`` directly under the pool).
+_ONE_GROUP_FIELDS = ("servers", "gpus_per_server", "gpu_type")
+
+
+class _Pool(_Strict):
+    """Servers as a list of groups, one per GPU type. ``{servers: 65, gpus_per_server: 8, gpu_type: V100}`` is
+    read as one group (an invalid field of it is named as in ``training.groups.0.servers``); ``groups: [...]``
+    gives several; a pool may not give both."""
+
+    #: The GPU type of a pool written as one group without ``gpu_type``.
+    default_gpu_type: ClassVar[str]
+
+    groups: tuple[ServerGroup, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_group(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        given = [key for key in _ONE_GROUP_FIELDS if key in data]
+        if not given:
+            return data
+        if "groups" in data:
+            raise ValueError(
+                f"give either groups or {', '.join(_ONE_GROUP_FIELDS)} (one group), not both: found groups and "
+                f"{', '.join(given)}"
+            )
+        group = {key: data[key] for key in given}
+        group.setdefault("gpu_type", cls.default_gpu_type)
+        rest = {key: value for key, value in data.items() if key not in _ONE_GROUP_FIELDS}
+        return {**rest, "groups": [group]}
+
+    @model_validator(mode="after")
+    def _one_group_per_type(self) -> _Pool:
+        if not self.groups:
+            raise ValueError("groups is empty: give at least one server group")
+        seen: set[str] = set()
+        for group in self.groups:
+            if group.gpu_type in seen:
+                raise ValueError(f"GPU type {group.gpu_type} has two groups: give each type one group")
+            seen.add(group.gpu_type)
+        return self
+
+    @property
+    def servers(self) -> int:
+        return sum(group.servers for group in self.groups)
+
+    @property
+    def gpus(self) -> int:
+        return sum(group.servers * group.gpus_per_server for group in self.groups)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The pool's GPU types, sorted by name."""
+        return tuple(sorted(group.gpu_type for group in self.groups))
+
+    def describe(self) -> str:
+        """``65 x 8 V100``, or the groups joined by ``+``."""
+        return " + ".join(group.describe() for group in self.groups)
+
+    def with_servers(self, servers: int) -> Self:
+        """A copy with ``servers`` servers in its one group (calibration sizes one-group pools only)."""
+        if len(self.groups) != 1:
+            raise ValueError(f"only a pool of one server group can be resized, this one has {len(self.groups)}")
+        return self.model_copy(update={"groups": (self.groups[0].model_copy(update={"servers": servers}),)})
+
+
+class TrainingPool(_Pool):
+    default_gpu_type = "V100"
+
+
+class InferencePool(_Pool):
+    default_gpu_type = "T4"
+
     #: Requests per second one serving server absorbs; servers needed = ceil(rate / this). Demand beyond the whole
     #: pool is counted as inference shortfall that no scheme could serve.
     req_per_server: float = Field(gt=0)
     #: Share of the inference servers kept idle, never loaned, as a safety margin (rounded up to whole servers,
-    #: so it scales with the calibrated pool).
+    #: so it scales with the calibrated pool). With several GPU types the loan cycle keeps one headroom per type:
+    #: this share of the largest group.
     headroom_share: float = Field(default=0.0, ge=0, lt=1)
 
     @property
     def headroom_servers(self) -> int:
-        return math.ceil(self.headroom_share * self.servers - 1e-9)
+        return math.ceil(self.headroom_share * max(group.servers for group in self.groups) - 1e-9)
 
 
 class Loaning(_Strict):
@@ -99,7 +180,8 @@ class Scaling(_Strict):
 class Elasticity(_Strict):
     #: Share of jobs made elastic (chosen by a seeded draw per job).
     share: float = Field(default=0.5, ge=0, le=1)
-    #: An elastic job that ran on n GPUs gets w_min = ceil(n * min_factor) and w_max = n * max_factor workers.
+    #: An elastic job that ran as w workers gets w_min = ceil(w * min_factor) and w_max = w * max_factor workers (a
+    #: job of n GPUs runs as workers of the largest divisor of n up to a server: :mod:`lyra.sim.workload`).
     min_factor: float = Field(default=0.5, gt=0, le=1)
     max_factor: int = Field(default=2, ge=1)
     #: Share of elastic jobs that opt in to mixing GPU types (then at the pace of their slowest worker).
@@ -165,7 +247,8 @@ class Calibration(_Strict):
 class Scenario(_Strict):
     training: TrainingPool
     inference: InferencePool
-    #: Training speed per GPU type relative to the reference (1.0); unknown types run at 1.0.
+    #: Training speed per GPU type relative to the reference (1.0); a type not listed runs at its family's default
+    #: in the core's catalogue (:func:`lyra.core.gpus.default_gpu_type`: A100 1.0, T4 0.4, ...; 1.0 if unknown).
     speed: dict[str, float] = Field(default_factory=lambda: {"V100": 1.0, "T4": 0.4})
     loaning: Loaning = Loaning()
     bursts: Bursts = Bursts()
@@ -187,18 +270,23 @@ class Scenario(_Strict):
         return self
 
     def with_sizes(self, *, training_servers: int, inference_servers: int, req_per_server: float) -> Scenario:
-        """A copy with the calibrated cluster sizes."""
+        """A copy with the calibrated cluster sizes (pools of one server group each)."""
+        inference = self.inference.with_servers(inference_servers)
         return self.model_copy(
             update={
-                "training": self.training.model_copy(update={"servers": training_servers}),
-                "inference": self.inference.model_copy(
-                    update={"servers": inference_servers, "req_per_server": req_per_server}
-                ),
+                "training": self.training.with_servers(training_servers),
+                "inference": inference.model_copy(update={"req_per_server": req_per_server}),
             }
         )
 
     def speed_of(self, gpu_type: str) -> float:
-        return self.speed.get(gpu_type, 1.0)
+        speed = self.speed.get(gpu_type)
+        return default_gpu_type(gpu_type).speed if speed is None else speed
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """Every GPU type of both pools, sorted by name."""
+        return tuple(sorted({*self.training.gpu_types, *self.inference.gpu_types}))
 
 
 DEFAULT_SCENARIO = "default.yaml"

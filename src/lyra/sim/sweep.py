@@ -47,7 +47,8 @@ class Knob:
 
 def _inference_speed(scenario: Scenario, value: float) -> Scenario:
     speed = dict(scenario.speed)
-    speed[scenario.inference.gpu_type] = value
+    for gpu_type in scenario.inference.gpu_types:
+        speed[gpu_type] = value
     return scenario.model_copy(update={"speed": speed})
 
 

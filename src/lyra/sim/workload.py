@@ -3,21 +3,31 @@
 Rules (all seeded, so one seed gives one workload for every scheme):
 
 * The window is ``[start, start + days)`` of submit times; times become seconds since the window start.
-* One worker is one GPU (the trace records GPU counts, not workers). The trace ran each job on its own GPUs, which
-  the simulator takes as reference GPUs (speed 1.0, the training pool's type): a job that ran ``n`` GPUs for ``d``
-  seconds has ``d * n * e(n)`` reference worker-seconds of work, ``e`` being the scenario's scaling efficiency, so
-  that at its trace width on training GPUs it takes exactly ``d``. A job asking for more GPUs than the training
-  cluster has is clamped to the cluster's size with its work kept (it runs longer), and counted in ``clamped``.
+* Workers (the trace records GPU counts, not workers): a job of ``n`` GPUs runs as ``n / g`` workers of ``g``
+  GPUs, each worker on one server, ``g`` being the largest divisor of ``n`` that is at most ``S``, the smallest
+  server among the groups whose GPU type the job may use by memory (the training groups, and the inference groups
+  if it fits their memory): ``min(n, S)`` when ``n`` is at most a server or a multiple of ``S`` (Philly's 1, 2,
+  4, 8, 16, ... GPUs on 8-GPU servers), else the largest whole split (12 GPUs on 8-GPU servers: two workers of 6;
+  a prime ``n`` above ``S``: one-GPU workers). The job keeps exactly its ``n`` GPUs and every worker fits on every
+  server it may use. ``S`` depends on the scenario and the job's memory draw, never on the scheme.
+* The trace ran each job on its own GPUs, which the simulator takes as reference GPUs (speed 1.0): a job that ran
+  ``n`` GPUs (``w = n / g`` workers) for ``d`` seconds has ``d * w * e(w)`` reference worker-seconds of work, ``e``
+  being the scenario's scaling efficiency over workers, so that at its trace width on reference GPUs it takes
+  exactly ``d``. A job asking for more GPUs than one training GPU type has (a job runs on one type at a time) is
+  clamped to the largest type's group, and to the workers of ``g`` GPUs its servers hold, with its work kept (it
+  runs longer), and counted in ``clamped``.
 * Two draws per job, in trace order, from ``random.Random(seed)``: ``u`` (uniform) makes the job elastic when
   ``u < elasticity.share``, and ``z`` (standard normal) gives the estimate error ``exp(sigma * z)``. Both are
   drawn for every job whatever the scenario says, so changing one knob does not reshuffle the others.
 * Two more per job from a second stream (``random.Random(f"{seed}/gpus")``), also drawn for every job: ``m``
   (uniform) lets a job of ``n`` GPUs use the inference GPU type when
   ``m < memory.inference_fit_share * n ** -memory.size_exponent`` (its memory fits; larger jobs fit less often
-  when the exponent is above 0; it always may if both pools have the same type), and ``x`` (uniform) makes an
+  when the exponent is above 0; it always may if every inference GPU type is also a training one), and ``x``
+  (uniform) makes an
   elastic job mix GPU types when ``x < elasticity.mixing_share``.
-* An elastic job that ran on ``n`` GPUs gets ``w_min = ceil(n * min_factor)`` and ``w_max = n * max_factor``
-  (clamped to the training cluster). Schemes without elasticity run every job at exactly ``n``.
+* An elastic job that ran as ``w`` workers gets ``w_min = ceil(w * min_factor)`` and ``w_max = w * max_factor``
+  workers of its ``g`` GPUs (clamped to the workers the largest training type holds). Schemes without elasticity
+  run every job at exactly ``w`` workers.
 """
 
 from __future__ import annotations
@@ -72,14 +82,23 @@ class JobSpec:
 
     name: str
     submit_s: float
+    #: GPUs at the trace width: ``workers * gpus_per_worker``.
     num_gpus: int
+    #: Reference worker-seconds (workers of ``gpus_per_worker`` GPUs).
     work: float
+    #: Workers an elastic job may run with.
     elastic_min: int
     elastic_max: int
     drawn_elastic: bool
     estimate_factor: float
     fits_inference_gpu: bool = True
     mixes_gpu_types: bool = False
+    gpus_per_worker: int = 1
+
+    @property
+    def workers(self) -> int:
+        """Workers at the trace width."""
+        return self.num_gpus // self.gpus_per_worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +111,12 @@ class Workload:
 def build_workload(trace: Trace, scenario: Scenario, window: Window) -> Workload:
     rng = random.Random(scenario.seed)
     gpu_rng = random.Random(f"{scenario.seed}/gpus")
-    same_type = scenario.training.gpu_type == scenario.inference.gpu_type
+    same_type = set(scenario.inference.gpu_types) <= set(scenario.training.gpu_types)
     overhead = scenario.scaling.overhead
-    cluster_gpus = scenario.training.servers * scenario.training.gpus_per_server
+    # A job runs on one GPU type unless it mixes: the most GPUs one type of the training pool has.
+    cluster_gpus = max(group.servers * group.gpus_per_server for group in scenario.training.groups)
+    smallest_training = min(group.gpus_per_server for group in scenario.training.groups)
+    smallest_anywhere = min(smallest_training, *(group.gpus_per_server for group in scenario.inference.groups))
     sigma = scenario.durations.sigma if scenario.durations.knowledge is DurationKnowledge.NOISY else 0.0
     rule = scenario.elasticity
     memory = scenario.memory
@@ -108,25 +130,38 @@ def build_workload(trace: Trace, scenario: Scenario, window: Window) -> Workload
         x = gpu_rng.random()
         if not window.start_s <= row.submit_s < end:
             continue
-        gpus = row.num_gpus
-        if gpus > cluster_gpus:
-            gpus = cluster_gpus
+        fits = same_type or m < memory.inference_fit_share * row.num_gpus**-memory.size_exponent
+        gpus = min(row.num_gpus, cluster_gpus)
+        per_worker = largest_divisor_at_most(gpus, smallest_anywhere if fits else smallest_training)
+        most_workers = max(g.servers * (g.gpus_per_server // per_worker) for g in scenario.training.groups)
+        workers = min(gpus // per_worker, most_workers)
+        if workers * per_worker < row.num_gpus:
             clamped += 1
+        trace_workers = row.num_gpus / per_worker
         elastic = u < rule.share
-        low = max(1, math.ceil(gpus * rule.min_factor))
-        high = min(cluster_gpus, gpus * rule.max_factor)
+        low = max(1, math.ceil(workers * rule.min_factor))
+        high = min(most_workers, workers * rule.max_factor)
         jobs.append(
             JobSpec(
                 name=row.name,
                 submit_s=row.submit_s - window.start_s,
-                num_gpus=gpus,
-                work=row.duration_s * row.num_gpus / (1.0 + overhead * (row.num_gpus - 1)),
-                elastic_min=low if elastic else gpus,
-                elastic_max=max(high, low) if elastic else gpus,
+                num_gpus=workers * per_worker,
+                work=row.duration_s * trace_workers / (1.0 + overhead * (trace_workers - 1)),
+                elastic_min=low if elastic else workers,
+                elastic_max=max(high, low) if elastic else workers,
                 drawn_elastic=elastic,
                 estimate_factor=math.exp(sigma * z),
-                fits_inference_gpu=same_type or m < memory.inference_fit_share * row.num_gpus**-memory.size_exponent,
+                fits_inference_gpu=fits,
                 mixes_gpu_types=elastic and x < rule.mixing_share,
+                gpus_per_worker=per_worker,
             )
         )
     return Workload(tuple(jobs), window, clamped)
+
+
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` (>= 1) that is at most ``limit`` (>= 1): a job's GPUs per worker."""
+    for size in range(min(n, limit), 1, -1):
+        if n % size == 0:
+            return size
+    return 1

@@ -285,3 +285,27 @@ def test_bursts_and_the_lenders_forecast_error_are_reported(
     seen = json.loads((out / "r.json").read_text())["inference_load"]
     assert 0 < seen["burst_share"] < 1
     assert seen["forecast_mean_abs_error_servers"] >= 0
+
+
+def test_a_scenario_of_several_gpu_types_runs_and_calibrating_it_is_refused(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    groups = (
+        "training:\n  groups: [{gpu_type: A100, servers: 1}, {gpu_type: V100, servers: 1}]\n"
+        "inference:\n  groups: [{gpu_type: T4, servers: 2}]\n  req_per_server: 100.0\n"
+    )
+    tiny = "\n".join(line for line in TINY.splitlines() if not line.startswith(("training:", "inference:")))
+    inputs["scenario"] = write(tmp_path / "three.yaml", groups + tiny)
+    code = main(
+        [
+            "simulate", "--trace", str(inputs["trace"]), "--load", str(inputs["load"]),
+            "--scenario", str(inputs["scenario"]), "--scheme", "baseline,lyra", "--quiet", "--no-plots",
+            "--out-dir", str(tmp_path / "o"), "--days", "1", "--start", "0",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert "training 1 x 8 A100 + 1 x 8 V100, inference 2 x 8 T4" in capsys.readouterr().out
+    code = _run(inputs, "--out-dir", str(tmp_path / "o"))
+    _refused(
+        code, capsys.readouterr().err, "--calibrate sizes pools of one server group, and training has 2 (A100, V100)"
+    )

@@ -101,15 +101,30 @@ def test_a_job_on_t4_moves_to_the_v100s_by_displacing_flexible_workers() -> None
     assert started.finish_s == pytest.approx(1001)
 
 
+# ------------------------------------------------------------------------------------------- multi-GPU workers
+
+
+def test_a_base_whose_workers_do_not_pack_waits_without_calling_the_allocator() -> None:
+    """Two 4-GPU V100 servers each run a 3-GPU worker: 2 GPUs are free, one on each, so the 2-GPU worker of C does
+    not pack. The queue's check counts whole workers, so no decision calls the allocator for it; C starts when A
+    ends and leaves a server whole."""
+    setup = scenario("training: {servers: 2, gpus_per_server: 4}\ninference: {gpus_per_server: 4}")
+    result = simulate("baseline", trace((0, 100, 3), (0, 300, 3), (1, 50, 2)), setup=setup)
+    starts = {r.name: (r.gpus_per_worker, r.first_start_s, r.finish_s) for r in result.records}
+    assert starts == {"job-0": (3, 0, 100), "job-1": (3, 0, 300), "job-2": (2, 100, 150)}
+    assert result.allocator_calls == 0
+
+
 # ------------------------------------------------------------------------------------------------ elasticity
 
 
 def test_lyra_scales_an_elastic_job_to_its_maximum_when_alone() -> None:
-    # 2 GPUs x 100 s: w_min = ceil(2 x 0.5) = 1, w_max = 2 x 2 = 4; 200 worker-seconds on 4 V100s take 50 s (it
-    # starts on the V100s, the fastest type with room, though both T4 servers are lent).
+    # 2 GPUs x 100 s: one worker of 2 GPUs, w_min = ceil(1 x 0.5) = 1, w_max = 1 x 2 = 2; 100 worker-seconds on 2
+    # workers (4 V100s) take 50 s (it starts on the V100s, the fastest type with room, though both T4 servers are
+    # lent).
     result = simulate("lyra", trace((0, 100, 2)), setup=scenario("elasticity: {share: 1}"))
     record = result.records[0]
-    assert (record.min_workers, record.max_workers) == (1, 4)
+    assert (record.gpus_per_worker, record.min_workers, record.max_workers) == (2, 1, 2)
     assert (record.first_start_s, record.finish_s, record.resizes) == (0, 50, 0)
 
 
@@ -231,7 +246,7 @@ def full_snapshot(sim: Simulation, view: ClusterSnapshot) -> tuple[ClusterSnapsh
     used: dict[str, int] = {}
     for job in view.jobs:
         for server, count in job.placement.items():
-            used[server] = used.get(server, 0) + count
+            used[server] = used.get(server, 0) + count * job.gpus_per_worker
     held: dict[str, int] = {}
     for s in range(cluster.count):
         name = cluster.names[s]

@@ -113,20 +113,26 @@ def test_a_job_whose_memory_does_not_fit_a_t4_never_runs_on_one(scheme: str) -> 
 
 
 def test_at_its_trace_width_a_job_takes_its_trace_duration_whatever_the_overhead() -> None:
-    # Work = d n / (1 + o (n - 1)) = 100 x 4 / 1.3; on 4 V100s at pace 4 / 1.3 that is exactly 100 s.
-    setup = scenario("scaling: {overhead: 0.1}")
+    # On 2-GPU servers 4 GPUs are w = 2 workers of 2. Work = d w / (1 + o (w - 1)) = 100 x 2 / 1.1; on 2 workers of
+    # V100s at pace 2 / 1.1 that is exactly 100 s.
+    setup = scenario(
+        "scaling: {overhead: 0.1}\ntraining: {servers: 4, gpus_per_server: 2}\ninference: {gpus_per_server: 2}"
+    )
     workload = build_workload(trace((0, 100, 4)), setup, Window(0.0, 200.0))
-    assert workload.jobs[0].work == pytest.approx(400 / 1.3)
+    assert (workload.jobs[0].gpus_per_worker, workload.jobs[0].work) == (2, pytest.approx(200 / 1.1))
     assert by_name(simulate("baseline", trace((0, 100, 4)), setup=setup))["job-0"] == (0, 100, 0)
 
 
 def test_more_workers_are_faster_but_sublinearly() -> None:
-    # Elastic: w_max = 8. Pace 8 / (1 + 0.1 x 7) = 8 / 1.7; work 400 / 1.3: 400 x 1.7 / (1.3 x 8) = 65.38 s,
-    # between linear scaling's 50 s and the trace's 100 s.
-    setup = scenario("scaling: {overhead: 0.1}\nelasticity: {share: 1}")
+    # On 2-GPU servers 4 GPUs are 2 workers of 2; elastic: w_max = 4. Pace 4 / (1 + 0.1 x 3) = 4 / 1.3; work
+    # 200 / 1.1: 200 x 1.3 / (1.1 x 4) = 59.09 s, between linear scaling's 50 s and the trace's 100 s.
+    setup = scenario(
+        "scaling: {overhead: 0.1}\nelasticity: {share: 1}\ntraining: {servers: 4, gpus_per_server: 2}\n"
+        "inference: {gpus_per_server: 2}"
+    )
     record = simulate("lyra", trace((0, 100, 4)), setup=setup).records[0]
-    assert record.max_workers == 8
-    assert record.finish_s == pytest.approx(400 * 1.7 / (1.3 * 8))
+    assert record.max_workers == 4
+    assert record.finish_s == pytest.approx(200 * 1.3 / (1.1 * 4))
     assert 50 < record.finish_s < 100
 
 
@@ -177,16 +183,16 @@ def test_a_resize_is_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
         lost.append((job.name, t, job.remaining - done))
 
     monkeypatch.setattr(Simulation, "preempt", spy)
-    # Two V100 servers. A (16 GPUs, w_min 16: nothing to scale in) takes them all; B (8 GPUs, w_min 8, w_max 16)
-    # runs 16 workers on both lent T4s. Inference needs one server from 600 s (B is scaled in to 8: a checkpoint)
-    # and both from 1200 s (B is preempted). Checkpoints are otherwise every 10^6 s: B loses only the 600 s since
-    # the resize, at pace 8 x 0.4 = 3.2.
+    # Two V100 servers. A (16 GPUs: two 8-GPU workers, w_min 2: nothing to scale in) takes them all; B (8 GPUs: one
+    # 8-GPU worker, w_min 1, w_max 2) runs 2 workers on both lent T4s. Inference needs one server from 600 s (B is
+    # scaled in to 1: a checkpoint) and both from 1200 s (B is preempted). Checkpoints are otherwise every 10^6 s:
+    # B loses only the 600 s since the resize, at pace 1 x 0.4 = 0.4 worker-seconds per second.
     setup = scenario("training: {servers: 2}\nelasticity: {share: 1, min_factor: 1}\nscheduler: {migration: false}")
     jobs = trace((0, 20_000, 16), (1, 2000, 8))
     simulate("lyra", jobs, load=stepped_load(0, 100, 200), setup=setup, length_s=8000)
     ((name, when, work),) = lost
     assert (name, when) == ("job-1", 1200)
-    assert work == pytest.approx(600 * 3.2)
+    assert work == pytest.approx(600 * 0.4)
 
 
 def test_a_restart_costs_its_seconds_at_the_new_pace() -> None:

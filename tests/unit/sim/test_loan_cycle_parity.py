@@ -68,7 +68,7 @@ def simulator_transitions(loads: list[int], headroom: int) -> list[tuple[int, st
     for step, demand in enumerate(loads):
         t = step * STEP_S
         sim.advance(t)
-        sim.cluster.demand = demand
+        sim.cluster.set_demand(demand)
         keeper.load_changed(t)
         keeper.adjust(t)
         assert keeper.cycle is not None

@@ -21,26 +21,62 @@ def jobs_of(setup: Scenario, rows: Trace = MANY, window: Window = DAY) -> tuple[
     return build_workload(rows, setup, window).jobs
 
 
-def test_work_is_duration_times_width_times_efficiency() -> None:
-    setup = scenario("scaling: {overhead: 0.05}\ntraining: {servers: 2}")
+def test_work_is_duration_times_workers_times_efficiency() -> None:
+    setup = scenario("scaling: {overhead: 0.05}\ntraining: {servers: 4, gpus_per_server: 2}")
     job = jobs_of(setup, trace((0, 300, 8)))[0]
-    # 300 s x 8 GPUs x e(8) = 2400 / (1 + 0.05 x 7).
-    assert job.work == pytest.approx(2400 / 1.35)
+    # Four workers of 2 GPUs: 300 s x 4 workers x e(4) = 1200 / (1 + 0.05 x 3).
+    assert (job.gpus_per_worker, job.workers) == (2, 4)
+    assert job.work == pytest.approx(1200 / 1.15)
+    alone = jobs_of(scenario("scaling: {overhead: 0.05}\ntraining: {servers: 2}"), trace((0, 300, 8)))[0]
+    # One worker of 8 GPUs on an 8-GPU server: 300 s x 1 worker x e(1).
+    assert (alone.gpus_per_worker, alone.workers, alone.work) == (8, 1, 300)
 
 
 def test_a_job_wider_than_the_training_cluster_is_clamped_and_keeps_its_work() -> None:
     workload = build_workload(trace((0, 100, 32)), scenario("scaling: {overhead: 0.1}"), DAY)
     job = workload.jobs[0]
-    # 8 training GPUs: the job runs on 8, with the work of 32 GPUs x 100 s x e(32) = 3200 / 4.1.
-    assert (job.num_gpus, workload.clamped) == (8, 1)
-    assert job.work == pytest.approx(3200 / 4.1)
+    # 8 training GPUs: the job runs as one worker of 8, with the work of its 32 GPUs (4 such workers) x 100 s x
+    # e(4) = 400 / 1.3.
+    assert (job.num_gpus, job.gpus_per_worker, workload.clamped) == (8, 8, 1)
+    assert job.work == pytest.approx(400 / 1.3)
 
 
-def test_elastic_bounds_follow_the_factors_and_the_cluster() -> None:
-    setup = scenario("training: {servers: 2}\nelasticity: {share: 1, min_factor: 0.5, max_factor: 2}")
+def test_elastic_bounds_count_workers_and_follow_the_factors_and_the_cluster() -> None:
+    setup = scenario(
+        "training: {servers: 3, gpus_per_server: 4}\nelasticity: {share: 1, min_factor: 0.5, max_factor: 2}"
+    )
     three, twelve = jobs_of(setup, trace((0, 10, 3), (1, 10, 12)))
-    assert (three.elastic_min, three.elastic_max) == (2, 6)  # ceil(1.5), 3 x 2
-    assert (twelve.elastic_min, twelve.elastic_max) == (6, 16)  # 12 / 2, 24 clamped to the 16 training GPUs
+    assert (three.gpus_per_worker, three.elastic_min, three.elastic_max) == (3, 1, 2)  # one worker of 3: 1 to 2
+    # Three workers of 4 GPUs (the largest divisor of 12 up to the 4-GPU servers): ceil(1.5) = 2 to 3 x 2 = 6,
+    # clamped to the 3 such workers the training servers hold.
+    assert (twelve.gpus_per_worker, twelve.elastic_min, twelve.elastic_max) == (4, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "server", "per_worker"),
+    [(1, 8, 1), (4, 8, 4), (8, 8, 8), (16, 8, 8), (64, 8, 8), (12, 8, 6), (10, 8, 5), (7, 8, 7), (13, 8, 1),
+     (24, 8, 8), (6, 4, 3), (8, 1, 1)],
+)  # fmt: skip
+def test_a_job_runs_as_workers_of_the_largest_divisor_of_its_gpus_up_to_a_server(
+    gpus: int, server: int, per_worker: int
+) -> None:
+    setup = scenario(f"training: {{servers: 8, gpus_per_server: {server}}}\ninference: {{gpus_per_server: {server}}}")
+    (job,) = jobs_of(setup, trace((0, 10, gpus)))
+    assert job.gpus_per_worker == per_worker
+    assert job.workers * per_worker == gpus == job.num_gpus
+    assert gpus % per_worker == 0
+    assert per_worker <= server
+    assert not any(gpus % size == 0 for size in range(per_worker + 1, min(gpus, server) + 1))
+
+
+def test_the_worker_size_follows_the_smallest_server_a_job_may_use() -> None:
+    """Inference servers of 2 GPUs: an 8-GPU job that fits their memory (it may use them) runs as 2-GPU workers, one
+    that does not as one 8-GPU worker on a training server."""
+    setup = scenario("training: {servers: 2}\ninference: {gpus_per_server: 2}\nmemory: {inference_fit_share: 0.5}")
+    jobs = jobs_of(setup, trace(*((i, 10, 8) for i in range(40))))
+    fitting = {job.gpus_per_worker for job in jobs if job.fits_inference_gpu}
+    others = {job.gpus_per_worker for job in jobs if not job.fits_inference_gpu}
+    assert (fitting, others) == ({2}, {8})
 
 
 def test_the_first_stream_gives_elasticity_and_estimate_errors() -> None:
