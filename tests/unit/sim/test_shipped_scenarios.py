@@ -14,7 +14,11 @@ from lyra.sim.scenario import load_scenario
 
 SCENARIOS = Path(lyra.sim.__file__).parent / "scenarios"
 #: Replaced by ``lyra simulate --calibrate``: the documented runs of these scenarios calibrate.
-CALIBRATED = {("training", "servers"), ("inference", "servers"), ("inference", "req_per_server")}
+CALIBRATED = {
+    ("training", "groups", "0", "servers"),
+    ("inference", "groups", "0", "servers"),
+    ("inference", "req_per_server"),
+}
 #: What each scenario changes against default.yaml, as field paths or their prefixes (docs/evaluation.md names the
 #: same fields).
 DOCUMENTED = {
@@ -36,6 +40,11 @@ def differences(left: Any, right: Any, path: tuple[str, ...] = ()) -> set[tuple[
                     found.add((*path, key))
                 continue
             found |= differences(left[key], right[key], (*path, key))
+        return found
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)) and len(left) == len(right):
+        found = set()
+        for index, (one, other) in enumerate(zip(left, right, strict=True)):
+            found |= differences(one, other, (*path, str(index)))
         return found
     return set() if left == right else {path}
 
