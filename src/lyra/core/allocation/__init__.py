@@ -106,7 +106,7 @@ def allocate_workers(
         # when few started jobs could use another type, every assignment of types to them. An alternative is kept
         # only if it starts every job the first one did and scores better.
         admitted = {problem.jobs[i].name for i in problem.started}
-        flexible = [i for i in problem.started if len(problem.preference[i]) > 1]
+        flexible = [i for i in problem.started if len(problem.type_preference(i)) > 1]
         alternatives: list[tuple[bool, dict[int, int], bool]] = []
         if len(problem.started) > 1:
             alternatives.append((True, {}, False))
@@ -115,7 +115,7 @@ def allocate_workers(
         # Types matter for packing only where workers have several GPUs: one-GPU workers always fit by counts,
         # and the search's type moves reach those assignments anyway.
         if 1 <= len(flexible) <= _PINNED_JOBS and any(problem.jobs[i].gpus_per_worker > 1 for i in problem.started):
-            choices = [problem.preference[i] for i in flexible]
+            choices = [problem.type_preference(i) for i in flexible]
             alternatives += [
                 (False, dict(zip(flexible, pins, strict=True)), False) for pins in itertools.product(*choices)
             ]

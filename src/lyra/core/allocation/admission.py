@@ -89,8 +89,8 @@ class Admission:
     def slowed_bases(self) -> bool:
         """Whether phase 1 started a base on a type slower than its fastest while flexible workers were there."""
         return any(
-            0 <= self.problem.kind[i] != self.problem.preference[i][0]
-            and self.spare_at_start[self.problem.preference[i][0]] > 0
+            0 <= self.problem.kind[i] != self.problem.type_preference(i)[0]
+            and self.spare_at_start[self.problem.type_preference(i)[0]] > 0
             for i in self.problem.started
         )
 
@@ -102,7 +102,7 @@ class Admission:
         layout = self.problem.layout
         job = self.problem.jobs[i]
         movers = sorted(
-            (k for k in self.problem.started if self.problem.kind[k] == t and len(self.problem.preference[k]) > 1),
+            (k for k in self.problem.started if self.problem.kind[k] == t and len(self.problem.type_preference(k)) > 1),
             key=lambda k: (
                 self.problem.jobs[k].min_workers * self.problem.jobs[k].gpus_per_worker,
                 self.problem.jobs[k].name,
@@ -143,11 +143,12 @@ class Admission:
 
         def constrained(k: int) -> tuple[int, int, int, int]:
             job = self.problem.jobs[k]
-            return (len(self.problem.preference[k]), -job.gpus_per_worker, -job.min_workers * job.gpus_per_worker, k)
+            types = len(self.problem.type_preference(k))
+            return (types, -job.gpus_per_worker, -job.min_workers * job.gpus_per_worker, k)
 
         for k in sorted(group, key=constrained):
             job = self.problem.jobs[k]
-            for t in self.problem.preference[k]:
+            for t in self.problem.type_preference(k):
                 if layout.place(job.name, job.gpus_per_worker, t, job.min_workers) is not None:
                     self.problem.kind[k] = t
                     break
@@ -171,7 +172,7 @@ class Admission:
         made (left, placed), or ``None``."""
         layout = self.problem.layout
         other = self.problem.jobs[k]
-        for u in self.problem.preference[k]:
+        for u in self.problem.type_preference(k):
             if u == t:
                 continue
             placed = layout.place(other.name, other.gpus_per_worker, u, layout.workers(other.name))

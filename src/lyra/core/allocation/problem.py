@@ -6,6 +6,7 @@ as the plan takes shape: ``QUEUED``, ``SPREAD`` over several types, or the index
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from lyra.core.errors import InvalidClusterError
 from lyra.core.fluid import QUEUED, SPREAD, FluidJob, fastest_first
@@ -50,6 +51,18 @@ def current_layout(snapshot: ClusterSnapshot, held: Mapping[str, int]) -> tuple[
         raise InvalidClusterError(f"the running jobs and held GPUs overbook a server: {error}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class JobTerms:
+    """What one decision knows of a job and never changes: its speed on each GPU type (0 where it may not run), the
+    most workers it can hold (its ``max_workers``, bounded by the GPUs of the types it may use), the types it may
+    use fastest first (then by name), and its view in the fluid model."""
+
+    speeds: tuple[float, ...]
+    high: int
+    preference: list[int]
+    fluid: FluidJob
+
+
 class Problem:
     """The allocation problem of one snapshot (see the module docstring); admission (:mod:`.admission`) and the
     search (:mod:`.search`) change its layout, kinds and started jobs."""
@@ -61,33 +74,35 @@ class Problem:
         self.types = layout.types
         gpu_of_type = [snapshot.gpus[t] for t in self.types]
         self.jobs = list(snapshot.jobs)
-        self.speeds: list[tuple[float, ...]] = []
-        self.high: list[int] = []
-        self.fluid: list[FluidJob] = []
-        # Jobs with the same GPU constraints share their speeds per type (a simulator's jobs come in a few kinds).
+        #: What the decision knows of each job, by index (``terms[i]`` is ``jobs[i]``'s).
+        self.terms: list[JobTerms] = []
+        # Jobs with the same GPU constraints share their speeds per type, and jobs with the same speeds their type
+        # preference (a simulator's jobs come in a few kinds).
         speeds_of: dict[tuple[object, ...], tuple[float, ...]] = {}
+        preferences: dict[tuple[float, ...], list[int]] = {}
         for job in self.jobs:
             constraints = (job.gpu_types, job.gpu_memory_gib, tuple(job.speeds.items()))
             speeds = speeds_of.get(constraints)
             if speeds is None:
                 speeds = speeds_of[constraints] = tuple(job.speed_on(g) if job.may_use(g) else 0.0 for g in gpu_of_type)
-            self.speeds.append(speeds)
+            preference = preferences.get(speeds)
+            if preference is None:
+                preference = preferences[speeds] = fastest_first(speeds)
             # No job can hold more workers than the GPUs it may use have room for: this bounds every loop below
             # (and GPUs of types it may not use change nothing about it).
             usable = sum(c for c, speed in zip(layout.capacity, speeds, strict=True) if speed > 0)
-            self.high.append(max(job.min_workers, min(job.max_workers, usable // job.gpus_per_worker)))
-            self.fluid.append(
-                FluidJob(
-                    job.remaining_work,
-                    job.gpus_per_worker,
-                    job.min_workers,
-                    self.high[-1],
-                    speeds,
-                    job.priority,
-                    job.scaling_overhead,
-                    job.submit_time,
-                )
+            high = max(job.min_workers, min(job.max_workers, usable // job.gpus_per_worker))
+            fluid = FluidJob(
+                job.remaining_work,
+                job.gpus_per_worker,
+                job.min_workers,
+                high,
+                speeds,
+                job.priority,
+                job.scaling_overhead,
+                job.submit_time,
             )
+            self.terms.append(JobTerms(speeds, high, preference, fluid))
         self.index = {job.name: i for i, job in enumerate(self.jobs)}
         self.kind = [QUEUED] * len(self.jobs)
         self.doomed = sorted(doomed)
@@ -102,13 +117,6 @@ class Problem:
         #: Running jobs' workers that survive reclaiming servers, before this plan changes anything.
         self.surviving = {self.jobs[i].name: layout.placement(self.jobs[i].name) for i in self.running}
         self.started: list[int] = []
-        preferences: dict[tuple[float, ...], list[int]] = {}
-        self.preference = []
-        for speeds in self.speeds:
-            preference = preferences.get(speeds)
-            if preference is None:
-                preference = preferences[speeds] = fastest_first(speeds)
-            self.preference.append(preference)
         #: GPUs per worker of each job, by name.
         self.gpw_of = {job.name: job.gpus_per_worker for job in self.jobs}
         #: Workers of a given size each GPU type holds on an empty cluster, (type, GPUs per worker) -> workers:
@@ -127,8 +135,8 @@ class Problem:
         return most
 
     def best_speed(self, i: int) -> float:
-        return max(self.speeds[i], default=0.0)
+        return max(self.terms[i].speeds, default=0.0)
 
     def type_preference(self, i: int) -> list[int]:
         """The types job ``i`` may use, fastest first (then by name)."""
-        return self.preference[i]
+        return self.terms[i].preference

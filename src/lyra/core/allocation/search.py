@@ -57,16 +57,17 @@ class Search:
         self.evaluations = 0
         jobs = problem.jobs
         layout = problem.layout
-        self.model = FluidModel(problem.fluid, layout.capacity)
+        self.model = FluidModel([terms.fluid for terms in problem.terms], layout.capacity)
         self.members = [i for i in range(len(jobs)) if problem.kind[i] != QUEUED]
         self.name = [j.name for j in jobs]
         self.gpw = [j.gpus_per_worker for j in jobs]
         self.low = [j.min_workers for j in jobs]
-        self.high = problem.high
+        self.high = [terms.high for terms in problem.terms]
+        self.speeds = [terms.speeds for terms in problem.terms]
         self.types = len(problem.types)
         #: Types on which GPU counts decide packing exactly (every job that may use them has 1-GPU workers).
         self.unit = [
-            all(problem.speeds[i][t] <= 0 or self.gpw[i] == 1 for i in range(len(jobs))) for t in range(self.types)
+            all(self.speeds[i][t] <= 0 or self.gpw[i] == 1 for i in range(len(jobs))) for t in range(self.types)
         ]
         #: Jobs this plan starts that may use another GPU type than phase 1 gave them; with a restart cost, also
         #: running jobs (on one type) that may use a type faster for them.
@@ -75,7 +76,7 @@ class Search:
         if restart_cost_s is not None:
             for i in problem.running:
                 kind = problem.kind[i]
-                if kind >= 0 and max(problem.speeds[i]) > problem.speeds[i][kind]:
+                if kind >= 0 and max(problem.terms[i].speeds) > problem.terms[i].speeds[kind]:
                     self.movable.add(i)
         self.members.sort(key=lambda i: (self._time_at_max(i), self.name[i]))
         widths = [layout.workers(name) for name in self.name]
@@ -92,7 +93,7 @@ class Search:
     def _time_at_max(self, i: int) -> float:
         problem = self.problem
         kind = problem.kind[i]
-        speed = problem.speeds[i][kind] if kind >= 0 else min(s for s in problem.speeds[i] if s > 0)
+        speed = problem.terms[i].speeds[kind] if kind >= 0 else min(s for s in problem.terms[i].speeds if s > 0)
         return problem.jobs[i].time_at(self.high[i], speed)
 
     # -------------------------------------------------------------------------------------------- objective
@@ -107,7 +108,7 @@ class Search:
                 kind = state.kinds[i]
                 if kind != phase_one[i] and kind >= 0:
                     job = self.problem.jobs[i]
-                    extra[i] = self.restart_cost * job.pace(state.widths[i], self.problem.speeds[i][kind])
+                    extra[i] = self.restart_cost * job.pace(state.widths[i], self.problem.terms[i].speeds[kind])
         times = self.model.run(state.kinds, state.widths, state.spreads, extra)
         state.value = math.fsum(t if t != math.inf else _NEVER for t in times)
         return state.value
@@ -233,7 +234,7 @@ class Search:
         none starts."""
         problem = self.problem
         waiting = sorted(
-            (i for i in range(len(problem.jobs)) if state.kinds[i] == QUEUED and problem.preference[i]),
+            (i for i in range(len(problem.jobs)) if state.kinds[i] == QUEUED and problem.type_preference(i)),
             key=lambda i: admission_key(problem.jobs[i], problem.best_speed(i)),
         )
         started = False
@@ -333,7 +334,7 @@ class Search:
                 job = problem.jobs[i]
                 # Time saved by one more worker: work / pace(w) - work / pace(w + 1), pace = w s / (1 + o (w - 1)).
                 o = job.scaling_overhead
-                per_speed = job.remaining_work / problem.speeds[i][state.kinds[i]]
+                per_speed = job.remaining_work / problem.terms[i].speeds[state.kinds[i]]
                 gain = per_speed * ((1 + o * (w - 1)) / w - (1 + o * w) / (w + 1))
                 heapq.heappush(heap, (-gain / gpw[i], self.name[i], i))
 
@@ -401,7 +402,7 @@ class Search:
                     more = min(high[i] - widths[i], (free[kind] + gpw[k]) // gpw[i])
                     if more > 1:
                         yield [(k, kind, widths[k] - 1), (i, kind, widths[i] + more)]
-        speeds = self.problem.speeds
+        speeds = self.speeds
         phase_one = self.phase_one.kinds
         # Jobs with the most time left first: they gain the most from a faster type (first improvement wins).
         movable = sorted(
@@ -545,9 +546,9 @@ class Search:
                 width = sum(spread.values())
                 if width >= self.high[i] or t in spread:
                     continue
-                slowest = min(problem.speeds[i][u] for u in spread)
+                slowest = min(problem.terms[i].speeds[u] for u in spread)
                 count = min(self.high[i] - width, state.free[t] // job.gpus_per_worker)
-                if count <= 0 or job.pace(width + count, min(slowest, problem.speeds[i][t])) <= job.pace(
+                if count <= 0 or job.pace(width + count, min(slowest, problem.terms[i].speeds[t])) <= job.pace(
                     width, slowest
                 ):
                     continue
