@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS
+from lyra.settings import ExtenderSettings
 from lyra.snapshot.document import MAX_GPU_TYPES, GpuTypeDocument, Name
 
 #: The upstream kube-scheduler the chart bundles: the same minor version the project builds and tests against.
@@ -149,7 +150,9 @@ class Operator(Strict):
 class Extender(Strict):
     enabled: bool = Field(True, description="run the scheduler extender (scoring and preemption victims)")
     replicas: int = Field(2, ge=1, le=10, description="extender replicas behind one Service")
-    port: Port = Field(8888, description="HTTP port of prioritize, preempt, /metrics, /healthz and /readyz")
+    port: Port = Field(
+        ExtenderSettings().port, description="HTTP port of prioritize, preempt, /metrics, /healthz and /readyz"
+    )
     preempt_across_namespaces: bool = Field(
         False,
         alias="preemptAcrossNamespaces",

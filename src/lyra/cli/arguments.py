@@ -30,6 +30,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def port(text: str) -> int:
+    """A TCP port to listen on: 1 to 65535."""
+    value = _whole(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port between 1 and 65535, got {value}")
+    return value
+
+
 def seconds(text: str) -> float:
     """A duration in seconds: a finite number >= 0, at most a day."""
     try:
@@ -56,12 +64,13 @@ def add_kubeconfig_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: How a setting's flag reads its value, by the setting's kind (:mod:`lyra.operator.config`).
+#: How a setting's flag reads its value, by the setting's kind (:mod:`lyra.settings`).
 _READERS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "seconds": (seconds, "SECONDS"),
     "count": (non_negative_int, None),
     "positive count": (positive_int, None),
     "text": (str, None),
+    "port": (port, None),
 }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.settings import local_extender_url
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -51,7 +52,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "--extender-url",
         metavar="URL",
         help="Lyra scheduler extender that kube-scheduler calls for nvidia.com/gpu pods "
-        "(default: http://127.0.0.1:8888)",
+        f"(default: {local_extender_url()})",
     )
     extender.add_argument(
         "--no-extender",

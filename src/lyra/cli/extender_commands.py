@@ -3,10 +3,11 @@
 It serves ``prioritize`` and ``preempt`` (it refuses no node: Lyra's hard rules are the state taints and the pods'
 node affinity, which kube-scheduler checks itself) over HTTP, or HTTPS with ``--tls-cert-file`` and
 ``--tls-key-file`` (and, with ``--client-ca-file``, only to clients presenting a certificate that CA signed, as
-kube-scheduler does with its extender ``tlsConfig``), on ``--host``:``--port`` (default 127.0.0.1:8888, where the
-local cluster's kube-scheduler calls it), with ``/healthz``, ``/readyz`` (ready once its node and pod cache has
-synced) and ``/metrics``. The kubeconfig comes from ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside
-a pod, the service account. Exit codes: 0 stopped cleanly, 1 it could not start, 2 bad input.
+kube-scheduler does with its extender ``tlsConfig``), on ``--host``:``--port`` (by default where the local
+cluster's kube-scheduler calls it, :func:`lyra.settings.local_extender_url`), with ``/healthz``, ``/readyz`` (ready
+once its node and pod cache has synced) and ``/metrics``. The kubeconfig comes from ``--kubeconfig``,
+``$KUBECONFIG``, ``~/.kube/config`` or, inside a pod, the service account. Exit codes: 0 stopped cleanly, 1 it could
+not start, 2 bad input.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lyra.cli.arguments import add_settings
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8888
+from lyra.settings import ExtenderSettings
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -34,12 +34,8 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "so inference packs onto serving servers, jobs pack onto few servers away from the next reclaim, and "
         "preemption never takes inference or base workers for lesser pods.",
     )
-    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    add_settings(parser, ExtenderSettings)
     parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
-    parser.add_argument(
-        "--max-body-mib", type=int, default=32, help="largest request body accepted, in MiB (default 32)"
-    )
     parser.add_argument(
         "--capture-dir",
         type=Path,
@@ -87,8 +83,6 @@ def _tls_problem(cert: Path | None, key: Path | None, client_ca: Path | None) ->
 
 
 def run_extender(args: argparse.Namespace) -> int:
-    if not 0 < args.port < 65536:
-        return _bad(f"--port must be between 1 and 65535, got {args.port}")
     try:
         ipaddress.ip_address(args.host)
     except ValueError:

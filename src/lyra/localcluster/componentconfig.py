@@ -15,8 +15,10 @@ from lyra.localcluster.binaries import BinarySet
 from lyra.localcluster.credentials import SERVICE_CLUSTER_IP_RANGE, Credentials
 from lyra.localcluster.fakenodes import KWOK_NODE_SELECTOR
 from lyra.localcluster.ports import LOOPBACK
+from lyra.settings import local_extender_url
 
-DEFAULT_EXTENDER_URL = "http://127.0.0.1:8888"
+#: Where kube-scheduler calls the extender unless told otherwise: a ``lyra extender`` with its default settings.
+DEFAULT_EXTENDER_URL = local_extender_url()
 EXTENDER_TIMEOUT = "5s"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 NODE_LEASE_SECONDS = 40

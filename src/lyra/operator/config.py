@@ -1,27 +1,15 @@
 """The operator's knobs, shared by the parts of a pass, each defined once: its default, its command-line flag and
-the sentence ``lyra operator --help`` says about it live in the field's :func:`setting` (the CLI builds its flags
-from them, and a unit test holds the chart's values to the same defaults)."""
+the sentence ``lyra operator --help`` says about it live in the field's :func:`lyra.settings.setting` (the CLI
+builds its flags from them, and a unit test holds the chart's values to the same defaults)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final
 
 from lyra.core.allocation import DEFAULT_SEARCH_BUDGET
 from lyra.core.gpus import GpuCatalog
 from lyra.operator.sizing import InferenceGpuCaps
-
-#: How a setting's flag reads its value: a duration in seconds, a whole number >= 0, one >= 1, or text.
-SECONDS: Final = "seconds"
-COUNT: Final = "count"
-POSITIVE_COUNT: Final = "positive count"
-TEXT: Final = "text"
-
-
-def setting(default: Any, *, flag: str, kind: str, help: str) -> Any:
-    """A field with its default, its flag, how the flag is read (:data:`SECONDS`, :data:`COUNT`,
-    :data:`POSITIVE_COUNT`, :data:`TEXT`) and what ``--help`` says of it (the default is added there)."""
-    return field(default=default, metadata={"flag": flag, "kind": kind, "help": help})
+from lyra.settings import COUNT, POSITIVE_COUNT, SECONDS, TEXT, setting
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
-from lyra.cli import main
+from lyra.chart.values import Extender as ChartExtender
+from lyra.cli import extender_commands, main
+from lyra.localcluster.componentconfig import DEFAULT_EXTENDER_URL
+from lyra.settings import ExtenderSettings
 
 CASES = [
-    (["--port", "0"], "--port must be between 1 and 65535"),
-    (["--port", "70000"], "--port must be between 1 and 65535"),
+    (["--port", "0"], "argument --port: expected a port between 1 and 65535, got 0"),
+    (["--port", "70000"], "argument --port: expected a port between 1 and 65535, got 70000"),
+    (["--port", "x"], "argument --port: expected a whole number, got 'x'"),
     (["--host", ""], "--host must be an IP address or a host name"),
-    (["--max-body-mib", "0"], "--max-body-mib must be between 1 and 1024"),
+    (["--max-body-mib", "0"], "argument --max-body-mib: expected a number >= 1, got 0"),
+    (["--max-body-mib", "2048"], "--max-body-mib must be between 1 and 1024"),
     (["--kubeconfig", "/nonexistent/kubeconfig"], "no such file"),
     (["--tls-cert-file", "/nonexistent/cert.pem"], "--tls-cert-file and --tls-key-file go together"),
     (["--client-ca-file", "/nonexistent/ca.pem"], "--client-ca-file needs --tls-cert-file and --tls-key-file"),
@@ -22,8 +28,27 @@ CASES = [
 
 @pytest.mark.parametrize(("flags", "message"), CASES)
 def test_bad_flags_exit_2_with_a_message(flags: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["extender", *flags]) == 2
-    assert message in capsys.readouterr().err
+    try:
+        code = main(["extender", *flags])
+    except SystemExit as stop:  # refused by argparse while reading the flag
+        code = stop.code  # type: ignore[assignment]
+    assert code == 2
+    error = capsys.readouterr().err
+    assert message in error
+    assert "Traceback" not in error
+
+
+def test_the_flags_defaults_are_the_settings_and_the_local_cluster_calls_there() -> None:
+    """One default for each extender setting: the flag's, the chart's Service port and the local kube-scheduler's
+    extender URL all come from :class:`ExtenderSettings`."""
+    parser = argparse.ArgumentParser(prog="lyra")
+    commands = parser.add_subparsers()
+    extender_commands.register(commands)
+    parsed = commands.choices["extender"].parse_args([])
+    assert (parsed.host, parsed.port, parsed.max_body_mib) == ("127.0.0.1", 8888, 32)
+    assert ExtenderSettings() == ExtenderSettings(parsed.host, parsed.port, parsed.max_body_mib)
+    assert DEFAULT_EXTENDER_URL == "http://127.0.0.1:8888"
+    assert ChartExtender().port == 8888
 
 
 def test_an_unreadable_kubeconfig_exits_1_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -134,3 +134,4 @@ def test_the_charts_defaults_are_the_operators() -> None:
         config.start_timeout_s,
     )
     assert (chart.resync_seconds, chart.lease_duration_seconds) == (loop.resync_s, loop.lease_duration_s)
+    assert chart.http_port == _operator_parser().parse_args([]).http_port

@@ -1,0 +1,41 @@
+"""Settings spelled once: a field declares its default, its command-line flag, how the flag reads its value and the
+sentence ``--help`` says of it (:func:`setting`); the CLI builds flags from these fields, and the chart's values and
+the local cluster's configuration take their defaults from them. The settings of components that must not import
+each other (the extender, the local cluster) live here, beside no adapter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+#: How a setting's flag reads its value: a duration in seconds, a whole number >= 0, one >= 1, text, or a TCP port.
+SECONDS: Final = "seconds"
+COUNT: Final = "count"
+POSITIVE_COUNT: Final = "positive count"
+TEXT: Final = "text"
+PORT: Final = "port"
+
+
+def setting(default: Any, *, flag: str, kind: str, help: str) -> Any:
+    """A field with its default, its flag, how the flag is read (:data:`SECONDS`, :data:`COUNT`,
+    :data:`POSITIVE_COUNT`, :data:`TEXT`, :data:`PORT`) and what ``--help`` says of it (the default is added
+    there)."""
+    return field(default=default, metadata={"flag": flag, "kind": kind, "help": help})
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderSettings:
+    """Where ``lyra extender`` listens and what it accepts. The local cluster's kube-scheduler calls it at
+    :func:`local_extender_url`; the chart's Service uses :attr:`port`."""
+
+    host: str = setting("127.0.0.1", flag="--host", kind=TEXT, help="address to listen on")
+    port: int = setting(8888, flag="--port", kind=PORT, help="port of prioritize, preempt, /metrics and the probes")
+    max_body_mib: int = setting(
+        32, flag="--max-body-mib", kind=POSITIVE_COUNT, help="largest request body accepted, in MiB (at most 1024)"
+    )
+
+
+def local_extender_url() -> str:
+    """Where the local cluster's kube-scheduler calls an extender started with the default settings."""
+    defaults = ExtenderSettings()
+    return f"http://{defaults.host}:{defaults.port}"
