@@ -8,6 +8,7 @@ carries what every component logged while the test ran.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,16 +31,21 @@ _CONTROL_PLANE = pytest.StashKey[ControlPlane]()
 _LOG_OFFSETS = pytest.StashKey[dict[str, int]]()
 
 
-@pytest.fixture(scope="session")
-def local_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+@contextmanager
+def _control_plane_with_crds(directory: Path) -> Iterator[ControlPlane]:
+    """A control plane with Lyra's CRDs in ``directory``; one that cannot start fails the test with why."""
     try:
-        with session_control_plane(
-            tmp_path_factory.mktemp("lyra-cluster"), crd_dir=REPOSITORY / "manifests" / "crds"
-        ) as control_plane:
-            request.config.stash[_CONTROL_PLANE] = control_plane
+        with session_control_plane(directory, crd_dir=REPOSITORY / "manifests" / "crds") as control_plane:
             yield control_plane
     except (BinariesError, ClusterStartError) as error:
         pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def local_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with _control_plane_with_crds(tmp_path_factory.mktemp("lyra-cluster")) as control_plane:
+        request.config.stash[_CONTROL_PLANE] = control_plane
+        yield control_plane
 
 
 @pytest.fixture(scope="session")
@@ -53,11 +59,8 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     """A control plane of the module's own, with Lyra's CRDs: for stories that run the operator, whose lending and
     reclaims would disturb other modules' nodes."""
     directory = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_"))
-    try:
-        with session_control_plane(directory, crd_dir=REPOSITORY / "manifests" / "crds") as control_plane:
-            yield control_plane
-    except (BinariesError, ClusterStartError) as error:
-        pytest.fail(str(error), pytrace=False)
+    with _control_plane_with_crds(directory) as control_plane:
+        yield control_plane
 
 
 @pytest.fixture(scope="module")

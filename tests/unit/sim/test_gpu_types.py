@@ -260,15 +260,22 @@ def test_jobs_that_opt_in_to_mixing_span_types_at_the_slowest_pace() -> None:
     assert spans, "some mixing job spans GPU types, so the slowest-type rule is exercised"
 
 
-def test_the_oracle_catches_speeds_that_add_across_types() -> None:
-    """The oracle is not vacuous: a pace that adds each type's speed fails it."""
+def checked_by_hand(*, trace_gpus: int, fits: bool) -> CheckedSimulation:
+    """A three-type simulation whose jobs a test places by hand before asking the oracle: every job of
+    ``trace_gpus`` GPUs in the trace, fitting the inference GPUs' memory or not."""
     setup = three_types()
     workload = build_workload(random_trace(0), setup, Window(0.0, 30_000.0))
     simulation = CheckedSimulation(workload, setup, SCHEMES["lyra"], LOAD)
     simulation.observed = Observed()
     simulation.servers = oracle_servers()
-    simulation.trace_gpus = {job.name: 1 for job in simulation.jobs}
-    simulation.fits = {job.name: True for job in simulation.jobs}
+    simulation.trace_gpus = {job.name: trace_gpus for job in simulation.jobs}
+    simulation.fits = {job.name: fits for job in simulation.jobs}
+    return simulation
+
+
+def test_the_oracle_catches_speeds_that_add_across_types() -> None:
+    """The oracle is not vacuous: a pace that adds each type's speed fails it."""
+    simulation = checked_by_hand(trace_gpus=1, fits=True)
     job = simulation.jobs[0]
     names = simulation.cluster.names
     a100 = names.index("train-0002")
@@ -293,14 +300,8 @@ def test_the_oracle_catches_speeds_that_add_across_types() -> None:
 
 def test_the_oracle_catches_a_layout_that_does_not_pack() -> None:
     """Two 6-GPU workers on one 8-GPU server, and 6-GPU workers on two servers where one of them is full."""
-    setup = three_types()
-    workload = build_workload(random_trace(0), setup, Window(0.0, 30_000.0))
-    simulation = CheckedSimulation(workload, setup, SCHEMES["lyra"], LOAD)
-    simulation.observed = Observed()
-    simulation.servers = oracle_servers()
+    simulation = checked_by_hand(trace_gpus=12, fits=False)
     first, second = simulation.jobs[:2]
-    simulation.trace_gpus = {job.name: 12 for job in simulation.jobs}
-    simulation.fits = {job.name: False for job in simulation.jobs}
     names = simulation.cluster.names
     v0, v1 = names.index("train-0000"), names.index("train-0001")
     for job in (first, second):
