@@ -12,7 +12,9 @@ replaced whole by the next event about it, never changed in place, so the copy s
 :meth:`WatchCache.wait_for` waits until the cache has seen a given resourceVersion (a reader that has just written
 an object waits for its write to come back before reading), and ``on_change(key, object or None)`` is called once
 per change, in order, from the cache's thread, including the differences a re-list finds, so a reader can keep its
-own structures current incrementally.
+own structures current incrementally. An event that changes no kept field but the resourceVersion (a node's status
+heartbeat, once ``lastHeartbeatTime`` is dropped) is stored and is not a change: at 5,000 nodes the kubelets'
+reports would otherwise wake a pass many times a second.
 
 resourceVersions are compared as integers (etcd revisions, which the API server uses for every object, grow with
 every write across all kinds); a version that is not an integer is reached only when seen exactly.
@@ -303,7 +305,7 @@ class WatchCache:
             for key in sorted(old.keys() - fresh.keys()):
                 self._on_change(key, None)
             for key in sorted(fresh):
-                if old.get(key) != fresh[key]:
+                if not _same_but_version(old.get(key), fresh[key]):
                     self._on_change(key, fresh[key])
 
     def _watch(self) -> bool:
@@ -335,7 +337,7 @@ class WatchCache:
         key = key_of(raw)
         new = self.kind.slim(raw) if kind != "DELETED" and self.kind.keep(raw) else None
         with self._changed:
-            had = key in self._objects
+            old = self._objects.get(key)
             if new is None:
                 self._objects.pop(key, None)
             else:
@@ -343,8 +345,24 @@ class WatchCache:
             self._version = version or self._version
             self.events += 1
             self._changed.notify_all()
-        if self._on_change is not None and (had or new is not None):
+        if self._on_change is not None and (old is not None or new is not None) and not _same_but_version(old, new):
             self._on_change(key, new)
+
+
+def _same_but_version(old: JsonObject | None, new: JsonObject | None) -> bool:
+    """Whether two kept objects differ in their resourceVersion only: what a write that changed none of the fields
+    Lyra keeps (a node's status heartbeat, a foreign annotation) leaves. Such an event is stored (its version is the
+    one a conditional write must carry) but is not reported as a change."""
+    if old is None or new is None:
+        return False
+    return _without_version(old) == _without_version(new)
+
+
+def _without_version(slim: JsonObject) -> JsonObject:
+    meta = slim.get("metadata")
+    if not isinstance(meta, Mapping):
+        return slim
+    return {**slim, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
 
 
 def _listed(source: Source, kind: Kind, page_size: int) -> tuple[dict[str, JsonObject], str]:

@@ -7,11 +7,12 @@ managed fields and images. What is kept, per kind:
 * every object: ``metadata`` name, namespace, uid, resourceVersion, generation, creation and deletion timestamps,
   labels, owner references, and the annotations under Lyra's prefix (``lyra.dev/``), never ``managedFields``;
 * nodes (only those with the pool label, selected by the server): ``spec`` taints and unschedulable; ``status``
-  capacity, allocatable and conditions;
+  capacity, allocatable and conditions (without ``lastHeartbeatTime``: the kubelet rewrites it on every status
+  report, and a heartbeat that changes nothing else must not look like a change);
 * pods (all of them are needed for GPU accounting, so no server-side selector): only pods that ask for GPUs or carry
   one of Lyra's labels are kept; ``spec`` node name, node selector, scheduler name, containers' and init containers'
-  names and resources; ``status`` phase, reason, message, start time, conditions and container statuses (without
-  image digests and container IDs);
+  names and resources; ``status`` phase, reason, message, start time, conditions (without ``lastProbeTime``) and
+  container statuses (without image digests and container IDs);
 * Lyra's Deployments (server-side selector on the service label): ``spec.replicas`` and the replica counts and
   conditions of ``status``;
 * TrainingJobs and InferenceServices: everything but managed fields (they are Lyra's own, and small).
@@ -43,6 +44,7 @@ _META_KEPT = (
 )
 _POD_LABELS = (names.ROLE_LABEL, names.JOB_LABEL, names.SERVICE_LABEL)
 _CONTAINER_STATUS_KEPT = ("name", "ready", "started", "restartCount", "state", "lastState")
+_CONDITION_KEPT = ("type", "status", "reason", "message", "lastTransitionTime")
 
 
 def _metadata(raw: Mapping[str, Any]) -> JsonObject:
@@ -78,8 +80,16 @@ def slim_node(raw: Mapping[str, Any]) -> JsonObject:
     return {
         "metadata": _metadata(raw),
         "spec": _picked(_section(raw, "spec"), ("taints", "unschedulable")),
-        "status": _picked(_section(raw, "status"), ("capacity", "allocatable", "conditions")),
+        "status": _slim_conditions(_picked(_section(raw, "status"), ("capacity", "allocatable", "conditions"))),
     }
+
+
+def _slim_conditions(status: JsonObject) -> JsonObject:
+    """A status whose conditions keep what they say and since when, not when they were last reported."""
+    conditions = status.get("conditions")
+    if isinstance(conditions, list):
+        status["conditions"] = [_picked(c, _CONDITION_KEPT) for c in conditions if isinstance(c, Mapping)]
+    return status
 
 
 def _containers(items: Any) -> list[JsonObject]:
@@ -101,7 +111,7 @@ def slim_pod(raw: Mapping[str, Any]) -> JsonObject:
     slim_spec["containers"] = _containers(spec.get("containers"))
     if "initContainers" in spec:
         slim_spec["initContainers"] = _containers(spec.get("initContainers"))
-    slim_status = _picked(status, ("phase", "reason", "message", "startTime", "conditions"))
+    slim_status = _slim_conditions(_picked(status, ("phase", "reason", "message", "startTime", "conditions")))
     for key in ("containerStatuses", "initContainerStatuses"):
         if key in status:
             slim_status[key] = _container_statuses(status.get(key))

@@ -77,6 +77,18 @@ def test_events_update_the_cache_in_order_and_report_each_change(
     assert cache.lists == 1
 
 
+def test_an_event_that_changes_nothing_kept_but_the_version_is_stored_and_not_reported(
+    cache: WatchCache, server: FakeServer, recorder: Recorder
+) -> None:
+    recorder.changes.clear()
+    heartbeat = server.put(thing("t1", 1))  # the same fields, a new resourceVersion
+    server.put(thing("t3", 30))
+    wait_for(lambda: settled(cache, server), TIMEOUT_S, "the cache to follow the events")
+    assert recorder.changes == [("ns/t3", 30)]
+    stored = next(o for o in cache.snapshot() if o["metadata"]["name"] == "t1")
+    assert stored["metadata"]["resourceVersion"] == heartbeat  # what a conditional write must carry
+
+
 def test_a_stream_the_server_ends_is_resumed_from_the_last_version_without_listing(
     cache: WatchCache, server: FakeServer
 ) -> None:

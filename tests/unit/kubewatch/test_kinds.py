@@ -171,6 +171,7 @@ def test_slimming_drops_managed_fields_images_and_foreign_annotations_and_keeps_
     assert node["metadata"]["annotations"] == {"lyra.dev/idle-since": STAMP}
     assert "images" not in node["status"]
     assert [c["type"] for c in node["status"]["conditions"]] == ["MemoryPressure", "Ready"]
+    assert all("lastHeartbeatTime" not in c and "lastTransitionTime" in c for c in node["status"]["conditions"])
     assert [t["key"] for t in node["spec"]["taints"]] == ["lyra.dev/state", "node.kubernetes.io/unreachable"]
     pod = PODS.slim(kubelet_pod("w", {"lyra.dev/role": "base"}, 1))
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-job"
@@ -178,3 +179,12 @@ def test_slimming_drops_managed_fields_images_and_foreign_annotations_and_keeps_
     assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImagePullBackOff"
     assert "imageID" not in pod["status"]["containerStatuses"][0]
     assert "env" not in pod["spec"]["containers"][0]
+
+
+def test_a_node_status_heartbeat_leaves_the_slimmed_node_unchanged() -> None:
+    node = kubelet_node("t4-0", "inference", "idle")
+    reported = copy.deepcopy(node)
+    for condition in reported["status"]["conditions"]:
+        condition["lastHeartbeatTime"] = "2026-11-24T12:00:00Z"
+    assert node["status"]["conditions"] != reported["status"]["conditions"]
+    assert NODES.slim(node) == NODES.slim(reported)
