@@ -4,12 +4,13 @@ with ``lyra check`` clean and every job accounted for (docs/reliability.md, "Nod
 UID").
 
 * **Dead kubelet.** KWOK manages a fake node only while it holds the node's Lease (``kube-node-lease``); the test
-  holds it under another identity, so KWOK stops reporting the node and finishing its pods' deletions, and writes
-  what the node-lifecycle controller writes once a kubelet falls silent (``Ready=Unknown``, the ``unreachable``
-  NoSchedule and NoExecute taints) without waiting its grace period. (Removing KWOK's node annotation does not stop
-  it: a node it has seen stays managed while it holds the Lease.) The job on the node is re-queued, not failed, and
-  restarts elsewhere while its old worker stays ``Terminating``; another job is admitted meanwhile. Released, the
-  Lease expires and KWOK takes it back: the node reports Ready and the deletion finishes.
+  holds it under another identity, so KWOK stops reporting the node, and writes what the node-lifecycle controller
+  writes once a kubelet falls silent (``Ready=Unknown``, the ``unreachable`` NoSchedule and NoExecute taints)
+  without waiting its grace period. (Removing KWOK's node annotation does not stop it: a node it has seen stays
+  managed while it holds the Lease.) The pods on the node are marked for KWOK to leave alone (the local cluster's
+  ``kubelet-gone`` annotation) before any of that, so nothing finishes their deletion. The job on the node is
+  re-queued, not failed, and restarts elsewhere while its old worker stays ``Terminating``; another job is admitted
+  beside it. Released, the Lease expires and KWOK takes it back: the node reports Ready and the deletion finishes.
 * **Node deleted** while it hosts a worker: the job is scaled in and runs on; the node is created again afterwards.
 * **Worker deleted by hand**: the job gets its worker back and runs on.
 * **Job re-created under its name** while the old run's pods still exist (deleted with ``propagationPolicy:
@@ -37,6 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from lyra.api import names
 from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.fakenodes import KUBELET_GONE_ANNOTATION, KUBELET_GONE_VALUE
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
@@ -55,7 +57,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(9
 
 NODE_GRACE_S = 10
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-#: Keeps a pod on the dead node from being removed before the node is revived (nothing confirms its deletion).
+#: Keeps a pod on the dead node from being removed before the node is revived, whatever else might finish its
+#: deletion (KWOK leaves it alone already: ``KUBELET_GONE_ANNOTATION``).
 NO_KUBELET_FINALIZER = f"{names.GROUP}/test-dead-kubelet"
 ONE_NODE = {"minWorkers": 1, "maxWorkers": 1, "gpusPerWorker": 8, "gpuTypes": [A100]}
 
@@ -176,6 +179,22 @@ class StolenNodeLease:
         self.thread.join(timeout=30)
 
 
+def hold_pods(api: client.ApiClient, node: str) -> None:
+    """The pods on ``node`` are left alone by KWOK, as by a kubelet that is gone, and kept by the test's finalizer."""
+    for pod in pods_on(api, node):
+        finalizers = [*(pod.metadata.finalizers or []), NO_KUBELET_FINALIZER]
+        patch = {"metadata": {"finalizers": finalizers, "annotations": {KUBELET_GONE_ANNOTATION: KUBELET_GONE_VALUE}}}
+        core(api).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, patch)
+
+
+def release_pods(api: client.ApiClient, node: str) -> None:
+    for pod in pods_on(api, node):
+        if NO_KUBELET_FINALIZER in (pod.metadata.finalizers or []):
+            rest = [f for f in pod.metadata.finalizers if f != NO_KUBELET_FINALIZER]
+            patch = {"metadata": {"finalizers": rest or None, "annotations": {KUBELET_GONE_ANNOTATION: None}}}
+            core(api).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, patch)
+
+
 @contextmanager
 def dead_kubelet(api: client.ApiClient, node: str) -> Iterator[StolenNodeLease]:
     """The kubelet of ``node`` stops reporting, and the node-lifecycle controller's verdict is written at once
@@ -183,31 +202,26 @@ def dead_kubelet(api: client.ApiClient, node: str) -> Iterator[StolenNodeLease]:
     and waited for until it is schedulable again."""
     api_core = core(api)
     since = now_text()
-    with StolenNodeLease(api, node, since) as lease:
-        # Nothing confirms the deletion of a pod on a dead node. Holding KWOK's Lease should be enough for that, but
-        # in one run KWOK still finished a deletion, so the pods there are also held by a finalizer until the revival.
-        for pod in pods_on(api, node):
-            finalizers = [*(pod.metadata.finalizers or []), NO_KUBELET_FINALIZER]
-            api_core.patch_namespaced_pod(
-                pod.metadata.name, pod.metadata.namespace, {"metadata": {"finalizers": finalizers}}
-            )
-        taints = [t.to_dict() for t in api_core.read_node(node).spec.taints or []]
-        kept = [
-            {k: v for k, v in t.items() if v is not None} for t in taints if not t["key"].startswith("node.kubernetes")
-        ]
-        unreachable = [
-            {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
-            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": since},
-        ]
-        api_core.patch_node(node, {"spec": {"taints": kept + unreachable}})
-        try:
+    # Nothing confirms the deletion of a pod on a dead node. Holding KWOK's Lease alone did not always stop KWOK
+    # from finishing one (about one run in six: its pod events can overtake the Lease's), so its pods are marked
+    # for KWOK to leave alone before the node falls silent, and nothing can delete them before the verdict.
+    hold_pods(api, node)
+    try:
+        with StolenNodeLease(api, node, since) as lease:
+            taints = [t.to_dict() for t in api_core.read_node(node).spec.taints or []]
+            kept = [
+                {k: v for k, v in t.items() if v is not None}
+                for t in taints
+                if not t["key"].startswith("node.kubernetes")
+            ]
+            unreachable = [
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": since},
+            ]
+            api_core.patch_node(node, {"spec": {"taints": kept + unreachable}})
             yield lease
-        finally:
-            for pod in pods_on(api, node):
-                if NO_KUBELET_FINALIZER in (pod.metadata.finalizers or []):
-                    rest = [f for f in pod.metadata.finalizers if f != NO_KUBELET_FINALIZER]
-                    patch = {"metadata": {"finalizers": rest or None}}
-                    api_core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, patch)
+    finally:
+        release_pods(api, node)  # the Lease is still the test's for up to DURATION_S: KWOK takes the pods back after
     wait_for(lambda: populate.schedulable_nodes(api, [node]) == [node], DEADLINE_S * 2, f"node {node} revived")
 
 
@@ -235,20 +249,15 @@ def test_a_dead_kubelet_requeues_its_job_and_admission_goes_on(
             preempted = [e.message for e in events if e.reason == "Preempted" and e.involved_object.name == "stuck"]
             assert any(f"node {dead} lost (" in m and "unreachable" in m for m in preempted), preempted
             leaving = pod_or_none(api, namespace, old.metadata.name)
-            # KWOK sometimes finishes the deletion although its Lease is held (it clears finalizers as it deletes;
-            # seen in about one run of six): the old pod is then gone and its name reused by the new worker. What
-            # Lyra is tested for holds either way; admission beside a pod stuck terminating is checked when it stays.
-            stuck = leaving is not None and leaving.metadata.uid == old.metadata.uid
-            if stuck:
-                assert leaving is not None
-                assert leaving.metadata.deletion_timestamp is not None
+            assert leaving is not None, "the old worker still exists"
+            assert leaving.metadata.uid == old.metadata.uid
+            assert leaving.metadata.deletion_timestamp is not None, "the old worker is terminating"
 
             create_job(api, namespace, "other", **ONE_NODE)
             wait_for(lambda: running(api, namespace, "other", 1), DEADLINE_S, "another job admitted meanwhile")
-            if stuck:
-                assert pod_or_none(api, namespace, old.metadata.name) is not None, "still terminating on the dead node"
-            else:
-                print("dead kubelet: KWOK finished the old worker's deletion; admission beside it not exercised")
+            stuck = pod_or_none(api, namespace, old.metadata.name)
+            assert stuck is not None, "the old worker still terminating on the dead node"
+            assert stuck.metadata.uid == old.metadata.uid
             print(
                 f"dead kubelet: the job ran again on another node {restarted_s:.1f} s after its node fell silent "
                 f"(grace {NODE_GRACE_S} s); lease renewed {lease.renewals} times, Ready=Unknown written "

@@ -9,6 +9,10 @@ with a poison tenant beside a good one.
   (403); the job carries ``Applied=False`` with the quota's message and an ``ApplyFailed`` Event, and is retried
   with backoff.
 * A good job started beside them runs, and ``lyra status`` lists both bad jobs with their reasons.
+* Meanwhile an InferenceService is scaled up so that it needs every T4 server lent to an elastic T4 job: the
+  servers are reclaimed and every replica runs within ``RECLAIM_BOUND_S`` of the scale-up, while the bad jobs keep
+  failing beside it.
+* The test ends with ``lyra check`` clean: nothing lost.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,16 +35,28 @@ from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     A100,
     DEADLINE_S,
+    T4,
     Operator,
+    assert_check_clean,
     create_job,
+    create_service,
+    inference_service,
     job,
+    node_states,
     running,
+    running_replicas,
+    scale_service,
     service_account_kubeconfig,
+    workers,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(600)]
 
 GPU_QUOTA = f"requests.{names.GPU_RESOURCE}"
+#: Inference gets its servers back, and its replicas run, within this long of a scale-up.
+RECLAIM_BOUND_S = 60.0
+#: The local control plane's T4 inference servers: 2 serve the service's 2 replicas, 6 are lent to training.
+T4_SERVERS = 8
 
 
 def condition(api: client.ApiClient, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
@@ -92,6 +109,10 @@ def _poison_tenant(
 
     # 4. A good job.
     create_job(api, tenant, "good", minWorkers=2, maxWorkers=2, gpusPerWorker=8, gpuTypes=[A100])
+
+    # 5. Inference, and a job growing onto the servers it does not use.
+    create_service(api, tenant, inference_service("chat", replicas=2, gpus=8, max_replicas=T4_SERVERS))
+    create_job(api, tenant, "borrower", minWorkers=2, maxWorkers=40, gpusPerWorker=1, gpuTypes=[T4])
     operator.start()
 
     wait_for(lambda: running(api, tenant, "good", 2), DEADLINE_S, "the good job running")
@@ -125,6 +146,10 @@ def _poison_tenant(
     assert not client.CoreV1Api(api).list_namespaced_pod(quota_namespace).items
     assert running(api, tenant, "good", 2), "the good job still runs"
 
+    _inference_scales_up_beside_them(api, tenant)
+    assert condition(api, tenant, "gpus-on-a-sidecar", "Running") == refusal, "the refusal still stands"
+    assert over_quota() is not None, "the quota still refuses the job's pods"
+
     status = subprocess.run(
         [sys.executable, "-m", "lyra", "status", "--kubeconfig", str(cluster.kubeconfig)],
         capture_output=True,
@@ -141,3 +166,25 @@ def _poison_tenant(
     log = operator.log.read_text()
     assert f"TrainingJob {quota_namespace}/over-quota: creating pod" in log, "the refusal is logged"
     assert "failed: 403 Forbidden" in log
+    assert_check_clean(cluster.kubeconfig)
+
+
+def _inference_scales_up_beside_them(api: client.ApiClient, tenant: str) -> None:
+    """Scale the service up so that it needs every server lent to the borrower: each replica runs within
+    ``RECLAIM_BOUND_S`` although the poison jobs keep failing in every pass, and the good job runs on."""
+    lent = T4_SERVERS - 2
+    wait_for(lambda: list(node_states(api).values()).count("loaned") == lent, DEADLINE_S, "six servers lent")
+    wait_for(lambda: len(workers(api, tenant, "borrower")) >= 17, DEADLINE_S, "the borrower grown onto them")
+    scale_service(api, tenant, "chat", T4_SERVERS)
+    scaled_at = time.monotonic()
+    wait_for(
+        lambda: running_replicas(api, tenant, "chat") == T4_SERVERS,
+        RECLAIM_BOUND_S,
+        f"every one of the {T4_SERVERS} replicas running",
+        max_interval=0.2,
+    )
+    served_s = time.monotonic() - scaled_at
+    print(f"poison tenant: {T4_SERVERS} replicas running {served_s:.1f} s after the scale-up ({lent} servers back)")
+    assert set(node_states(api).values()) == {"serving"}, node_states(api)
+    assert running(api, tenant, "good", 2), "the good job still runs"
+    assert job(api, tenant, "borrower")["status"]["phase"] != "Failed", "the borrower is re-queued, not failed"

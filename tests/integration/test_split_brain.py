@@ -45,7 +45,7 @@ from tests.operator_support import (
     workers,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(600)]
 
 ROUNDS = 3
 LEASE_S = 4  # renew deadline 2.7 s, retry period 0.5 s (client-go's proportions)

@@ -13,7 +13,7 @@ from typing import Any
 from lyra.api.names import GPU_RESOURCE
 from lyra.localcluster.binaries import BinarySet
 from lyra.localcluster.credentials import SERVICE_CLUSTER_IP_RANGE, Credentials
-from lyra.localcluster.fakenodes import KWOK_NODE_SELECTOR
+from lyra.localcluster.fakenodes import KUBELET_GONE_SELECTOR, KWOK_NODE_SELECTOR
 from lyra.localcluster.ports import LOOPBACK
 from lyra.settings import local_extender_url
 
@@ -281,6 +281,7 @@ def kwok_command(binaries: BinarySet, layout: Layout, ports: Ports) -> list[str]
         f"--kubeconfig={layout.component_kubeconfig('kwok')}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
+        f"--disregard-status-with-annotation-selector={KUBELET_GONE_SELECTOR}",
         # Without an explicit address KWOK would serve health and metrics on all interfaces.
         f"--server-address={LOOPBACK}:{ports.kwok}",
         f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",

@@ -15,6 +15,11 @@ from lyra.localcluster.profile import ClusterProfile, NodeGroup
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 KWOK_NODE_SELECTOR = f"{KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}"
+#: KWOK leaves a pod with this annotation alone, as a kubelet that is gone would: it neither updates the pod's status
+#: nor finishes its deletion (a test playing a dead kubelet sets it; removed, KWOK takes the pod back).
+KUBELET_GONE_ANNOTATION = "localcluster.lyra.dev/kubelet-gone"
+KUBELET_GONE_VALUE = "true"
+KUBELET_GONE_SELECTOR = f"{KUBELET_GONE_ANNOTATION}={KUBELET_GONE_VALUE}"
 
 
 def node_manifests(profile: ClusterProfile) -> list[dict[str, Any]]:
