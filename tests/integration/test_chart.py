@@ -3,9 +3,11 @@
 Rendered with several values files, every object is valid Kubernetes 1.34 (kubernetes-validate's schemas) and is
 accepted by the API server (``kubectl apply --dry-run=server``); bad values are refused by helm with the value's
 path. Installed for real (release ``lyra-it``), the objects exist; each ServiceAccount may do what its component
-needs and nothing more (SubjectAccessReviews: no Secrets, no wildcards); the operator and the extender, run as local
-processes with the chart's rendered arguments and TokenRequest credentials of the chart's ServiceAccounts, lend and
-reclaim; an upgrade changes the operator's arguments; uninstalling keeps the CRDs and users' TrainingJobs.
+needs and nothing more (SubjectAccessReviews: no Secrets, no wildcards); the operator, the extender and the bundled
+kube-scheduler (the cached binary with the chart's KubeSchedulerConfiguration), run as local processes with the
+chart's rendered arguments and TokenRequest credentials of the chart's ServiceAccounts, lend and reclaim, the
+scheduler binding every pod and calling the extender; an upgrade changes the operator's arguments; uninstalling
+keeps the CRDs and users' TrainingJobs.
 Pods do not run images here (KWOK fakes their containers), so objects are checked, not containers.
 """
 
@@ -24,11 +26,14 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from lyra.api import names
 from lyra.chart.rendering import by_template, helm_template
+from lyra.chart.values import BUNDLED_SCHEDULER_NAME
 from lyra.cli import main
 from lyra.core.gpus import GpuType
+from lyra.extender.app import REQUESTS_METRIC
 from lyra.localcluster.binaries import BinaryCache, BinarySet
 from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.kubeconfig import write_kubeconfig
@@ -316,7 +321,7 @@ def test_install_creates_every_object(release: Release, kube_api: client.ApiClie
     assert services == {release.account("operator"), release.account("extender")}
     config = core.read_namespaced_config_map(release.account("scheduler"), release.namespace)
     scheduler = yaml.safe_load(config.data["config.yaml"])
-    assert scheduler["profiles"] == [{"schedulerName": "default-scheduler"}]
+    assert scheduler["profiles"] == [{"schedulerName": BUNDLED_SCHEDULER_NAME}]
     assert scheduler["extenders"][0]["urlPrefix"] == f"http://{release.name}-extender.{release.namespace}.svc:8888"
     budget = client.PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget(
         release.account("extender"), release.namespace
@@ -407,13 +412,17 @@ def token_kubeconfig(release: Release, kube_api: client.ApiClient, component: st
     )
 
 
-def chart_arguments(release: Release, component: str, binaries: BinarySet) -> list[str]:
-    """The container arguments the chart renders for ``component`` in this release."""
+def rendered_release(release: Release, binaries: BinarySet) -> list[dict[str, Any]]:
+    """The objects the chart renders for this release (scenario.yaml, the release's name and namespace)."""
     rendered = helm_template(
         binaries.helm, CHART, release=release.name, namespace=release.namespace, values_files=[VALUES / "scenario.yaml"]
     )
-    name = release.account(component)
-    deployment = next(d for d in documents(rendered) if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+    return documents(rendered)
+
+
+def chart_arguments(objects: list[dict[str, Any]], name: str) -> list[str]:
+    """The container arguments of the Deployment ``name`` among the rendered ``objects``."""
+    deployment = next(d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
     args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     return args
 
@@ -425,6 +434,32 @@ def local_arguments(args: list[str], namespace: str, port: int) -> list[str]:
     return [arg.replace("$(POD_NAMESPACE)", namespace) for arg in local]
 
 
+def bundled_scheduler_command(
+    release: Release, objects: list[dict[str, Any]], kubeconfig: Path, *, extender_url: str, directory: Path
+) -> list[str]:
+    """The cached kube-scheduler with the chart's KubeSchedulerConfiguration (its ConfigMap), connecting as the
+    chart's scheduler ServiceAccount (what the pod's in-cluster credentials would be: client, authentication and
+    authorization delegation) and calling the extender at ``extender_url`` instead of its Service."""
+    name = release.account("scheduler")
+    configmap = next(d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name)
+    config = yaml.safe_load(configmap["data"]["config.yaml"])
+    [extender] = config["extenders"]
+    assert extender["urlPrefix"] == f"http://{name.removesuffix('-scheduler')}-extender.{release.namespace}.svc:8888"
+    extender["urlPrefix"] = extender_url
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    path = directory / "scheduler-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    [port] = allocate_ports(1)
+    return [
+        str(BinaryCache().binary_set().kube_scheduler),
+        f"--config={path}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+    ]
+
+
 def answers(url: str) -> bool:
     try:
         http_get(url)
@@ -433,32 +468,64 @@ def answers(url: str) -> bool:
     return True
 
 
-def test_the_operator_and_extender_lend_and_reclaim_as_the_charts_service_accounts(
+def prioritize_requests(metrics: str) -> float:
+    """How many prioritize calls the extender answered, from its /metrics."""
+    counted = 0.0
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == REQUESTS_METRIC and sample.labels.get("verb") == "prioritize":
+                counted += sample.value
+    return counted
+
+
+def test_the_bundled_scheduler_extender_and_operator_lend_and_reclaim_as_the_charts_service_accounts(
     release: Release, kube_api: client.ApiClient, binaries: BinarySet, tmp_path: Path
 ) -> None:
+    """The three components, each with its chart arguments (the scheduler: its ConfigMap) and its ServiceAccount's
+    token: the bundled scheduler binds every pod the operator makes, calling the extender; nothing is forbidden."""
     operator_port, extender_port = allocate_ports(2)
-    operator_args = local_arguments(chart_arguments(release, "operator", binaries), release.namespace, operator_port)
-    extender_args = local_arguments(chart_arguments(release, "extender", binaries), release.namespace, extender_port)
-    assert "--scheduler-name=default-scheduler" in operator_args
+    objects = rendered_release(release, binaries)
+    operator_args = local_arguments(
+        chart_arguments(objects, release.account("operator")), release.namespace, operator_port
+    )
+    extender_args = local_arguments(
+        chart_arguments(objects, release.account("extender")), release.namespace, extender_port
+    )
+    assert f"--scheduler-name={BUNDLED_SCHEDULER_NAME}" in operator_args
+    kubeconfigs = {
+        component: token_kubeconfig(release, kube_api, component, tmp_path)
+        for component in ("extender", "scheduler", "operator")
+    }
+    commands = {
+        "extender": [sys.executable, "-m", "lyra", *extender_args, "--kubeconfig", str(kubeconfigs["extender"])],
+        "scheduler": bundled_scheduler_command(
+            release,
+            objects,
+            kubeconfigs["scheduler"],
+            extender_url=f"http://127.0.0.1:{extender_port}",
+            directory=tmp_path,
+        ),
+        "operator": [sys.executable, "-m", "lyra", *operator_args, "--kubeconfig", str(kubeconfigs["operator"])],
+    }
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     nodes_before = lyra_node_fields(kube_api)
     with (
         restored_nodes(kube_api),  # the session's cluster serves later tests: Lyra's node labels and taints go
         temporary_namespace(kube_api, "chart-scenario") as namespace,  # the processes stop before it goes
     ):
-        for component, args in (("extender", extender_args), ("operator", operator_args)):
-            kubeconfig = token_kubeconfig(release, kube_api, component, tmp_path)
+        for component, command in commands.items():
             log = tmp_path / f"{component}.log"
             with log.open("wb") as out:
-                command = [sys.executable, "-m", "lyra", *args, "--kubeconfig", str(kubeconfig)]
                 processes.append((subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT), log))
         try:
-            extender_ready = f"http://127.0.0.1:{extender_port}/readyz"
-            wait_for(lambda: answers(extender_ready), DEADLINE_S, "the extender to be ready")
+            extender = f"http://127.0.0.1:{extender_port}"
+            wait_for(lambda: answers(f"{extender}/readyz"), DEADLINE_S, "the extender to be ready")
             wait_for(
                 lambda: answers(f"http://127.0.0.1:{operator_port}/readyz"), DEADLINE_S, "the operator to be ready"
             )
             _lend_and_reclaim(kube_api, namespace)
+            assert_bound_by_the_bundled_scheduler(kube_api, namespace)
+            assert prioritize_requests(http_get(f"{extender}/metrics")) > 0, "the scheduler never called the extender"
         except BaseException:
             for _, log in processes:
                 print(f"--- {log.name} ---\n{log.read_text(errors='replace')[-6000:]}")
@@ -471,8 +538,17 @@ def test_the_operator_and_extender_lend_and_reclaim_as_the_charts_service_accoun
     for _, log in processes:
         text = log.read_text(errors="replace")
         # The API server's RBAC refusal: '<resource> is forbidden: User "system:serviceaccount:..." cannot <verb>'.
-        assert "is forbidden: User" not in text, f"{log.name}: the chart's RBAC is not enough:\n{text[-4000:]}"
-        assert "Forbidden" not in text, f"{log.name}: refused:\n{text[-4000:]}"
+        assert "forbidden" not in text.lower(), f"{log.name}: the chart's RBAC is not enough:\n{text[-4000:]}"
+
+
+def assert_bound_by_the_bundled_scheduler(api: client.ApiClient, namespace: str) -> None:
+    """Every pod of the scenario names the bundled scheduler, and its Scheduled Event was reported by it."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
+    assert pods
+    assert {pod.spec.scheduler_name for pod in pods} == {BUNDLED_SCHEDULER_NAME}
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    reporters = {event.reporting_component for event in events if event.reason == "Scheduled"}
+    assert reporters == {BUNDLED_SCHEDULER_NAME}, reporters
 
 
 @contextmanager
@@ -516,7 +592,7 @@ def _lend_and_reclaim(api: client.ApiClient, namespace: str) -> None:
 
     lent = wait_for(lent_and_used, DEADLINE_S, "idle T4 servers lent and the elastic job running on them")
     for pod in workers(api, namespace, "elastic"):
-        assert pod.spec.scheduler_name == "default-scheduler"  # the chart's scheduler.name, through --scheduler-name
+        assert pod.spec.scheduler_name == BUNDLED_SCHEDULER_NAME  # the chart's scheduler.name, via --scheduler-name
 
     # Inference needs every T4 server: the lent ones are reclaimed and the replicas run there.
     replicas = 2 * t4_servers
@@ -538,7 +614,7 @@ def _lend_and_reclaim(api: client.ApiClient, namespace: str) -> None:
 
     wait_for(reclaimed, 2 * DEADLINE_S, f"the lent servers {lent} reclaimed and {replicas} replicas ready")
     deployment = client.AppsV1Api(api).read_namespaced_deployment("chat", namespace)
-    assert deployment.spec.template.spec.scheduler_name == "default-scheduler"
+    assert deployment.spec.template.spec.scheduler_name == BUNDLED_SCHEDULER_NAME
 
 
 def test_upgrade_changes_the_operator_and_uninstall_keeps_training_jobs(
