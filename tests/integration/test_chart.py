@@ -13,8 +13,11 @@ Pods do not run images here (KWOK fakes their containers), so objects are checke
 
 from __future__ import annotations
 
+import shutil
+import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +39,7 @@ from lyra.core.gpus import GpuType
 from lyra.extender.app import REQUESTS_METRIC
 from lyra.localcluster.binaries import BinaryCache, BinarySet
 from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.credentials import Credentials
 from lyra.localcluster.kubeconfig import write_kubeconfig
 from lyra.localcluster.populate import ProbeError, http_get
 from lyra.localcluster.ports import allocate_ports
@@ -188,6 +192,61 @@ def test_the_admins_gpu_catalogue_reaches_the_operator_as_a_file_it_reads(binari
     assert not any(a.startswith("--gpu-catalog") for a in operator["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
+def mounted_from(pod: dict[str, Any], path: str) -> tuple[str, str]:
+    """The (Secret or ConfigMap name, key) the file ``path`` of the pod's first container comes from."""
+    folder, _, file = path.rpartition("/")
+    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == folder]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    source = volume.get("secret") or volume["configMap"]
+    [key] = [item["key"] for item in source["items"] if item["path"] == file]
+    return source.get("secretName") or source["name"], key
+
+
+def test_extender_tls_mounts_the_certificates_sets_the_flags_and_the_schedulers_https_stanza(
+    binaries: BinarySet,
+) -> None:
+    tls = yaml.safe_load((VALUES / "extender-tls.yaml").read_text())["extender"]["tls"]
+    objects = documents(render(binaries, VALUES / "extender-tls.yaml"))
+    extender = next(d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == "lyra-extender")
+    pod = extender["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    flags = dict(arg.split("=", 1) for arg in container["args"] if arg.startswith("--") and "=" in arg)
+    assert mounted_from(pod, flags["--tls-cert-file"]) == (tls["secretName"], "tls.crt")
+    assert mounted_from(pod, flags["--tls-key-file"]) == (tls["secretName"], "tls.key")
+    assert mounted_from(pod, flags["--client-ca-file"]) == (tls["clientCaConfigMap"], "ca.crt")
+    assert container["ports"][0]["name"] == "https"
+    # the kubelet presents no client certificate: with a client CA the probes only open the port
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "https"}
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "https"}
+    [service] = [d for d in objects if d["kind"] == "Service" and d["metadata"]["name"] == "lyra-extender"]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["https"]
+
+    [configmap] = [d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "lyra-scheduler"]
+    [stanza] = yaml.safe_load(configmap["data"]["config.yaml"])["extenders"]
+    assert stanza["urlPrefix"] == "https://lyra-extender.lyra-system.svc:8888"
+    assert stanza["enableHTTPS"] is True
+    scheduler = next(d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == "lyra-scheduler")
+    scheduler_pod = scheduler["spec"]["template"]["spec"]
+    files = {key: mounted_from(scheduler_pod, stanza["tlsConfig"][key]) for key in ("caFile", "certFile", "keyFile")}
+    secret = tls["clientSecretName"]
+    assert files == {"caFile": (secret, "ca.crt"), "certFile": (secret, "tls.crt"), "keyFile": (secret, "tls.key")}
+
+    [monitor] = [d for d in objects if d["kind"] == "ServiceMonitor"]
+    [https] = [e for e in monitor["spec"]["endpoints"] if e["port"] == "https"]
+    assert https["scheme"] == "https"
+    assert https["tlsConfig"]["serverName"] == "lyra-extender.lyra-system.svc"
+    assert https["tlsConfig"]["keySecret"] == {"name": secret, "key": "tls.key"}
+
+    # without a client CA: no client check, and the probes ask /healthz and /readyz over HTTPS
+    objects = documents(
+        render(binaries, VALUES / "extender-tls.yaml", "lyra-system", "extender.tls.clientCaConfigMap=")
+    )
+    extender = next(d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == "lyra-extender")
+    [container] = extender["spec"]["template"]["spec"]["containers"]
+    assert not [arg for arg in container["args"] if arg.startswith("--client-ca-file")]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+
+
 def prometheus_rule(binaries: BinarySet) -> dict[str, Any]:
     objects = documents(render(binaries, VALUES / "monitoring.yaml"))
     [rule] = [d for d in objects if d["kind"] == "PrometheusRule"]
@@ -255,6 +314,11 @@ def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: Binar
         ("scheduler.image.tag=v1.29.0", "at '/scheduler/image/tag': 'v1.29.0' does not match pattern"),
         ("extender.port=0", "at '/extender/port': minimum: got 0, want 1"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        ("extender.tls.enabled=true", "at '/extender/tls/secretName': minLength: got 0, want 1"),
+        (
+            "extender.tls.enabled=true,extender.tls.secretName=lyra-extender-tls",
+            "extender.tls.clientSecretName: the bundled scheduler and the ServiceMonitor call the extender over TLS",
+        ),
     ],
 )
 def test_helm_refuses_bad_values_naming_them(binaries: BinarySet, setting: str, message: str) -> None:
@@ -412,18 +476,21 @@ def token_kubeconfig(release: Release, kube_api: client.ApiClient, component: st
     )
 
 
-def rendered_release(release: Release, binaries: BinarySet) -> list[dict[str, Any]]:
-    """The objects the chart renders for this release (scenario.yaml, the release's name and namespace)."""
+def rendered_release(release: Release, binaries: BinarySet, values_files: list[Path]) -> list[dict[str, Any]]:
+    """The objects the chart renders for this release (its name and namespace) with ``values_files``."""
     rendered = helm_template(
-        binaries.helm, CHART, release=release.name, namespace=release.namespace, values_files=[VALUES / "scenario.yaml"]
+        binaries.helm, CHART, release=release.name, namespace=release.namespace, values_files=values_files
     )
     return documents(rendered)
 
 
+def deployment_named(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+
+
 def chart_arguments(objects: list[dict[str, Any]], name: str) -> list[str]:
     """The container arguments of the Deployment ``name`` among the rendered ``objects``."""
-    deployment = next(d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
-    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    args: list[str] = deployment_named(objects, name)["spec"]["template"]["spec"]["containers"][0]["args"]
     return args
 
 
@@ -434,17 +501,45 @@ def local_arguments(args: list[str], namespace: str, port: int) -> list[str]:
     return [arg.replace("$(POD_NAMESPACE)", namespace) for arg in local]
 
 
+def local_mounts(deployment: dict[str, Any], files: dict[tuple[str, str], Path], directory: Path) -> dict[str, str]:
+    """The Secret and ConfigMap volumes the Deployment's container mounts, made local: each mount path -> a directory
+    holding the volume's items, copied from ``files`` ((Secret or ConfigMap name, key) -> a local file standing in
+    for that key). A flag or a configuration naming a file the chart does not mount finds nothing there."""
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    local: dict[str, str] = {}
+    for mount in pod["containers"][0]["volumeMounts"]:
+        volume = volumes[mount["name"]]
+        source = volume.get("secret") or volume.get("configMap")
+        if source is None or "items" not in source:
+            continue  # the scheduler's configuration: read from the rendered ConfigMap
+        name = source.get("secretName") or source["name"]
+        folder = directory / deployment["metadata"]["name"] / mount["name"]
+        folder.mkdir(parents=True)
+        for item in source["items"]:
+            shutil.copy(files[(name, item["key"])], folder / item["path"])
+        local[mount["mountPath"]] = str(folder)
+    return local
+
+
+def localized(text: str, mounts: dict[str, str]) -> str:
+    for mount_path, folder in mounts.items():
+        text = text.replace(f"{mount_path}/", f"{folder}/")
+    return text
+
+
 def bundled_scheduler_command(
-    release: Release, objects: list[dict[str, Any]], kubeconfig: Path, *, extender_url: str, directory: Path
-) -> list[str]:
-    """The cached kube-scheduler with the chart's KubeSchedulerConfiguration (its ConfigMap), connecting as the
-    chart's scheduler ServiceAccount (what the pod's in-cluster credentials would be: client, authentication and
-    authorization delegation) and calling the extender at ``extender_url`` instead of its Service."""
-    name = release.account("scheduler")
+    objects: list[dict[str, Any]], name: str, kubeconfig: Path, *, extender_url: str, mounts: dict[str, str],
+    directory: Path,
+) -> list[str]:  # fmt: skip
+    """The cached kube-scheduler with the chart's KubeSchedulerConfiguration (its ConfigMap ``name``, files it names
+    under the Deployment's mounts made local), connecting as the chart's scheduler ServiceAccount (what the pod's
+    in-cluster credentials would be: client, authentication and authorization delegation) and calling the extender
+    at ``extender_url`` instead of its Service."""
     configmap = next(d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name)
-    config = yaml.safe_load(configmap["data"]["config.yaml"])
+    config = yaml.safe_load(localized(configmap["data"]["config.yaml"], mounts))
     [extender] = config["extenders"]
-    assert extender["urlPrefix"] == f"http://{name.removesuffix('-scheduler')}-extender.{release.namespace}.svc:8888"
+    assert extender["urlPrefix"].partition("://")[0] == extender_url.partition("://")[0]
     extender["urlPrefix"] = extender_url
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     path = directory / "scheduler-config.yaml"
@@ -460,9 +555,19 @@ def bundled_scheduler_command(
     ]
 
 
-def answers(url: str) -> bool:
+def fetch(url: str, context: ssl.SSLContext | None) -> str:
+    """``url``'s body; over HTTPS with ``context`` (its CA and client certificate)."""
+    if context is None:
+        return http_get(url)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    with opener.open(url, timeout=5) as response:
+        body: bytes = response.read()
+    return body.decode()
+
+
+def answers(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
-        http_get(url)
+        fetch(url, context)
     except (ProbeError, OSError):
         return False
     return True
@@ -478,33 +583,65 @@ def prioritize_requests(metrics: str) -> float:
     return counted
 
 
+def tls_stand_ins(pki: Credentials) -> dict[tuple[str, str], Path]:
+    """The Secrets and ConfigMap extender-tls.yaml names, as files of the local control plane's PKI: the extender's
+    serving certificate (for 127.0.0.1), the cluster's CA as client CA, and the scheduler's client certificate."""
+    tls = yaml.safe_load((VALUES / "extender-tls.yaml").read_text())["extender"]["tls"]
+    return {
+        (tls["secretName"], "tls.crt"): pki.extender_cert,
+        (tls["secretName"], "tls.key"): pki.extender_key,
+        (tls["clientCaConfigMap"], "ca.crt"): pki.ca_cert,
+        (tls["clientSecretName"], "ca.crt"): pki.ca_cert,
+        (tls["clientSecretName"], "tls.crt"): pki.scheduler_client_cert,
+        (tls["clientSecretName"], "tls.key"): pki.scheduler_client_key,
+    }
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_the_bundled_scheduler_extender_and_operator_lend_and_reclaim_as_the_charts_service_accounts(
-    release: Release, kube_api: client.ApiClient, binaries: BinarySet, tmp_path: Path
+    release: Release, kube_api: client.ApiClient, binaries: BinarySet, tmp_path: Path, tls: bool
 ) -> None:
     """The three components, each with its chart arguments (the scheduler: its ConfigMap) and its ServiceAccount's
-    token: the bundled scheduler binds every pod the operator makes, calling the extender; nothing is forbidden."""
+    token: the bundled scheduler binds every pod the operator makes, calling the extender; nothing is forbidden.
+    With extender-tls.yaml, the scheduler calls the extender over HTTPS with the client certificate the chart mounts
+    (the Secrets stood in for by the local PKI), and the extender refuses a client without one."""
     operator_port, extender_port = allocate_ports(2)
-    objects = rendered_release(release, binaries)
+    values_files = [VALUES / "scenario.yaml", *([VALUES / "extender-tls.yaml"] if tls else [])]
+    objects = rendered_release(release, binaries, values_files)
+    stand_ins = tls_stand_ins(release.cluster.credentials) if tls else {}
+    extender_mounts = local_mounts(deployment_named(objects, release.account("extender")), stand_ins, tmp_path)
+    scheduler_mounts = local_mounts(deployment_named(objects, release.account("scheduler")), stand_ins, tmp_path)
     operator_args = local_arguments(
         chart_arguments(objects, release.account("operator")), release.namespace, operator_port
     )
-    extender_args = local_arguments(
-        chart_arguments(objects, release.account("extender")), release.namespace, extender_port
-    )
+    extender_args = [
+        localized(arg, extender_mounts)
+        for arg in local_arguments(
+            chart_arguments(objects, release.account("extender")), release.namespace, extender_port
+        )
+    ]
     assert f"--scheduler-name={BUNDLED_SCHEDULER_NAME}" in operator_args
+    extender = f"{'https' if tls else 'http'}://127.0.0.1:{extender_port}"
+    trusted = None
+    if tls:
+        pki = release.cluster.credentials
+        trusted = ssl.create_default_context(cafile=str(pki.ca_cert))
+        trusted.load_cert_chain(pki.scheduler_client_cert, pki.scheduler_client_key)
     kubeconfigs = {
         component: token_kubeconfig(release, kube_api, component, tmp_path)
         for component in ("extender", "scheduler", "operator")
     }
+    scheduler = bundled_scheduler_command(
+        objects,
+        release.account("scheduler"),
+        kubeconfigs["scheduler"],
+        extender_url=extender,
+        mounts=scheduler_mounts,
+        directory=tmp_path,
+    )
     commands = {
         "extender": [sys.executable, "-m", "lyra", *extender_args, "--kubeconfig", str(kubeconfigs["extender"])],
-        "scheduler": bundled_scheduler_command(
-            release,
-            objects,
-            kubeconfigs["scheduler"],
-            extender_url=f"http://127.0.0.1:{extender_port}",
-            directory=tmp_path,
-        ),
+        "scheduler": scheduler,
         "operator": [sys.executable, "-m", "lyra", *operator_args, "--kubeconfig", str(kubeconfigs["operator"])],
     }
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
@@ -518,14 +655,17 @@ def test_the_bundled_scheduler_extender_and_operator_lend_and_reclaim_as_the_cha
             with log.open("wb") as out:
                 processes.append((subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT), log))
         try:
-            extender = f"http://127.0.0.1:{extender_port}"
-            wait_for(lambda: answers(f"{extender}/readyz"), DEADLINE_S, "the extender to be ready")
+            wait_for(lambda: answers(f"{extender}/readyz", trusted), DEADLINE_S, "the extender to be ready")
+            if tls:
+                anonymous = ssl.create_default_context(cafile=str(release.cluster.credentials.ca_cert))
+                assert not answers(f"{extender}/readyz", anonymous), "the extender served a client without certificate"
             wait_for(
                 lambda: answers(f"http://127.0.0.1:{operator_port}/readyz"), DEADLINE_S, "the operator to be ready"
             )
             _lend_and_reclaim(kube_api, namespace)
             assert_bound_by_the_bundled_scheduler(kube_api, namespace)
-            assert prioritize_requests(http_get(f"{extender}/metrics")) > 0, "the scheduler never called the extender"
+            called = prioritize_requests(fetch(f"{extender}/metrics", trusted))
+            assert called > 0, "the scheduler never called the extender"
         except BaseException:
             for _, log in processes:
                 print(f"--- {log.name} ---\n{log.read_text(errors='replace')[-6000:]}")
