@@ -247,6 +247,38 @@ def test_extender_tls_mounts_the_certificates_sets_the_flags_and_the_schedulers_
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
 
 
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions with In) selects ``labels``."""
+    if any(labels.get(key) != value for key, value in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In", expression
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("values_file", ["monitoring.yaml", "extender-tls.yaml"])
+def test_the_service_monitor_selects_the_operator_and_extender_services_by_their_labels_and_port_names(
+    binaries: BinarySet, values_file: str
+) -> None:
+    objects = documents(render(binaries, VALUES / values_file))
+    [monitor] = [d for d in objects if d["kind"] == "ServiceMonitor"]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["lyra-system"]}
+    services = [d for d in objects if d["kind"] == "Service"]
+    selected = {
+        s["metadata"]["name"] for s in services if selects(monitor["spec"]["selector"], s["metadata"]["labels"])
+    }
+    assert selected == {"lyra-operator", "lyra-extender"}
+    scraped = {e["port"] for e in monitor["spec"]["endpoints"]}
+    for service in services:
+        ports = {port["name"] for port in service["spec"]["ports"]}
+        assert ports & scraped, f"{service['metadata']['name']}: no port named as an endpoint ({ports} vs {scraped})"
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["path"] == "/metrics"
+        assert any(endpoint["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services), endpoint
+
+
 def prometheus_rule(binaries: BinarySet) -> dict[str, Any]:
     objects = documents(render(binaries, VALUES / "monitoring.yaml"))
     [rule] = [d for d in objects if d["kind"] == "PrometheusRule"]
