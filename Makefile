@@ -50,11 +50,13 @@ test-launcher: ## Run the real torchrun (CPU) on examples/torchrun through scale
 	UV_PROJECT_ENVIRONMENT=.venv-torchrun $(RUN) --group torchrun pytest tests/launcher
 
 .PHONY: lint
-lint: install ## ruff, mypy --strict and the import-linter contracts.
+lint: install ## ruff, mypy --strict, the import-linter contracts, hadolint (Dockerfile) and shellcheck (hack/*.sh).
 	$(RUN) ruff check src tests bench
 	$(RUN) ruff format --check src tests bench
 	$(RUN) mypy
 	$(RUN) lint-imports
+	$(RUN) hadolint Dockerfile
+	$(RUN) shellcheck hack/*.sh
 
 .PHONY: format
 format: install ## Apply ruff's formatting and safe fixes.

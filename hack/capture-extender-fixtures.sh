@@ -69,4 +69,5 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 cp "$CAPTURE"/*.json "$OUT"/
 kubectl get nodes -o json > "$OUT/nodes.json"
 kubectl get pods -A -o json > "$OUT/pods.json"
-echo "captured $(ls "$CAPTURE" | wc -l) bodies into $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+echo "captured $(find "$CAPTURE" -mindepth 1 -maxdepth 1 | wc -l) bodies into $OUT:" \
+    "$(find "$OUT" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | tr '\n' ' ')"

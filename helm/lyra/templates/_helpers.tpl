@@ -27,7 +27,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "lyra.extenderUrl" -}}
-{{- printf "http://%s-extender.%s.svc:%d" (include "lyra.fullname" .) .Release.Namespace (int .Values.extender.port) -}}
+{{- $scheme := ternary "https" "http" .Values.extender.tls.enabled -}}
+{{- printf "%s://%s-extender.%s.svc:%d" $scheme (include "lyra.fullname" .) .Release.Namespace (int .Values.extender.port) -}}
+{{- end -}}
+
+{{/* The extender's port name: https with extender.tls.enabled, else http (the ServiceMonitor scrapes both). */}}
+{{- define "lyra.extenderPortName" -}}
+{{- ternary "https" "http" .Values.extender.tls.enabled -}}
+{{- end -}}
+
+{{/* The Secret of the extender's clients (CA, client certificate): required where a client calls it over TLS. */}}
+{{- define "lyra.extenderClientSecret" -}}
+{{- required "extender.tls.clientSecretName: the bundled scheduler and the ServiceMonitor call the extender over TLS and need a Secret with ca.crt, tls.crt and tls.key" .Values.extender.tls.clientSecretName -}}
 {{- end -}}
 
 {{/* Pod security shared by every container: non-root, read-only root filesystem, nothing to escalate to. */}}

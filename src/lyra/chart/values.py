@@ -147,11 +147,57 @@ class Operator(Strict):
     placement: Placement = Field(default_factory=Placement, description="where its pods run")
 
 
+#: Where the bundled scheduler finds the extender's client credentials (``extender.tls.clientSecretName``): the
+#: Secret's keys as files, named in the scheduler's extender ``tlsConfig``.
+SCHEDULER_EXTENDER_CLIENT_DIR = "/etc/lyra-scheduler/extender-client"
+
+
+class ExtenderTls(Strict):
+    """HTTPS between kube-scheduler and the extender (docs/operations.md, "Extender TLS")."""
+
+    model_config = ConfigDict(
+        **Strict.model_config,
+        # tls.enabled needs the serving certificate's Secret: refused by the schema, naming secretName.
+        json_schema_extra={
+            "if": {"properties": {"enabled": {"const": True}}, "required": ["enabled"]},
+            "then": {"properties": {"secretName": {"minLength": 1}}},
+        },
+    )
+
+    enabled: bool = Field(
+        False,
+        description="serve HTTPS (--tls-cert-file, --tls-key-file); the bundled scheduler then calls it with "
+        "enableHTTPS and a tlsConfig",
+    )
+    secret_name: str = Field(
+        "",
+        alias="secretName",
+        description="Secret (type kubernetes.io/tls: tls.crt, tls.key) with the extender's serving certificate, valid "
+        "for <release>-extender.<namespace>.svc; required with tls.enabled",
+    )
+    client_ca_config_map: str = Field(
+        "",
+        alias="clientCaConfigMap",
+        description="ConfigMap whose ca.crt signs the clients the extender serves (--client-ca-file): any other "
+        "client is refused during the handshake, and the probes become TCP checks (the kubelet presents no "
+        "certificate). Empty: no client check",
+    )
+    client_secret_name: str = Field(
+        "",
+        alias="clientSecretName",
+        description="Secret with ca.crt (the CA of the extender's certificate) and tls.crt, tls.key (a client "
+        "certificate the client CA signed), as cert-manager writes it: mounted into the bundled scheduler for its "
+        "tlsConfig and named in the ServiceMonitor's; required with tls.enabled and the bundled scheduler or the "
+        "ServiceMonitor",
+    )
+
+
 class Extender(Strict):
     enabled: bool = Field(True, description="run the scheduler extender (scoring and preemption victims)")
     replicas: int = Field(2, ge=1, le=10, description="extender replicas behind one Service")
     port: Port = Field(
-        ExtenderSettings().port, description="HTTP port of prioritize, preempt, /metrics, /healthz and /readyz"
+        ExtenderSettings().port,
+        description="HTTP (or, with tls.enabled, HTTPS) port of prioritize, preempt, /metrics, /healthz and /readyz",
     )
     preempt_across_namespaces: bool = Field(
         False,
@@ -159,6 +205,7 @@ class Extender(Strict):
         description="let a pod's preemption evict Lyra's pods in other namespaces",
     )
     min_available: int = Field(1, ge=0, alias="minAvailable", description="PodDisruptionBudget minAvailable")
+    tls: ExtenderTls = Field(default_factory=ExtenderTls)
     resources: Resources = Field(
         default_factory=lambda: _resources("100m", "256Mi", "1Gi"), description="the container's requests and limits"
     )

@@ -14,7 +14,7 @@ import yaml
 
 from lyra.chart import sources, values
 from lyra.cli import main
-from lyra.localcluster.componentconfig import extender_stanza, scheduler_config
+from lyra.localcluster.componentconfig import ExtenderClientTls, extender_stanza, scheduler_config
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 CHART = REPOSITORY / "helm" / "lyra"
@@ -68,6 +68,8 @@ BAD_VALUES = [
     ({"image": {"pullPolicy": "Sometimes"}}, "image/pullPolicy", "is not one of"),
     ({"extender": {"resources": {"limits": {"memory": "lots"}}}}, "extender/resources/limits/memory", "does not match"),
     ({"monitoring": {"serviceMonitor": {"interval": "30 seconds"}}}, "monitoring/serviceMonitor/interval", "match"),
+    ({"extender": {"tls": {"enabled": True}}}, "extender/tls/secretName", "should be non-empty"),
+    ({"extender": {"tls": {"secretName": 1}}}, "extender/tls/secretName", "not of type 'string'"),
 ]
 
 
@@ -106,12 +108,22 @@ def test_the_schema_is_closed_and_self_contained() -> None:
 def test_the_bundled_scheduler_calls_the_extender_with_the_local_clusters_stanza() -> None:
     template = (CHART / "templates" / "scheduler" / "configmap.yaml").read_text()
     body = template.split("config.yaml: |\n", 1)[1]
-    lines = [line[4:] for line in body.splitlines() if not line.startswith("{{")]
-    config = yaml.safe_load("\n".join(lines))
+    common, _, branches = body.partition("{{- if .Values.extender.tls.enabled }}\n")
+    over_tls, _, plain = branches.partition("{{- else }}\n")
+
+    def parsed(text: str) -> dict[str, Any]:
+        document: dict[str, Any] = yaml.safe_load(
+            "\n".join(line[4:] for line in text.splitlines() if "{{-" not in line)
+        )
+        return document
+
     url = '{{ include "lyra.extenderUrl" . }}'
-    assert config["extenders"] == [extender_stanza(url)]
+    client = Path(values.SCHEDULER_EXTENDER_CLIENT_DIR)
+    tls = ExtenderClientTls(client / "ca.crt", client / "tls.crt", client / "tls.key")
+    assert parsed(plain)["extenders"] == [extender_stanza(url)]
+    assert parsed(over_tls)["extenders"] == [extender_stanza(url, tls)]
     assert scheduler_config(Path("k"), "http://x")["extenders"] == [extender_stanza("http://x")]
-    assert config["profiles"] == [{"schedulerName": "{{ .Values.scheduler.name }}"}]
+    assert parsed(common)["profiles"] == [{"schedulerName": "{{ .Values.scheduler.name }}"}]
 
 
 def test_the_values_reference_lists_every_leaf_value() -> None:
