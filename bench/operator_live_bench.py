@@ -1,18 +1,26 @@
-"""The operator live on the local control plane: how long a change takes to be acted on, and what it costs.
+"""The operator live on the local control plane: change to action, what it costs, whether its caches keep up.
 
 ``uv run python -m bench.operator_live_bench [--nodes N --gpu-pods G --other-pods P --jobs J]`` (needs the cached
 binaries) starts a local control plane with N KWOK nodes (a quarter training A100 x 8, the rest inference T4 x 8),
 fills it with G one-GPU pods that Lyra does not manage (bound to inference nodes, eight a node, as another team's
-workload) and P pods without GPUs, starts ``lyra operator`` as its own process, waits until it is ready (its caches
-have listed), then submits J TrainingJobs one after the other (1-2 A100 workers each) and scales an
-InferenceService up, and measures, through a watch cache of its own (``lyra.kubewatch``):
+workload) and P pods without GPUs, starts ``lyra operator`` as its own process (as its ServiceAccount, with the
+chart's RBAC, and ``--debug-endpoints``), waits until it is ready (its caches have listed) and steady, then submits J
+TrainingJobs one after the other (1-2 A100 workers each); every fifth change also scales an InferenceService up by
+two replicas and deletes the job submitted four changes earlier once it was acted on (not timed). It measures,
+through a watch cache of its own (``lyra.kubewatch``):
 
 * change to action: from a job's creation to the operator's first status write on it (its intent, written before
-  any of its pods), and from a scale change to the Deployment's new replica count; median and p95;
+  any of its pods), and from a scale change to the Deployment's new replica count; median and p95. A change not
+  acted on within ``--change-deadline`` is reported missed (a missed event shows so), not waited for without end;
 * the operator's CPU time and resident memory (``/proc``) over the stream;
-* the operator's writes per minute during the stream (its Lease's renewals left out), from the API server's audit
-  log (its lists are counted by
-  ``tests/integration/test_watch_caches.py``: one per kind, before its first pass).
+* the operator's API requests during the stream, by verb (its Lease's included), and per minute, from the API
+  server's audit log (every write, and every get, list and watch by a ServiceAccount), and the lists it made after
+  its first pass began (none expected: every list comes first, one per kind, paginated).
+
+And it checks, once the stream is over and the cluster has converged: that the operator's caches hold what a fresh
+paginated list holds (its ``/debug/caches``, each object at least at the listed resourceVersion: a cache that missed
+an event stays behind), and that steady passes write nothing. :func:`run_live` returns all of it as a
+:class:`LiveResult`; ``tests/integration/test_live_benchmark.py`` runs it at small sizes and asserts on it.
 """
 
 from __future__ import annotations
@@ -26,30 +34,106 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from tests.operator_support import OPERATOR_NAMESPACE, service_account_kubeconfig
 
 from bench.__main__ import load_average
 from bench.scheduling_bench import _cpu_seconds
 from lyra.api import names
 from lyra.kubewatch import ApiSource, WatchCache
+from lyra.kubewatch.cache import key_of
 from lyra.kubewatch.kinds import DEPLOYMENTS, TRAINING_JOBS, JsonObject
 from lyra.localcluster import populate
-from lyra.localcluster.controlplane import ClusterOptions
+from lyra.localcluster.controlplane import ClusterOptions, ControlPlane
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.profile import parse_profile
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
-from lyra.localcluster.waiting import wait_for
+from lyra.localcluster.waiting import WaitTimeoutError, wait_for
+from lyra.operator.caches import KINDS, list_once
+from lyra.operator.endpoints import CACHES_PATH, METRICS_PATH, READINESS_PATH
 from lyra.operator.metrics import ACTIONS, PASSES, SUCCEEDED
 
 T4, A100 = "Tesla-T4", "NVIDIA-A100-SXM4-80GB"
 TARGET_MEDIAN_S = 2.0
 CRDS = Path(__file__).resolve().parents[1] / "manifests" / "crds"
+WRITES = ("create", "update", "patch", "delete")
+VERBS = ("list", "watch", "get", *WRITES)
+#: How long the end-of-run checks wait for the caches to reach a fresh list, and for the cluster to converge.
+CHECK_DEADLINE_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSizes:
+    """What the benchmark runs: the cluster's size, the stream of changes, and its deadlines."""
+
+    nodes: int = 1_000
+    gpu_pods: int = 5_000
+    other_pods: int = 10_000
+    jobs: int = 20
+    interval_s: float = 1.0  # between two changes
+    change_deadline_s: float = 60.0  # a change not acted on within this is reported missed
+    resync_s: float | None = None  # the operator's --resync (None: its default)
+    steady_passes: int = 3  # passes on the converged cluster that must write nothing
+
+    def problem(self) -> str | None:
+        if self.gpu_pods > 8 * (self.nodes - self.nodes // 4):
+            return "--gpu-pods: more than the inference nodes hold"
+        if self.nodes < 4:
+            return "--nodes: at least 4 (a quarter of them train)"
+        return None
+
+
+@dataclass(slots=True)
+class LiveResult:
+    """What one run measured and found; the lists of problems are empty on a run where all went well."""
+
+    sizes: LiveSizes
+    synced_s: float = 0.0  # the operator ready (its caches listed) after its start
+    settled_s: float = 0.0  # its first passes done
+    acted: dict[str, float] = field(default_factory=dict)  # change -> seconds to its action, in submission order
+    missed: list[str] = field(default_factory=list)  # changes not acted on within the deadline
+    cpu_s: float = 0.0  # the operator's CPU time over the stream
+    wall_s: float = 0.0  # the stream's length
+    rss_mib: float = 0.0  # the operator's resident memory at the end of the stream
+    requests: Counter[str] = field(default_factory=Counter)  # the operator's requests during the stream, by verb
+    first_lists: list[str] = field(default_factory=list)  # its lists before its first write (request URIs)
+    lists_in_passes: list[str] = field(default_factory=list)  # its lists from its first write on
+    watched: set[str] = field(default_factory=set)  # the resources it watched
+    writes: int = 0  # its writes over the whole run, its Lease's left out
+    cache_differences: list[str] = field(default_factory=list)  # where its caches differ from a fresh list
+    #: Every job running and the Deployment at its replicas, two passes in a row with no action, and then
+    #: ``steady_passes`` more passes, within :data:`CHECK_DEADLINE_S` each.
+    converged: bool = False
+    steady_writes: list[str] = field(default_factory=list)  # writes of the steady passes
+
+    @property
+    def latencies(self) -> list[float]:
+        return sorted(self.acted.values())
+
+    @property
+    def requests_per_minute(self) -> float:
+        return 60 * sum(self.requests.values()) / self.wall_s if self.wall_s else 0.0
+
+    def problems(self) -> list[str]:
+        """What went wrong, in words (empty: nothing)."""
+        found = [f"{key}: not acted on within {self.sizes.change_deadline_s:.0f} s" for key in self.missed]
+        found += [f"a list after the first pass began: {uri}" for uri in self.lists_in_passes]
+        found += [f"cache differs from a fresh list: {difference}" for difference in self.cache_differences]
+        if not self.converged:
+            found.append(
+                f"the cluster did not converge after the stream (or the operator made no {self.sizes.steady_passes} "
+                "passes after)"
+            )
+        found += [f"a steady pass wrote: {write}" for write in self.steady_writes]
+        return found
 
 
 def profile(nodes: int) -> Any:
@@ -129,6 +213,7 @@ class Stopwatch:
     def await_(self, key: str, condition: Callable[[JsonObject], bool]) -> None:
         with self._lock:
             self.awaited[key] = condition
+            self.seen.pop(key, None)
 
     def __call__(self, key: str, obj: JsonObject | None) -> None:
         with self._lock:
@@ -144,118 +229,271 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def run(args: argparse.Namespace, state: Path) -> dict[str, Any]:
-    custom_path = (names.GROUP, names.VERSION)
+def held_within(condition: Callable[[], bool], timeout_s: float, what: str) -> bool:
+    """Whether ``condition`` held before the deadline (a benchmark reports what did not happen, it does not stop)."""
+    try:
+        wait_for(condition, max(timeout_s, 0.1), what, interval=0.1)
+    except WaitTimeoutError:
+        return False
+    return True
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
+    """Run the benchmark at ``sizes`` on a control plane of its own (state under ``state``): see the module
+    docstring."""
     with (
         session_control_plane(
-            state, profile=profile(args.nodes), crd_dir=CRDS, step_timeout=start_deadline_s(args.nodes)
+            state, profile=profile(sizes.nodes), crd_dir=CRDS, step_timeout=start_deadline_s(sizes.nodes)
         ) as control_plane,
         populate.admin_api(control_plane.kubeconfig) as api,
         temporary_namespace(api, "live-bench") as namespace,
     ):
+        account = state / "operator-account"
+        account.mkdir(exist_ok=True)
+        kubeconfig = service_account_kubeconfig(control_plane, api, account)
         filled = time.perf_counter()
-        fill(api, namespace, args.nodes, args.gpu_pods, args.other_pods)
+        fill(api, namespace, sizes.nodes, sizes.gpu_pods, sizes.other_pods)
         print(f"  filled in {time.perf_counter() - filled:.0f} s", file=sys.stderr, flush=True)
         custom = client.CustomObjectsApi(api)
-        custom.create_namespaced_custom_object(*custom_path, namespace, names.INFERENCE_SERVICE_PLURAL, service_body(4))
+        custom.create_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, service_body(4)
+        )
         stopwatch = Stopwatch()
-        watches = [
-            WatchCache(TRAINING_JOBS, ApiSource(api, TRAINING_JOBS), on_change=stopwatch),
-            WatchCache(DEPLOYMENTS, ApiSource(api, DEPLOYMENTS), on_change=stopwatch),
-        ]
-        for cache in watches:
-            cache.start()
+        jobs = WatchCache(TRAINING_JOBS, ApiSource(api, TRAINING_JOBS), on_change=stopwatch)
+        deployments = WatchCache(DEPLOYMENTS, ApiSource(api, DEPLOYMENTS), on_change=stopwatch)
         port = allocate_ports(1)[0]
-        log = (state / "operator.log").open("wb")
-        command = [sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(control_plane.kubeconfig),
-                   "--lend-delay", "5", "--http-port", str(port)]  # fmt: skip
-        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        command = [sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(kubeconfig),
+                   "--lease-namespace", OPERATOR_NAMESPACE, "--lend-delay", "5", "--http-port", str(port),
+                   "--debug-endpoints", *(["--resync", str(sizes.resync_s)] if sizes.resync_s else [])]  # fmt: skip
         operator_log = state / "operator.log"
+        result = LiveResult(sizes)
+        with operator_log.open("wb") as log:
+            operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        jobs.start()
+        deployments.start()
         try:
-            started = time.perf_counter()
-
-            def ready() -> bool:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
-                        return bool(response.status == 200)
-                except OSError:
-                    return False
-
-            wait_for(ready, 600, "the operator to be ready", interval=0.2)
-            synced_s = time.perf_counter() - started
-            steady = Steadiness(f"http://127.0.0.1:{port}/metrics")
-            wait_for(steady, 600, "the operator's first passes to be done (a pass with no action)", interval=0.5)
-            settled_s = time.perf_counter() - started
-            print(f"  ready after {synced_s:.1f} s, steady after {settled_s:.1f} s", file=sys.stderr, flush=True)
-            deployment = f"{namespace}/chat"
-            wait_for(lambda: deployment in stopwatch_keys(watches[1]), 120, "the service's Deployment")
+            stream = Stream(
+                sizes, namespace=namespace, custom=custom, stopwatch=stopwatch, jobs=jobs, deployments=deployments
+            )
+            result.synced_s, result.settled_s = wait_steady(port)
             cpu_before, wall_before = _cpu_seconds(operator.pid), time.perf_counter()
-            stream_began = datetime.now(UTC)
-            submitted: dict[str, float] = {}
-            for index in range(args.jobs):
-                name = f"job-{index:03d}"
-                key = f"{namespace}/{name}"
-                stopwatch.await_(key, lambda obj: bool((obj.get("status") or {}).get("phase")))
-                submitted[key] = time.perf_counter()
-                custom.create_namespaced_custom_object(
-                    *custom_path, namespace, names.TRAINING_JOB_PLURAL, job_body(name)
+            began = datetime.now(UTC)
+            stream.run()
+            result.acted = stream.acted
+            result.missed = stream.missed
+            result.cpu_s = _cpu_seconds(operator.pid) - cpu_before
+            result.wall_s = time.perf_counter() - wall_before
+            result.rss_mib = rss_mib(operator.pid)
+            ended = datetime.now(UTC)
+            result.cache_differences = caches_behind(port, api)
+            steadiness = Steadiness(port)
+            quiet_from = steady_until = datetime.now(UTC)
+            converged = held_within(
+                lambda: stream.converged() and steadiness.twice(), CHECK_DEADLINE_S, "a converged cluster"
+            )
+            if converged:
+                quiet_from = datetime.now(UTC)
+                passes = passes_made(port)
+                converged = held_within(
+                    lambda: passes_made(port) >= passes + sizes.steady_passes,
+                    CHECK_DEADLINE_S,
+                    f"{sizes.steady_passes} more passes",
                 )
-                if index % 5 == 4:  # and every fifth change, inference grows by two replicas
-                    replicas = 4 + 2 * (index // 5 + 1)
-                    scale_key = f"{deployment}@{replicas}"
-                    stopwatch.await_(deployment, lambda obj, r=replicas: (obj.get("spec") or {}).get("replicas") == r)
-                    stopwatch.seen.pop(deployment, None)
-                    submitted[scale_key] = time.perf_counter()
-                    custom.patch_namespaced_custom_object(
-                        *custom_path,
-                        namespace,
-                        names.INFERENCE_SERVICE_PLURAL,
-                        "chat",
-                        {"spec": {"replicas": replicas}},
-                    )
-                    wait_for(lambda: deployment in stopwatch.seen, 120, f"the Deployment at {replicas} replicas")
-                    stopwatch.seen[scale_key] = stopwatch.seen.pop(deployment)
-                # A benchmark's load generator, not a test: the stream offers one change per interval, as users
-                # would, and the time to action is measured from each change's own submission.
-                time.sleep(args.interval)
-            wait_for(lambda: all(key in stopwatch.seen for key in submitted), 300, "every change acted on")
-            cpu = _cpu_seconds(operator.pid) - cpu_before
-            wall = time.perf_counter() - wall_before
-            memory = rss_mib(operator.pid)
-            stream_ended = datetime.now(UTC)
+                steady_until = datetime.now(UTC)
+            result.converged = converged
         finally:
             operator.terminate()
             operator.wait(timeout=30)
-            passes = [line for line in operator_log.read_text().splitlines() if "pass " in line or "WARN" in line]
-            print("\n".join(f"  operator: {line}" for line in passes[-40:]), file=sys.stderr)
-            for cache in watches:
-                cache.stop()
-        marker = f"-{operator.pid}-"
-        writes = 0
-        for line in control_plane.layout.audit_log.read_text().splitlines():
-            event = json.loads(line)
-            at = datetime.fromisoformat(
-                str(event.get("requestReceivedTimestamp", "")).replace("Z", "+00:00") or "1970-01-01T00:00:00+00:00"
+            jobs.stop()
+            deployments.stop()
+            shown = [line for line in operator_log.read_text().splitlines() if "pass " in line or "WARN" in line]
+            print("\n".join(f"  operator: {line}" for line in shown[-40:]), file=sys.stderr)
+        audit = audited(control_plane, operator.pid)
+        result.requests = Counter(e["verb"] for e in audit if began <= received(e) <= ended)
+        # The Lease's writes left out: its create (before the first pass) and its renewals are not a pass's.
+        writes = [e for e in audit if e["verb"] in WRITES and (e.get("objectRef") or {}).get("resource") != "leases"]
+        result.writes = len(writes)
+        first_write = received(writes[0]) if writes else datetime.max.replace(tzinfo=UTC)
+        lists = [e for e in audit if e["verb"] == "list"]
+        result.first_lists = [e["requestURI"] for e in lists if received(e) < first_write]
+        result.lists_in_passes = [e["requestURI"] for e in lists if received(e) >= first_write]
+        result.watched = {e["objectRef"]["resource"] for e in audit if e["verb"] == "watch"}
+        if result.converged:
+            result.steady_writes = [
+                f"{e['verb']} {e['requestURI']}" for e in writes if quiet_from <= received(e) <= steady_until
+            ]
+        for key, seconds in result.acted.items():
+            print(f"  {key}: acted on after {seconds:.2f} s", file=sys.stderr)
+        return result
+
+
+class Stream:
+    """The stream of changes (see the module docstring), and when each was acted on."""
+
+    def __init__(
+        self,
+        sizes: LiveSizes,
+        *,
+        namespace: str,
+        custom: client.CustomObjectsApi,
+        stopwatch: Stopwatch,
+        jobs: WatchCache,
+        deployments: WatchCache,
+    ) -> None:
+        self.sizes = sizes
+        self.namespace = namespace
+        self.custom = custom
+        self.stopwatch = stopwatch
+        self.jobs = jobs
+        self.deployments = deployments
+        self.deployment = f"{namespace}/chat"
+        self.replicas = 4
+        self.submitted: dict[str, float] = {}  # change -> when it was made, in order
+        self.done: dict[str, float] = {}  # change -> when it was seen acted on
+        self.scales: set[str] = set()  # the changes that are scale changes (timed as they are made)
+        self.acted: dict[str, float] = {}
+        self.missed: list[str] = []
+
+    def _custom(self, plural: str) -> tuple[str, str, str, str]:
+        return names.GROUP, names.VERSION, self.namespace, plural
+
+    def run(self) -> None:
+        sizes, stopwatch = self.sizes, self.stopwatch
+        wait_for(lambda: self.deployments.get(self.deployment) is not None, 120, "the service's Deployment")
+        submitted = self.submitted
+        for index in range(sizes.jobs):
+            key = f"{self.namespace}/job-{index:03d}"
+            stopwatch.await_(key, lambda obj: bool((obj.get("status") or {}).get("phase")))
+            submitted[key] = time.perf_counter()
+            self.custom.create_namespaced_custom_object(
+                *self._custom(names.TRAINING_JOB_PLURAL), job_body(key.split("/")[1])
             )
-            if (
-                marker in event.get("userAgent", "")
-                and event.get("stage") == "ResponseComplete"
-                and stream_began <= at <= stream_ended
-                and "/leases/" not in event.get("requestURI", "")
-            ):
-                writes += event.get("verb") in ("create", "update", "patch", "delete")
-        for key, at in submitted.items():  # in the order of the changes
-            print(f"  {key}: acted on after {stopwatch.seen[key] - at:.2f} s", file=sys.stderr)
-        latencies = sorted(stopwatch.seen[key] - submitted[key] for key in submitted)
-        return {
-            "synced_s": synced_s,
-            "settled_s": settled_s,
-            "latencies": latencies,
-            "cpu_s": cpu,
-            "wall_s": wall,
-            "rss_mib": memory,
-            "writes": writes,
-        }
+            if index % 5 == 4:
+                self.scale(self.replicas + 2)
+                earlier = f"{self.namespace}/job-{index - 4:03d}"
+                if earlier in stopwatch.seen:
+                    self.custom.delete_namespaced_custom_object(
+                        *self._custom(names.TRAINING_JOB_PLURAL), earlier.split("/")[1]
+                    )
+            # A benchmark's load generator, not a test: the stream offers one change per interval, as users
+            # would, and the time to action is measured from each change's own submission.
+            time.sleep(sizes.interval_s)
+        last = max(submitted.values(), default=time.perf_counter())
+        jobs = [key for key in submitted if key not in self.scales]
+        held_within(
+            lambda: all(key in stopwatch.seen for key in jobs),
+            last + sizes.change_deadline_s - time.perf_counter(),
+            "every change acted on",
+        )
+        self.done |= {key: stopwatch.seen[key] for key in jobs if key in stopwatch.seen}
+        for key, at in submitted.items():
+            if key in self.done:
+                self.acted[key] = self.done[key] - at
+            else:
+                self.missed.append(key)
+
+    def scale(self, replicas: int) -> None:
+        """Scale the service and wait (up to the change deadline) for its Deployment to follow; timed."""
+        key = f"{self.deployment}@{replicas}"
+        self.stopwatch.await_(self.deployment, lambda obj: (obj.get("spec") or {}).get("replicas") == replicas)
+        self.submitted[key] = time.perf_counter()
+        self.scales.add(key)
+        self.custom.patch_namespaced_custom_object(
+            *self._custom(names.INFERENCE_SERVICE_PLURAL), "chat", {"spec": {"replicas": replicas}}
+        )
+        self.replicas = replicas
+        if held_within(
+            lambda: self.deployment in self.stopwatch.seen,
+            self.sizes.change_deadline_s,
+            f"the Deployment at {replicas} replicas",
+        ):
+            self.done[key] = self.stopwatch.seen[self.deployment]
+
+    def converged(self) -> bool:
+        """Every job left running, and the Deployment at its replicas, all ready."""
+        running = all((job.get("status") or {}).get("phase") == "Running" for job in self.jobs.snapshot())
+        deployment = self.deployments.get(self.deployment) or {}
+        status = deployment.get("status") or {}
+        return running and status.get("readyReplicas") == self.replicas == (deployment.get("spec") or {}).get(
+            "replicas"
+        )
+
+
+def wait_steady(port: int) -> tuple[float, float]:
+    """Wait until the operator is ready (its caches have listed), then steady (its first passes done); how long each
+    took from now."""
+    started = time.perf_counter()
+
+    def ready() -> bool:
+        try:
+            http_get(f"http://127.0.0.1:{port}{READINESS_PATH}")
+        except OSError:
+            return False
+        return True
+
+    wait_for(ready, 600, "the operator to be ready", interval=0.2)
+    synced_s = time.perf_counter() - started
+    steady = Steadiness(port)
+    wait_for(steady, 600, "the operator's first passes to be done (a pass with no action)", interval=0.5)
+    settled_s = time.perf_counter() - started
+    print(f"  ready after {synced_s:.1f} s, steady after {settled_s:.1f} s", file=sys.stderr, flush=True)
+    return synced_s, settled_s
+
+
+def caches_behind(port: int, api: client.ApiClient) -> list[str]:
+    """Where the operator's caches (``/debug/caches``) differ from a fresh paginated list: an object missing or
+    extra, or held at a resourceVersion older than the list's. Waits up to :data:`CHECK_DEADLINE_S` for the caches
+    to reach the list (their events may still be on their way); a cache that missed an event never does. Nodes'
+    versions move on with every heartbeat of KWOK's: a cache ahead of the list is fine."""
+    fresh = {
+        name: {key_of(obj): str(obj["metadata"].get("resourceVersion") or "") for obj in objects}
+        for name, objects in list_once(api).items()
+    }
+    differences: list[str] = []
+
+    def reached() -> bool:
+        held: Mapping[str, Mapping[str, str]] = json.loads(http_get(f"http://127.0.0.1:{port}{CACHES_PATH}"))
+        differences[:] = compared(held, fresh)
+        return not differences
+
+    held_within(reached, CHECK_DEADLINE_S, "the operator's caches to reach a fresh list")
+    return differences
+
+
+def compared(held: Mapping[str, Mapping[str, str]], fresh: Mapping[str, Mapping[str, str]]) -> list[str]:
+    differences = []
+    for kind in KINDS:
+        cached, listed = held.get(kind, {}), fresh.get(kind, {})
+        differences += [f"{kind} {key}: listed, not cached" for key in sorted(listed.keys() - cached.keys())]
+        differences += [f"{kind} {key}: cached, gone from the list" for key in sorted(cached.keys() - listed.keys())]
+        differences += [
+            f"{kind} {key}: cached at version {cached[key]}, listed at {listed[key]}"
+            for key in sorted(listed.keys() & cached.keys())
+            if int(cached[key] or 0) < int(listed[key] or 0)
+        ]
+    return differences
+
+
+def audited(cluster: ControlPlane, pid: int) -> list[dict[str, Any]]:
+    """The operator process's requests the audit log recorded, in order: complete ones, and watches (which stay open:
+    their response has started). Its user agent names its Lease identity, which holds its process id."""
+    marker = f"-{pid}-"
+    events = []
+    for line in cluster.layout.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        stage = "ResponseStarted" if event.get("verb") == "watch" else "ResponseComplete"
+        if marker in event.get("userAgent", "") and event.get("stage") == stage:
+            events.append(event)
+    return sorted(events, key=lambda e: e["requestReceivedTimestamp"])
+
+
+def received(event: Mapping[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
 
 
 def start_deadline_s(nodes: int) -> float:
@@ -264,66 +502,104 @@ def start_deadline_s(nodes: int) -> float:
     return max(ClusterOptions.step_timeout, nodes / 5)
 
 
+def passes_made(port: int) -> float:
+    """The operator's successful passes so far, from its ``/metrics``."""
+    return metric_sums(port)[0]
+
+
+def metric_sums(port: int) -> tuple[float, float]:
+    """The count of the operator's succeeded passes and of its actions, from its ``/metrics``."""
+    passes = actions = 0.0
+    for line in http_get(f"http://127.0.0.1:{port}{METRICS_PATH}").splitlines():
+        if line.startswith(f'{PASSES.name}{{result="{SUCCEEDED}"}}'):
+            passes = float(line.split()[-1])
+        elif line.startswith(f"{ACTIONS.name}{{"):
+            actions += float(line.split()[-1])
+    return passes, actions
+
+
 class Steadiness:
     """True once the operator has finished a pass that applied nothing since its last pass that applied something:
     its first passes label, taint and lend every inference server (hundreds of writes), and a change submitted
     meanwhile would measure them, not the operator's response to the change. Read from its ``/metrics``: the
     count of succeeded passes and of actions."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, port: int) -> None:
+        self.port = port
         self.last: tuple[float, float] | None = None  # (passes, actions) at the previous poll
+        self.in_a_row = 0
 
     def __call__(self) -> bool:
-        with urllib.request.urlopen(self.url, timeout=5) as response:
-            text = response.read().decode()
-        passes = actions = 0.0
-        for line in text.splitlines():
-            if line.startswith(f'{PASSES.name}{{result="{SUCCEEDED}"}}'):
-                passes = float(line.split()[-1])
-            elif line.startswith(f"{ACTIONS.name}{{"):
-                actions += float(line.split()[-1])
-        previous, self.last = self.last, (passes, actions)
-        return previous is not None and passes > previous[0] and actions == previous[1] and passes >= 2
+        now = metric_sums(self.port)
+        if self.last is not None and now[0] <= self.last[0]:
+            return False  # no pass since the last poll: nothing learnt
+        previous, self.last = self.last, now
+        steady = previous is not None and now[1] == previous[1] and now[0] >= 2
+        self.in_a_row = self.in_a_row + 1 if steady else 0
+        return steady
 
-
-def stopwatch_keys(cache: WatchCache) -> set[str]:
-    return {f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in cache.snapshot()}
+    def twice(self) -> bool:
+        """Two observations in a row of new passes with no action (polled by the caller's wait)."""
+        self()
+        return self.in_a_row >= 2
 
 
 def main(argv: list[str] | None = None) -> int:
+    defaults = LiveSizes()
     parser = argparse.ArgumentParser(prog="python -m bench.operator_live_bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1_000)
-    parser.add_argument("--gpu-pods", type=int, default=5_000)
-    parser.add_argument("--other-pods", type=int, default=10_000)
-    parser.add_argument("--jobs", type=int, default=20)
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between two changes (default 1)")
+    parser.add_argument("--nodes", type=int, default=defaults.nodes)
+    parser.add_argument("--gpu-pods", type=int, default=defaults.gpu_pods)
+    parser.add_argument("--other-pods", type=int, default=defaults.other_pods)
+    parser.add_argument("--jobs", type=int, default=defaults.jobs)
+    parser.add_argument("--interval", type=float, default=defaults.interval_s, help="seconds between two changes")
+    parser.add_argument(
+        "--change-deadline",
+        type=float,
+        default=defaults.change_deadline_s,
+        help="a change not acted on within this many seconds is reported missed",
+    )
     args = parser.parse_args(argv)
-    if args.gpu_pods > 8 * (args.nodes - args.nodes // 4):
-        parser.error("--gpu-pods: more than the inference nodes hold")
+    sizes = LiveSizes(
+        nodes=args.nodes,
+        gpu_pods=args.gpu_pods,
+        other_pods=args.other_pods,
+        jobs=args.jobs,
+        interval_s=args.interval,
+        change_deadline_s=args.change_deadline,
+    )
+    problem = sizes.problem()
+    if problem is not None:
+        parser.error(problem)
     start_load = load_average()
     with tempfile.TemporaryDirectory(prefix="lyra-live-bench-") as directory:
-        result = run(args, Path(directory))
-    latencies = result["latencies"]
-    median = statistics.median(latencies)
-    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
+        result = run_live(sizes, Path(directory))
+    print(report(result, start_load))
+    return 1 if result.problems() else 0
+
+
+def report(result: LiveResult, start_load: str) -> str:
+    sizes, latencies = result.sizes, result.latencies
+    median = statistics.median(latencies) if latencies else float("nan")
+    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else float("nan")
     status = "pass" if median <= TARGET_MEDIAN_S else "MISS"
-    print(
-        f"live operator: {args.nodes} nodes, {args.gpu_pods} GPU pods + {args.other_pods} other pods, "
-        f"{len(latencies)} changes; load average at start {start_load}, at the end {load_average()}"
-    )
-    print(
-        "| ready after | steady after | change to action median | p95 | operator CPU | over | RSS | writes/min | "
-        "target |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    print(
-        f"| {result['synced_s']:.1f} s | {result['settled_s']:.1f} s | {median:.2f} s | {p95:.2f} s | "
-        f"{result['cpu_s']:.1f} s | "
-        f"{result['wall_s']:.0f} s | {result['rss_mib']:.0f} MiB | {60 * result['writes'] / result['wall_s']:.0f} | "
-        f"median <= {TARGET_MEDIAN_S:.0f} s: {status} |"
-    )
-    return 0
+    by_verb = ", ".join(f"{verb} {result.requests[verb]}" for verb in VERBS if result.requests[verb])
+    lines = [
+        f"live operator: {sizes.nodes} nodes, {sizes.gpu_pods} GPU pods + {sizes.other_pods} other pods, "
+        f"{len(result.acted) + len(result.missed)} changes; load average at start {start_load}, "
+        f"at the end {load_average()}",
+        "| ready after | steady after | change to action median | p95 | operator CPU | over | RSS | requests/min | "
+        "lists in the stream | target |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"| {result.synced_s:.1f} s | {result.settled_s:.1f} s | {median:.2f} s | {p95:.2f} s | {result.cpu_s:.1f} s | "
+        f"{result.wall_s:.0f} s | {result.rss_mib:.0f} MiB | {result.requests_per_minute:.0f} | "
+        f"{result.requests['list']} | median <= {TARGET_MEDIAN_S:.0f} s: {status} |",
+        f"requests during the stream, by verb: {by_verb or 'none'}; lists (pages) before its first write: "
+        f"{len(result.first_lists)}, after: {len(result.lists_in_passes)}",
+    ]
+    problems = result.problems()
+    lines.append("checks: " + ("caches equal a fresh list, every change acted on, steady passes wrote nothing"
+                               if not problems else "FAILED: " + "; ".join(problems[:20])))  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

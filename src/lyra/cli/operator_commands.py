@@ -1,11 +1,11 @@
 """`lyra operator`: lend idle inference nodes to training, reclaim them for inference, run TrainingJobs and
 InferenceServices (docs/user-guide.md).
 
-The kubeconfig comes from ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside a pod, the service
-account. ``--dry-run`` decides and reports without writing anything (shadow mode); ``--once`` makes one pass and
-prints what it did (or, with ``--dry-run``, would do) as JSON. ``--http-port`` serves ``/metrics``, ``/healthz`` and
-``/readyz`` (docs/operations.md). Exit codes: 0 stopped cleanly, 1 it could not run,
-2 bad input.
+The kubeconfig comes from ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside a pod, the service account.
+``--dry-run`` decides and reports without writing anything (shadow mode); ``--once`` makes one pass and prints what it
+did (or, with ``--dry-run``, would do) as JSON. ``--http-port`` serves ``/metrics``, ``/healthz`` and ``/readyz``
+(docs/operations.md), and with ``--debug-endpoints`` ``/debug/caches`` too. Exit codes: 0 stopped cleanly, 1 it could
+not run, 2 bad input.
 """
 
 from __future__ import annotations
@@ -66,6 +66,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         type=non_negative_int,
         default=8080,
         help="serve /metrics, /healthz and /readyz on this port (default 8080; 0: not at all)",
+    )
+    parser.add_argument(
+        "--debug-endpoints",
+        action="store_true",
+        help="also serve /debug/caches on --http-port: each watch cache's keys and resourceVersions, as JSON "
+        "(default: off)",
     )
     parser.add_argument(
         "--http-address", default="", help="address the HTTP endpoints listen on (default: every interface)"
@@ -130,6 +136,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         retry_period_s=args.retry_period,
         http_address=args.http_address,
         http_port=args.http_port,
+        debug_endpoints=args.debug_endpoints,
     )
     cluster = Cluster(api)
     if args.once:

@@ -1,11 +1,12 @@
 """A list-and-watch cache of one kind of object, kept current by one thread.
 
-The thread lists the kind in pages (``limit``/``continue``), then watches from the list's resourceVersion with
-bookmarks on (the server then sends the current version now and then even when nothing of the kind changes), and
-when the server ends the stream (its timeout) resumes from the last version it saw. Only ``410 Gone`` (the version
-is older than the server keeps) makes it list again; any other failure (the connection drops, 5xx, 403) is retried
-with a capped exponential backoff, resuming from where it was. Every object is slimmed (:class:`~lyra.kubewatch.
-kinds.Kind`) before it is stored, and objects the kind does not keep are never stored.
+The thread lists the kind in pages (``limit``/``continue``), then watches from the list's resourceVersion with bookmarks
+on (the server then sends the current version now and then even when nothing of the kind changes), and when the server
+ends the stream (its timeout) resumes from the last version it saw. Only ``410 Gone`` (the version is older than the
+server keeps) makes it list again; any other failure (the connection drops, 5xx, 403) is retried with a capped
+exponential backoff, resuming from where it was. A reader may also ask it to reopen its watch from the last version it
+saw (:meth:`WatchCache.resume`: a stream that has stalled brings nothing more), which lists nothing. Every object is
+slimmed (:class:`~lyra.kubewatch.kinds.Kind`) before it is stored, and objects the kind does not keep are never stored.
 
 Readers never call the API: :meth:`WatchCache.snapshot` is a consistent copy of the objects (each stored object is
 replaced whole by the next event about it, never changed in place, so the copy stays valid while events go on),
@@ -196,7 +197,7 @@ class WatchCache:
         self._changed = threading.Condition()
         self._synced = threading.Event()
         self._stop = threading.Event()
-        self._relist = threading.Event()
+        self._resume = threading.Event()  # reopen the watch (or end a backoff) now; set by resume() and stop()
         self._thread: threading.Thread | None = None
         #: Full lists made (the first one included), events applied (bookmarks included), errors met.
         self.lists = 0
@@ -248,14 +249,16 @@ class WatchCache:
         """Stop the thread: at once between events, or when the stream under way closes (waited for up to
         ``timeout_s``; the thread is a daemon either way)."""
         self._stop.set()
-        self._relist.set()  # ends a backoff under way
+        self._resume.set()  # ends a backoff under way
         self._source.close()
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
 
-    def relist(self) -> None:
-        """List again now (a reader that waited in vain for its write to come back): ends the watch under way."""
-        self._relist.set()
+    def resume(self) -> None:
+        """End the watch under way and open a new one from the last version seen, without listing: for a reader
+        that waited in vain for its write to come back (the server sends again every event after that version, or
+        ``410 Gone`` if it no longer keeps them, and then the cache lists)."""
+        self._resume.set()
         self._source.close()
 
     def _run(self) -> None:
@@ -263,33 +266,33 @@ class WatchCache:
         must_list = True
         while not self._stop.is_set():
             try:
-                if must_list or self._relist.is_set():
-                    self._relist.clear()
+                if must_list:
                     self._list()
                     must_list = False
                     backoff = self._initial_backoff_s
+                self._resume.clear()
                 opened = time.monotonic()
                 if self._watch():
                     backoff = self._initial_backoff_s
-                elif time.monotonic() - opened < QUIET_STREAM_S and not self._stop.is_set():
+                elif time.monotonic() - opened < QUIET_STREAM_S and not self._resume.is_set():
                     # A stream that ends at once with nothing in it (a proxy cutting it, a server shedding load):
                     # do not reopen it in a tight loop.
-                    self._relist.wait(backoff)
+                    self._resume.wait(backoff)
                     backoff = min(backoff * 2, self._max_backoff_s)
             except GoneError as error:
                 must_list = True
                 self.errors += 1
                 log.info("%s: %s; listing again in %.1f s", self.kind.name, error, backoff)
-                self._relist.wait(backoff)
+                self._resume.wait(backoff)
                 backoff = min(backoff * 2, self._max_backoff_s)
             except Exception as error:  # the cache must outlive any failure of the network or the server
                 if self._stop.is_set():
                     return
                 self.errors += 1
-                if self._relist.is_set():
-                    continue  # the watch was ended on purpose, to list again
+                if self._resume.is_set():
+                    continue  # the watch was ended on purpose, to reopen it
                 log.warning("%s: %s: %s; retrying in %.1f s", self.kind.name, type(error).__name__, error, backoff)
-                self._relist.wait(backoff)  # a requested list does not wait for the backoff
+                self._resume.wait(backoff)  # a requested resume does not wait for the backoff
                 backoff = min(backoff * 2, self._max_backoff_s)
 
     def _list(self) -> None:
@@ -313,7 +316,7 @@ class WatchCache:
         low, high = WATCH_TIMEOUT_RANGE_S
         delivered = False
         for event in self._source.watch(resource_version=self.version, timeout_s=random.randint(low, high)):
-            if self._stop.is_set() or self._relist.is_set():
+            if self._stop.is_set() or self._resume.is_set():
                 return delivered
             self.apply(event)
             delivered = True

@@ -10,9 +10,16 @@ on such a view would, for example, create a pod again or write a status over one
 write the commit makes records the resourceVersion the API server answered it with, per cache (:meth:`wrote`), and
 a pass reads only after each cache has seen at least that version (:meth:`catch_up`): the write's own event carries
 it. resourceVersions are etcd revisions, which grow with every write, so a cache that has seen a later event has
-seen the write too. A cache that has not seen it within :data:`CATCH_UP_S` lists again (a list is a consistent
-read, at or after the write); if even that does not reach it, the pass fails and the next one tries again. Writes
-whose event no cache receives (Events, a job's headless Service) record nothing.
+seen the write too. A cache that has not seen it within :data:`CATCH_UP_S` reopens its watch from the last version
+it saw (:meth:`~lyra.kubewatch.WatchCache.resume`; logged, :data:`RESUME_MESSAGE`): the server sends again every event
+after that version, the write's among them, so a stream that stalled is replaced and nothing is listed (``410 Gone``
+there makes the cache list, as always). If even that does not bring the write back in time, the pass fails and the
+next one tries again. Writes whose event no cache receives (Events, a job's headless Service) record nothing.
+
+Why not read the written objects again instead (a GET each): the object would enter the cache ahead of its watch,
+whose version would not move, so every later pass would wait for the same write again; the watch's older events about
+that object, still to come, would put older states back (and a deleted object back) unless the cache kept per-object
+versions and tombstones; and a stalled stream would stay stalled, every other object's changes with it.
 """
 
 from __future__ import annotations
@@ -28,16 +35,16 @@ from lyra.api import names
 from lyra.api.convert import node_gpu_type, node_pool
 from lyra.core.model import Pool
 from lyra.kubewatch import ApiSource, Source, WatchCache, list_all
-from lyra.kubewatch.cache import reached
+from lyra.kubewatch.cache import key_of, reached
 from lyra.kubewatch.kinds import DEPLOYMENTS, INFERENCE_SERVICES, NODES, PODS, TRAINING_JOBS, JsonObject, Kind
 
-#: How long a pass waits for a cache to see its previous writes before the cache lists again.
+#: How long a pass waits for a cache to see its previous writes before the cache reopens its watch.
 CATCH_UP_S = 5.0
 
 log = logging.getLogger("lyra.operator")
 
-#: The log line of a cache listing again because its watch did not bring a write back in time.
-RELIST_MESSAGE = "%s cache: the watch did not bring the write at %s back within %.0f s; listing again"
+#: The log line of a cache reopening its watch because the watch did not bring a write back in time.
+RESUME_MESSAGE = "%s cache: the watch did not bring the write at %s back within %.0f s; reopening it"
 
 #: The kinds a pass reads, by the name of ``read_world``'s argument.
 KINDS: Mapping[str, Kind] = {
@@ -57,7 +64,7 @@ _BY_RESOURCE_KIND = {
 
 
 class StaleCacheError(RuntimeError):
-    """A cache did not reach the version of a write the operator made, even after listing again."""
+    """A cache did not reach the version of a write the operator made, even after reopening its watch."""
 
 
 def cache_of(kind: str) -> str | None:
@@ -131,12 +138,12 @@ class ClusterCaches:
             cache = self.caches[name]
             if cache.wait_for(version, self.catch_up_s):
                 continue
-            log.info(RELIST_MESSAGE, cache.kind.name, version, self.catch_up_s)
-            cache.relist()
+            log.info(RESUME_MESSAGE, cache.kind.name, version, self.catch_up_s)
+            cache.resume()
             if not cache.wait_for(version, self.catch_up_s):
                 raise StaleCacheError(
                     f"the {cache.kind.name} cache is at version {cache.version or 'none'}, before the operator's "
-                    f"write at {version}, even after listing again"
+                    f"write at {version}, even after reopening its watch"
                 )
 
     def node_kinds(self) -> set[tuple[str, Pool]]:
@@ -148,6 +155,13 @@ class ClusterCaches:
             if pool is not None:
                 kinds.add((node_gpu_type(labels), pool))
         return kinds
+
+    def versions(self) -> dict[str, dict[str, str]]:
+        """Each kind's cached objects as key -> resourceVersion (the operator's ``/debug/caches``)."""
+        return {
+            name: {key_of(o): str(o["metadata"].get("resourceVersion") or "") for o in cache.snapshot()}
+            for name, cache in self.caches.items()
+        }
 
     def snapshot(self) -> dict[str, list[JsonObject]]:
         """Each kind's objects now, by ``read_world``'s argument names."""

@@ -6,16 +6,19 @@ and ``/readyz`` (readiness).
   the kubelet restarts the operator.
 * **readiness**: connected and synced: the last pass (or standby check) reached the API server and read what it
   needed. A standby replica is ready: it can take over.
+* ``/debug/caches``, only with ``--debug-endpoints`` (off by default): what the watch caches hold, as JSON, per kind
+  the map key (``namespace/name``) -> resourceVersion. Read-only; tests compare it with a fresh list.
 
 Served by the standard library's threading HTTP server in a daemon thread, beside the operator's event loop.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -26,6 +29,7 @@ from lyra.operator.metrics import OperatorMetrics
 log = logging.getLogger("lyra.operator")
 
 METRICS_PATH, LIVENESS_PATH, READINESS_PATH = "/metrics", "/healthz", "/readyz"
+CACHES_PATH = "/debug/caches"
 
 
 class Health:
@@ -61,9 +65,15 @@ class Health:
         return True, "ok"
 
 
-def serve(address: str, port: int, metrics: OperatorMetrics, health: Health) -> ThreadingHTTPServer:
+def serve(
+    address: str,
+    port: int,
+    metrics: OperatorMetrics,
+    health: Health,
+    caches: Callable[[], Mapping[str, Mapping[str, str]]] | None = None,
+) -> ThreadingHTTPServer:
     """Serve the endpoints in a daemon thread; ``server.shutdown()`` stops it. ``port`` 0 picks a free one
-    (``server.server_address``)."""
+    (``server.server_address``). ``caches``: what ``/debug/caches`` answers (``None``: the path is not served)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -74,6 +84,8 @@ def serve(address: str, port: int, metrics: OperatorMetrics, health: Health) -> 
                 ok, message = health.liveness() if path == LIVENESS_PATH else health.readiness()
                 status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
                 self._send(status, f"{message}\n".encode(), "text/plain; charset=utf-8")
+            elif path == CACHES_PATH and caches is not None:
+                self._send(HTTPStatus.OK, json.dumps(caches(), sort_keys=True).encode(), "application/json")
             else:
                 self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
 
@@ -90,5 +102,6 @@ def serve(address: str, port: int, metrics: OperatorMetrics, health: Health) -> 
     server = ThreadingHTTPServer((address, port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="lyra-http", daemon=True).start()
-    log.info("serving %s, %s and %s on %s:%d", METRICS_PATH, LIVENESS_PATH, READINESS_PATH, *server.server_address[:2])
+    paths = [METRICS_PATH, LIVENESS_PATH, READINESS_PATH] + ([CACHES_PATH] if caches is not None else [])
+    log.info("serving %s on %s:%d", ", ".join(paths), *server.server_address[:2])
     return server

@@ -67,6 +67,7 @@ class RunOptions:
 
     http_address: str = ""  # all interfaces
     http_port: int = 0  # 0: no metrics or health endpoints
+    debug_endpoints: bool = False  # also /debug/caches on http_port
 
     @property
     def liveness_window_s(self) -> float:
@@ -263,8 +264,9 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     reconciler = Reconciler(cluster, options, lease=lease)
     caches = cluster.caches or ClusterCaches.on_api(cluster.api)
     cluster.caches = caches
+    debug = caches.versions if options.debug_endpoints else None
     server = (
-        serve(options.http_address, options.http_port, reconciler.metrics, reconciler.health)
+        serve(options.http_address, options.http_port, reconciler.metrics, reconciler.health, debug)
         if options.http_port
         else None
     )

@@ -23,6 +23,8 @@ class FakeServer:
         self.watches: list[str] = []  # the versions each watch started from
         self.refusing: int | None = None  # while set, watch requests are refused with this HTTP status
         self.cutting = False  # while set, every watch stream ends at once, empty
+        self._opened = 0  # watch streams opened so far
+        self._stalled = 0  # streams opened up to this one deliver nothing more (until they end)
         self._cond = threading.Condition()
         self._stream = 0  # bumped to end every open stream
 
@@ -60,6 +62,11 @@ class FakeServer:
     def compact(self) -> None:
         with self._cond:
             self.compacted = self.version
+
+    def stall_streams(self) -> None:
+        """The streams open now stay open but deliver nothing more (a connection that hangs); new ones deliver."""
+        with self._cond:
+            self._stalled = self._opened
 
     def end_streams(self) -> None:
         """The server's watch timeout: every open stream ends normally."""
@@ -103,6 +110,8 @@ class FakeServer:
             self.watches.append(resource_version)
             refused = self.refusing
             stream = self._stream
+            self._opened += 1
+            serial = self._opened
         if refused is not None:
             raise WatchError(refused, "refused")
         if self.cutting:
@@ -114,9 +123,13 @@ class FakeServer:
         sent = start
         while True:
             with self._cond:
-                self._cond.wait_for(lambda at=sent: self._stream != stream or self.version > at, timeout=5)
+                self._cond.wait_for(
+                    lambda at=sent: self._stream != stream or (self.version > at and serial > self._stalled), timeout=5
+                )
                 if self._stream != stream:
                     return
+                if serial <= self._stalled:
+                    continue
                 events = [(at, kind, obj) for at, kind, obj in self.history if at > sent]
             for at, kind, obj in events:
                 sent = at

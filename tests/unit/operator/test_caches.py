@@ -1,5 +1,5 @@
 """The operator reads its watch caches, never lists in a pass, and reads only once the caches have seen its own
-last writes (listing again when the watch does not bring them in time)."""
+last writes (reopening the watch, never listing, when it does not bring them in time)."""
 
 from __future__ import annotations
 
@@ -52,22 +52,36 @@ def test_a_pass_waits_for_its_own_write_to_come_back(servers: dict[str, FakeServ
     assert caches.caches["pods"].lists == 1  # the watch brought it: no list
 
 
-def test_a_cache_whose_watch_does_not_bring_the_write_lists_again(
+def test_a_cache_whose_watch_does_not_bring_the_write_reopens_it_and_lists_nothing(
     servers: dict[str, FakeServer], caches: ClusterCaches
 ) -> None:
-    servers["nodes"].refusing = 500  # the nodes watch is down
-    servers["nodes"].end_streams()
+    servers["nodes"].stall_streams()  # the nodes watch hangs
     version = servers["nodes"].put(kubelet_node("t4-1", "inference", "serving"))
     caches.wrote("Node", version)
-    world = Cluster(client.ApiClient(), caches=caches).observe(NOW)  # a list still works
+    world = Cluster(client.ApiClient(), caches=caches).observe(NOW)  # a new watch brings it
     assert [n.name for n in world.nodes] == ["t4-0", "t4-1"]
-    assert caches.caches["nodes"].lists == 2
+    assert caches.caches["nodes"].lists == 1
+    assert len(servers["nodes"].watches) == 2
 
 
-def test_a_pass_refuses_to_read_a_cache_that_never_reaches_its_write(caches: ClusterCaches) -> None:
+def test_a_pass_refuses_to_read_a_cache_that_never_reaches_its_write(
+    servers: dict[str, FakeServer], caches: ClusterCaches
+) -> None:
+    servers["jobs"].refusing = 500  # the watch is down, lists would work: the cache does not list
     caches.wrote("TrainingJob", "1000")
-    with pytest.raises(StaleCacheError, match="trainingjobs cache"):
+    with pytest.raises(StaleCacheError, match=r"trainingjobs cache .* even after reopening its watch"):
         caches.catch_up()
+    assert caches.caches["jobs"].lists == 1
+
+
+def test_the_caches_say_each_objects_key_and_version(servers: dict[str, FakeServer], caches: ClusterCaches) -> None:
+    version = servers["pods"].put(kubelet_pod("new-worker", {"lyra.dev/role": "base"}, 1))
+    assert caches.caches["pods"].wait_for(version, TIMEOUT_S)
+    held = caches.versions()
+    assert set(held) == set(KINDS)
+    assert held["nodes"] == {"t4-0": servers["nodes"].objects["t4-0"]["metadata"]["resourceVersion"]}
+    assert sorted(held["pods"]) == sorted(k for k in servers["pods"].objects if "web" not in k)  # not a GPU pod
+    assert held["pods"][next(k for k in held["pods"] if k.endswith("new-worker"))] == version
 
 
 def test_writes_no_cache_receives_are_not_waited_for(caches: ClusterCaches) -> None:

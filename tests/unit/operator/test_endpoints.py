@@ -3,6 +3,7 @@ and /metrics serves the registry."""
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -70,3 +71,16 @@ def test_the_endpoints_answer_for_health_and_metrics(endpoints: tuple[str, Healt
     assert code == 200
     assert "lyra_leader 0.0" in body
     assert status_of(f"{url}/nothing")[0] == 404
+    assert status_of(f"{url}/debug/caches")[0] == 404  # only with --debug-endpoints
+
+
+def test_the_caches_debug_endpoint_answers_each_kinds_keys_and_versions() -> None:
+    held = {"pods": {"team/gpu-0": "41"}, "nodes": {"t4-0": "7"}}
+    server = serve("127.0.0.1", 0, OperatorMetrics(), Health(stale_after_s=30), caches=lambda: held)
+    try:
+        code, body = status_of(f"http://127.0.0.1:{server.server_address[1]}/debug/caches")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 200
+    assert json.loads(body) == held
