@@ -15,6 +15,7 @@ from lyra.api import names
 from lyra.operator.actions import ApplyDeployment, Emit
 from lyra.operator.commit import deployment_patch
 from lyra.operator.decide import decide
+from lyra.operator.runner import describe
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node
 from .test_decide import CONFIG, settle
@@ -174,3 +175,10 @@ def test_what_the_operator_derives_counts_too_a_new_scheduler_name_rolls_the_rep
     assert [(w.roll, w.manifest["spec"]["template"]["spec"]["schedulerName"]) for w in writes] == [
         (True, "lyra-scheduler")
     ]
+
+
+def test_a_dry_run_says_which_deployments_template_it_would_write() -> None:
+    cluster = two_types()
+    spec_of(cluster)["gpuType"] = A100
+    lines = describe(decide(cluster.world(), CONFIG))
+    assert "ApplyDeployment InferenceService serve/chat pod template and replicas (2 replicas)" in lines
