@@ -67,7 +67,7 @@ def test_status_writes_and_deletes_are_conditional_on_what_the_pass_read(
 def test_a_deployments_template_is_written_over_what_the_pass_read(
     local_cluster: ControlPlane, kube_api: client.ApiClient, namespace: str
 ) -> None:
-    """A Deployment changed since the pass read it (here, scaled) keeps its template: the write is deferred."""
+    """A Deployment changed since the pass read it (here, relabelled) keeps its template: the write is deferred."""
     cluster = Cluster(kube_api)
     apps = client.AppsV1Api(kube_api)
     ref = ObjectRef(names.INFERENCE_SERVICE_KIND, namespace, "chat", "uid-chat")
@@ -81,13 +81,20 @@ def test_a_deployments_template_is_written_over_what_the_pass_read(
         made["metadata"].pop("ownerReferences")  # no InferenceService owns it here
         return made
 
+    def settled() -> str:
+        """The Deployment's resourceVersion once its controller has written its status (it writes nothing more)."""
+        deployment = apps.read_namespaced_deployment("chat", namespace)
+        done = deployment.status.observed_generation == deployment.metadata.generation
+        return str(deployment.metadata.resource_version) if done else ""
+
     apps.create_namespaced_deployment(namespace, cast(Any, rendered("registry.invalid/server:1")))
-    read = apps.read_namespaced_deployment("chat", namespace).metadata.resource_version
-    apps.patch_namespaced_deployment_scale("chat", namespace, {"spec": {"replicas": 1}})  # after the pass read it
+    read = wait_for(settled, 30, "the Deployment controller to write the Deployment's status")
+    edit = {"metadata": {"labels": {"edited": "by-hand"}}}  # after the pass read it
+    apps.patch_namespaced_deployment("chat", namespace, edit)
     write = ApplyDeployment(ref, rendered("registry.invalid/server:2"), create=False, roll=True, resource_version=read)
     assert cluster.apply(Decision((write,)), time.time()).results == (DEFERRED,)
     assert apps.read_namespaced_deployment("chat", namespace).spec.template.spec.containers[0].image.endswith(":1")
-    fresh = apps.read_namespaced_deployment("chat", namespace).metadata.resource_version
+    fresh = wait_for(settled, 30, "the Deployment settled")
     again = ApplyDeployment(ref, write.manifest, create=False, roll=True, resource_version=fresh)
     assert cluster.apply(Decision((again,)), time.time()).results == (APPLIED,)
     written = apps.read_namespaced_deployment("chat", namespace)
