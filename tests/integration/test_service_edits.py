@@ -9,6 +9,7 @@ The cluster is the module's own and small: two inference servers of T4 and two o
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,9 @@ def test_a_new_image_and_gpu_type_roll_the_deployment_onto_servers_of_the_new_ty
             custom(api).patch_namespaced_custom_object(
                 names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": edit}
             )
+            edited = time.monotonic()
             wait_for(lambda: rolled_onto(api, namespace, IMAGE_2, A100), DEADLINE_S, "2 new replicas on the A100s")
+            print(f"both replicas rolled onto the A100 servers {time.monotonic() - edited:.1f} s after the edit")
             deployment = client.AppsV1Api(api).read_namespaced_deployment("chat", namespace)
             assert deployment.metadata.annotations[names.TEMPLATE_HASH_ANNOTATION] != hashed
             (container,) = deployment.spec.template.spec.containers
