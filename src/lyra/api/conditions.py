@@ -49,6 +49,9 @@ REPLICAS_PENDING: Final = "ReplicasPending"
 NAMESPACE_CAP: Final = "NamespaceCap"
 WITHIN_CAP: Final = "WithinCap"
 SCALED: Final = "Scaled"
+#: The service's rendered pod template changed (its template, gpuType, or what the operator derives): the Deployment's
+#: template is written and the Deployment rolls the replicas.
+TEMPLATE_CHANGED: Final = "TemplateChanged"
 #: Every replica that needed a reclaim's servers runs (the Event says how long they waited).
 RECLAIM_SERVED: Final = "ReclaimServed"
 

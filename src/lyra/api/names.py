@@ -30,6 +30,12 @@ TAINT_EFFECT: Final = "NoSchedule"
 RECLAIM_STARTED_ANNOTATION: Final = f"{GROUP}/reclaim-started"
 IDLE_SINCE_ANNOTATION: Final = f"{GROUP}/idle-since"
 
+# Deployment annotations the operator keeps.
+#: On an InferenceService's Deployment: the hash of the pod template the operator rendered for it (the service's
+#: template with everything the operator derives: GPUs, GPU-type affinity, tolerations, scheduler name). A service
+#: whose rendered template hashes otherwise (or a Deployment without it) has its Deployment's template written.
+TEMPLATE_HASH_ANNOTATION: Final = f"{GROUP}/template-hash"
+
 # Pod labels.
 ROLE_LABEL: Final = f"{GROUP}/role"
 ROLE_BASE: Final = "base"

@@ -14,7 +14,8 @@ managed fields and images. What is kept, per kind:
   names and resources; ``status`` phase, reason, message, start time, conditions (without ``lastProbeTime``) and
   container statuses (without image digests and container IDs);
 * Lyra's Deployments (server-side selector on the service label): ``spec.replicas`` and the replica counts and
-  conditions of ``status``;
+  conditions of ``status`` (not the pod template: the operator compares the template hash annotation it wrote,
+  ``lyra.dev/template-hash``, kept with Lyra's annotations);
 * TrainingJobs and InferenceServices: everything but managed fields (they are Lyra's own, and small).
 """
 

@@ -83,11 +83,15 @@ class CreatePod:
 
 @dataclass(frozen=True, slots=True)
 class ApplyDeployment:
-    """Create an InferenceService's Deployment, or set its replicas (``create`` False)."""
+    """Create an InferenceService's Deployment (``create``), or bring the existing one to ``manifest``: its replicas,
+    and with ``roll`` its pod template and template hash too (the Deployment then rolls its replicas), written over
+    the Deployment's ``resource_version`` as the pass read it (refused if it changed since)."""
 
     ref: ObjectRef
     manifest: Mapping[str, Any]
     create: bool
+    roll: bool = False
+    resource_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,11 +141,7 @@ class Cluster:
                     blocked.add(key)
                     results.append(DEFERRED)
                     continue
-                if (
-                    error.status == 409
-                    and isinstance(action, CreatePod | CreateService | ApplyDeployment)
-                    and _already_exists(error)
-                ):
+                if error.status == 409 and _creates(action) and _already_exists(error):
                     applied += 1
                     results.append(APPLIED)
                     continue
@@ -165,7 +161,9 @@ class Cluster:
                     isinstance(action, PatchStatus | SetNodeState)
                     or (isinstance(action, ApplyDeployment) and not action.create)
                 )
-                if gone or (error.status == 409 and isinstance(action, SetNodeState | PatchStatus | DeletePod)):
+                if gone or (
+                    error.status == 409 and isinstance(action, SetNodeState | PatchStatus | DeletePod | ApplyDeployment)
+                ):
                     # gone, or changed since the pass read it: the next pass reads it afresh
                     log.info("%s: %s; its dependants wait for the next pass", describe(action), reason)
                     results.append(DEFERRED)
@@ -329,10 +327,11 @@ class Cluster:
                     action.ref.namespace, cast(Any, dict(action.manifest)), **raw
                 )
             else:
-                replicas = action.manifest["spec"]["replicas"]
                 response = self.apps.patch_namespaced_deployment(
-                    action.ref.name, action.ref.namespace, {"spec": {"replicas": replicas}}, **raw
+                    action.ref.name, action.ref.namespace, deployment_patch(action), **raw
                 )
+                if action.roll:
+                    log.info("Deployment %s: pod template written (it rolls the replicas)", action.ref.key)
             return _version_in(response)
         elif isinstance(action, Emit):
             self._event(action, now)
@@ -385,6 +384,24 @@ class FencedPool:
         return getattr(self.pool, name)
 
 
+def deployment_patch(action: ApplyDeployment) -> dict[str, Any]:
+    """The strategic merge patch that brings an existing Deployment to ``action.manifest``: its replicas; with
+    ``roll``, its pod template too, replaced whole (``$patch: replace``: a container, variable or volume the template
+    no longer has is gone, not merged back by name), and its template hash, written over the resourceVersion the
+    pass read (a Deployment changed since is refused, 409, and read afresh by the next pass)."""
+    spec = action.manifest["spec"]
+    if not action.roll:
+        return {"spec": {"replicas": spec["replicas"]}}
+    hashed = action.manifest["metadata"]["annotations"][names.TEMPLATE_HASH_ANNOTATION]
+    return {
+        "metadata": {
+            "resourceVersion": action.resource_version or None,
+            "annotations": {names.TEMPLATE_HASH_ANNOTATION: hashed},
+        },
+        "spec": {"replicas": spec["replicas"], "template": {**spec["template"], "$patch": "replace"}},
+    }
+
+
 def _written_kind(action: Action) -> str:
     """The kind of the object an action writes (what :meth:`ClusterCaches.wrote` files its version under)."""
     if isinstance(action, SetNodeState):
@@ -404,6 +421,11 @@ def _version_in(response: Any) -> str:
         return ""
     meta = body.get("metadata") if isinstance(body, dict) else None
     return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+
+
+def _creates(action: Action) -> bool:
+    """Whether an action creates its object (a 409 AlreadyExists then means done)."""
+    return isinstance(action, CreatePod | CreateService) or (isinstance(action, ApplyDeployment) and action.create)
 
 
 def _already_exists(error: ApiException) -> bool:

@@ -121,7 +121,8 @@ def describe(action: Action) -> str:
     if isinstance(action, CreateService):
         return f"creating Service {action.ref.key}"
     if isinstance(action, ApplyDeployment):
-        return f"{'creating' if action.create else 'scaling'} Deployment {action.ref.key}"
+        doing = "creating" if action.create else "writing the pod template of" if action.roll else "scaling"
+        return f"{doing} Deployment {action.ref.key}"
     assert isinstance(action, Emit)
     return f"posting Event {action.reason} on {action.ref.kind} {action.ref.key}"
 

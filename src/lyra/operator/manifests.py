@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -280,6 +281,10 @@ def deployment(
     )
     if scheduler_name:
         spec["schedulerName"] = scheduler_name
+    pod_template = {
+        "metadata": {"labels": labels, **({"annotations": annotations} if annotations else {})},
+        "spec": spec,
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -287,17 +292,24 @@ def deployment(
             "name": service,
             "namespace": namespace,
             "labels": selector,
+            "annotations": {names.TEMPLATE_HASH_ANNOTATION: template_hash(pod_template)},
             "ownerReferences": [_owner(names.INFERENCE_SERVICE_KIND, service, service_uid)],
         },
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": labels, **({"annotations": annotations} if annotations else {})},
-                "spec": spec,
-            },
-        },
+        "spec": {"replicas": replicas, "selector": {"matchLabels": selector}, "template": pod_template},
     }
+
+
+def template_hash(pod_template: Mapping[str, Any]) -> str:
+    """The hash a Deployment records of the pod template the operator rendered for it (SHA-256 of its canonical JSON,
+    16 hex digits). The operator compares it with the hash of what it would render now, never with the live
+    template, which the API server fills with defaults (``imagePullPolicy``, ``terminationMessagePath``...)."""
+    canonical = json.dumps(pod_template, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def recorded_template_hash(manifest: Mapping[str, Any]) -> str:
+    """The template hash a Deployment manifest (built by :func:`deployment`) carries."""
+    return str(manifest["metadata"]["annotations"][names.TEMPLATE_HASH_ANNOTATION])
 
 
 def _tenant_part(template: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:

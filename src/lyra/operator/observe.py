@@ -189,6 +189,11 @@ class ServiceRecord:
     deployment_replicas: int | None  # None: no Deployment yet
     ready_replicas: int
     resource_version: str = ""  # the status write is conditional on it
+    #: The template hash the Deployment records (``names.TEMPLATE_HASH_ANNOTATION``; "" when there is no Deployment
+    #: or one made by an operator older than the hash), and the Deployment's resourceVersion (a template write is
+    #: conditional on it).
+    deployment_template_hash: str = ""
+    deployment_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,4 +553,8 @@ def _read_service(
         deployment_replicas=deployment.spec.replicas if deployment is not None else None,
         ready_replicas=deployment.status.ready_replicas if deployment is not None else 0,
         resource_version=meta.resource_version,
+        deployment_template_hash=(
+            deployment.metadata.annotations.get(names.TEMPLATE_HASH_ANNOTATION, "") if deployment is not None else ""
+        ),
+        deployment_version=deployment.metadata.resource_version if deployment is not None else "",
     )

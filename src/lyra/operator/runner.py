@@ -34,7 +34,7 @@ from kubernetes import client
 from lyra import __version__
 from lyra.api import names
 from lyra.core.gpus import MemoryDisagreement
-from lyra.operator.actions import Decision, PatchStatus, SetNodeState
+from lyra.operator.actions import ApplyDeployment, Decision, PatchStatus, SetNodeState
 from lyra.operator.caches import ClusterCaches
 from lyra.operator.commit import Cluster
 from lyra.operator.config import LoopSettings
@@ -84,6 +84,10 @@ def describe(decision: Decision) -> list[str]:
             lines.append(f"node {action.node}: {action.state.value} ({action.reason})")
         elif isinstance(action, PatchStatus):
             lines.append(f"status of {action.ref.kind} {action.ref.key}: {', '.join(action.changed)}")
+        elif isinstance(action, ApplyDeployment):
+            what = "create" if action.create else "pod template and replicas" if action.roll else "replicas"
+            replicas = action.manifest["spec"]["replicas"]
+            lines.append(f"ApplyDeployment {action.ref.kind} {action.ref.key} {what} ({replicas} replicas)")
         else:
             detail = getattr(action, "reason", "")
             message = getattr(action, "message", "")

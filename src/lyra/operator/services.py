@@ -1,6 +1,14 @@
 """The inference side of a pass: each InferenceService's replicas (from its spec or its load), its Deployment, its
 status, and the servers of each GPU type inference needs (:mod:`lyra.operator.sizing`).
 
+Each pass renders the Deployment a service wants (:func:`lyra.operator.manifests.deployment`: the service's template
+with the GPUs, the GPU-type node affinity, the tolerations and the scheduler name the operator derives) and compares
+the hash of its pod template with the one the live Deployment records (``lyra.dev/template-hash``). A Deployment whose
+replicas differ is scaled; one whose hash differs, or that records none (made by an older operator), gets the
+rendered template and hash written with its replicas, conditional on the resourceVersion the pass read, and an Event
+``TemplateChanged``; the Deployment controller then rolls the replicas. Edits made to the Deployment by hand are not
+undone until the service's rendering changes.
+
 A service whose replicas wait while servers of their GPU type are reclaimed from training carries
 ``status.reclaim`` (since when); once all its replicas run, an Event ``ReclaimServed`` says how long they waited, the
 pass's report lists it under ``reclaim_waits`` (for metrics), and the record is cleared. The start is read from
@@ -19,6 +27,7 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from lyra.api import conditions
 from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, wire
@@ -75,9 +84,9 @@ class ServiceBook:
                 )
                 self.service_status(service, replicas, gpu_type, 0, (conditions.NO_SERVERS, reason))
                 continue
-            refused = self.refusal(service, gpu_type)
-            if refused is not None:  # this service alone: no Deployment, no demand
-                self.service_status(service, 0, gpu_type, 0, (conditions.INVALID_SPEC, refused))
+            built = self.build(service, gpu_type)
+            if isinstance(built, str):  # this service alone: no Deployment, no demand
+                self.service_status(service, 0, gpu_type, 0, (conditions.INVALID_SPEC, built))
                 continue
             wanted, replicas = replicas, self.within_cap(service, replicas)
             demands[gpu_type][service.spec.gpus_per_replica] += replicas
@@ -85,7 +94,7 @@ class ServiceBook:
                 self.users[gpu_type].append(f"{service.ref.key} ({replicas} replicas)")
             needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, server_gpus)
             self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None, wanted=wanted)
-            self.deployment(service, replicas, gpu_type)
+            self.deployment(service, replicas, built)
         demand = servers_needed(dict(demands), server_gpus)
         for gpu_type in types:
             demand.setdefault(gpu_type, 0)
@@ -141,13 +150,14 @@ class ServiceBook:
             self.changes.emit(service.ref, conditions.CAPPED, message, warning=True)
         return status
 
-    def refusal(self, service: ServiceRecord, gpu_type: str) -> str | None:
-        """Why no Deployment can be made from the service's template (naming the field), or ``None``."""
+    def build(self, service: ServiceRecord, gpu_type: str) -> dict[str, Any] | str:
+        """The Deployment the service wants (with 0 replicas, set by :meth:`deployment`), or why none can be made
+        from its template (naming the field)."""
         problem = template_problem(service.spec.template, "gpusPerReplica")
         if problem is not None:
             return f"the replicas cannot be built: {problem}"
         try:
-            manifests.deployment(
+            return manifests.deployment(
                 namespace=service.ref.namespace,
                 service=service.ref.name,
                 service_uid=service.ref.uid,
@@ -160,24 +170,31 @@ class ServiceBook:
         except Exception as error:  # a bug in building it stops this service only, and says so
             log.exception("InferenceService %s: its Deployment cannot be built", service.ref.key)
             return f"the replicas cannot be built: {type(error).__name__}: {error}"
-        return None
 
-    def deployment(self, service: ServiceRecord, replicas: int, gpu_type: str) -> None:
-        if service.deployment_replicas == replicas:
+    def deployment(self, service: ServiceRecord, replicas: int, manifest: dict[str, Any]) -> None:
+        """Create the service's Deployment, or bring it to ``replicas`` and, when the template hash it records is not
+        that of the pod template rendered now (or it records none: an older operator's), to the rendered template."""
+        manifest["spec"]["replicas"] = replicas
+        wanted = manifests.recorded_template_hash(manifest)
+        if service.deployment_replicas is None:
+            self.changes.actions.append(ApplyDeployment(service.ref, manifest, create=True))
             return
-        manifest = manifests.deployment(
-            namespace=service.ref.namespace,
-            service=service.ref.name,
-            service_uid=service.ref.uid,
-            replicas=replicas,
-            template=service.spec.template.body(),
-            gpus_per_replica=service.spec.gpus_per_replica,
-            gpu_type=gpu_type,
-            scheduler_name=self.scheduler_name,
+        roll = service.deployment_template_hash != wanted
+        if not roll and service.deployment_replicas == replicas:
+            return
+        action = ApplyDeployment(
+            service.ref, manifest, create=False, roll=roll, resource_version=service.deployment_version
         )
-        self.changes.actions.append(ApplyDeployment(service.ref, manifest, create=service.deployment_replicas is None))
-        if service.deployment_replicas is not None:
+        self.changes.actions.append(action)
+        if service.deployment_replicas != replicas:
             self.changes.emit(service.ref, conditions.SCALED, f"replicas {service.deployment_replicas} -> {replicas}")
+        if roll:
+            was = service.deployment_template_hash or "none (made by an earlier version of the operator)"
+            self.changes.emit(
+                service.ref,
+                conditions.TEMPLATE_CHANGED,
+                f"the replicas' pod template changed (template hash {was} -> {wanted}): the Deployment rolls them",
+            )
 
     def service_status(
         self,

@@ -122,7 +122,10 @@ def service(name: str) -> dict[str, Any]:
 
 def deployment(name: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "serve", "labels": {"lyra.dev/service": name}, "generation": 3},
+        "metadata": {"name": name, "namespace": "serve", "labels": {"lyra.dev/service": name}, "generation": 3,
+                     "resourceVersion": "9",
+                     "annotations": {"lyra.dev/template-hash": "0123456789abcdef",
+                                     "deployment.kubernetes.io/revision": "2"}},
         "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "server"}]}}},
         "status": {"replicas": 2, "readyReplicas": 1, "observedGeneration": 3},
     }  # fmt: skip
@@ -153,6 +156,17 @@ def test_a_world_read_from_slimmed_objects_is_the_world_read_from_the_api_server
     assert read_world(NOW, **slim) == read_world(NOW, **objects)
     assert len(read_world(NOW, **slim).pods) == 3
     assert len(json.dumps(slim)) < len(json.dumps(objects)) / 3
+
+
+def test_a_deployment_keeps_its_template_hash_and_version_and_not_its_template() -> None:
+    slim = DEPLOYMENTS.slim(deployment("svc"))
+    assert slim["metadata"]["annotations"] == {"lyra.dev/template-hash": "0123456789abcdef"}
+    assert slim["metadata"]["resourceVersion"] == "9"
+    assert slim["spec"] == {"replicas": 2}
+    (service_record,) = read_world(
+        NOW, nodes=[], pods=[], jobs=[], services=[service("svc")], deployments=[slim]
+    ).services
+    assert (service_record.deployment_template_hash, service_record.deployment_version) == ("0123456789abcdef", "9")
 
 
 def test_pods_are_kept_when_they_ask_for_gpus_or_carry_lyras_labels() -> None:

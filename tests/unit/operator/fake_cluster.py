@@ -110,9 +110,12 @@ class FakeCluster:
         self.services: dict[str, dict[str, Any]] = {}
         self.deployments: dict[str, dict[str, Any]] = {}
         self.headless: dict[str, dict[str, Any]] = {}  # Services, by namespace/name
+        #: The template each replica was made from (what a ReplicaSet's pod-template-hash says), by pod key.
+        self.made_from: dict[str, dict[str, Any]] = {}
         self.events: list[Emit] = []
         self.now = now
         self.uids = 0
+        self.versions = 0  # the resourceVersions of Deployments
         self.memory: HealthMemory | None = None  # the running operator's memory of GPU dips, when a test keeps one
 
     # -- objects -------------------------------------------------------------------------------------------------
@@ -205,10 +208,30 @@ class FakeCluster:
             self.events.append(action)
 
     def _deploy(self, action: ApplyDeployment) -> None:
-        body = copy.deepcopy(dict(action.manifest))
+        """Create, scale (only ``spec.replicas`` changes) or, with ``roll``, write the template and its hash too; the
+        Deployment controller then replaces every replica made from another template (all at once, for brevity)."""
+        manifest = copy.deepcopy(dict(action.manifest))
         key = action.ref.key
-        self.deployments[key] = body
-        body["status"] = {"replicas": 0, "readyReplicas": 0}
+        body = self.deployments.get(key)
+        if action.create or body is None:
+            body = self.deployments[key] = manifest
+            body["status"] = {"replicas": 0, "readyReplicas": 0}
+        else:
+            body["spec"]["replicas"] = manifest["spec"]["replicas"]
+            if action.roll:
+                body["spec"]["template"] = manifest["spec"]["template"]
+                annotations = body["metadata"].setdefault("annotations", {})
+                annotations.update(manifest["metadata"]["annotations"])
+        self.versions += 1
+        body["metadata"]["resourceVersion"] = str(self.versions)
+        template = body["spec"]["template"]
+        for stale in [
+            k
+            for k, p in self.pods.items()
+            if p["metadata"]["labels"].get("lyra.dev/service") == action.ref.name and self.made_from.get(k) != template
+        ]:
+            del self.pods[stale]
+            self.made_from.pop(stale, None)
         mine = sorted(
             k for k, p in self.pods.items() if p["metadata"]["labels"].get("lyra.dev/service") == action.ref.name
         )
@@ -218,6 +241,7 @@ class FakeCluster:
         for index in range(len(mine), replicas):
             template = copy.deepcopy(body["spec"]["template"])
             name = f"{action.ref.name}-r{index}"
+            self.made_from[f"{action.ref.namespace}/{name}"] = copy.deepcopy(body["spec"]["template"])
             self.pods[f"{action.ref.namespace}/{name}"] = {
                 "metadata": {
                     **template["metadata"],

@@ -205,6 +205,15 @@ SCENARIOS = [
         [inference_service("chat", 1)],
         lambda c: c.services["serve/chat"]["spec"].update(replicas=20),
     ),
+    Scenario(
+        "service-edit",  # a new image and GPU type: the Deployment's template is written, its replicas move
+        [node(f"t{i}", "inference", T4) for i in range(2)] + [node(f"a{i}", "inference", A100) for i in range(2)],
+        [training_job("e", 1, 16, gpuTypes=[A100])],
+        [inference_service("chat", 2, gpus=4, gpuType=T4)],
+        lambda c: c.services["serve/chat"]["spec"].update(
+            gpuType=A100, template={"spec": {"containers": [{"name": "server", "image": "server:2"}]}}
+        ),
+    ),
 ]
 
 

@@ -459,6 +459,60 @@ def test_a_refused_deployment_is_reported_on_its_service_and_the_other_service_i
     assert condition(fake, "serve/chat", "Ready")["status"] == "True"
 
 
+def test_a_refused_template_write_is_reported_on_its_service_and_the_other_services_template_is_written() -> None:
+    fake = FakeCluster([node(f"t{i}", "inference", T4) for i in range(4)])
+    for name in ("denied", "chat"):
+        fake.add_service(inference_service(name, 2))
+    cluster = FaultyCluster(fake=fake)
+    cluster.run()
+    for name in ("denied", "chat"):  # both get a new image
+        fake.services[f"serve/{name}"]["spec"]["template"]["spec"]["containers"][0]["image"] = "server:2"
+    cluster.faults.append(
+        Fault(
+            lambda a: isinstance(a, ApplyDeployment) and a.roll and a.ref.name == "denied",
+            422,
+            "Invalid",
+            'admission webhook "images.example.com" denied the request: unsigned image server:2',
+        )
+    )
+    outcome = cluster.run()
+    assert outcome.failed == 1
+    image = "spec", "template", "spec", "containers"
+    assert _dig(fake.deployments["serve/chat"], image)[0]["image"] == "server:2"
+    assert _dig(fake.deployments["serve/denied"], image)[0]["image"] == "server:1"
+    fake.tick(1)
+    cluster.run()
+    applied = condition(fake, "serve/denied", "Applied")
+    assert (applied["status"], applied["reason"]) == ("False", "Invalid")
+    assert "writing the pod template of Deployment serve/denied failed: 422 Invalid" in applied["message"]
+    chat = status_of(fake, "serve/chat").get("conditions", [])
+    assert not [c for c in chat if c["type"] == "Applied" and c["status"] == "False"], "chat's writes went through"
+
+
+def test_a_template_write_over_a_deployment_changed_since_the_pass_read_it_is_deferred_not_counted_done() -> None:
+    fake = FakeCluster([node("t0", "inference", T4)])
+    fake.add_service(inference_service("chat", 1))
+    cluster = FaultyCluster(fake=fake)
+    cluster.run()
+    fake.services["serve/chat"]["spec"]["template"]["spec"]["containers"][0]["image"] = "server:2"
+    conflict = Fault(lambda a: isinstance(a, ApplyDeployment), 409, "Conflict", "the object has been modified")
+    cluster.faults.append(conflict)
+    decision = decide(fake.world(), CONFIG)
+    outcome = cluster.apply(decision, fake.now)
+    writes = [r for a, r in zip(decision.actions, outcome.results, strict=True) if isinstance(a, ApplyDeployment)]
+    assert writes == ["deferred"]
+    assert outcome.failed == 0, "a conflict is no refusal: the next pass reads the Deployment afresh"
+    cluster.faults.remove(conflict)
+    cluster.run()
+    assert fake.deployments["serve/chat"]["spec"]["template"]["spec"]["containers"][0]["image"] == "server:2"
+
+
+def _dig(body: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        body = body[key]
+    return body
+
+
 def fresh(scenario: Scenario) -> FakeCluster:
     """The scenario's objects, not yet decided on: the first pass labels, taints, starts and deploys everything."""
     cluster = FakeCluster(scenario.nodes)

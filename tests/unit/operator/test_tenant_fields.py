@@ -21,6 +21,7 @@ from lyra.operator.actions import CreatePod
 from lyra.operator.decide import OperatorConfig, decide
 
 from .fake_cluster import A100, FakeCluster, inference_service, node, training_job
+from .test_decide import CONFIG, settle
 from .test_placement_rules import admitted, labels_and_taints, node_kinds
 
 CONTAINERS = [{"name": "main", "image": "x.invalid/a:1"}]
@@ -197,3 +198,31 @@ def test_a_hostile_template_admits_exactly_the_nodes_a_clean_one_admits(kind: st
                 hostile_spec = _replica_template(HOSTILE, wanted)["spec"]
                 clean_spec = _replica_template(clean, wanted)["spec"]
             assert admitted(hostile_spec, labels, taints) == admitted(clean_spec, labels, taints), (pool, state)
+
+
+def _in(namespace: str, name: str, low: int, high: int, **spec: Any) -> dict[str, Any]:
+    body = training_job(name, low, high, **spec)
+    body["metadata"]["namespace"] = namespace
+    return body
+
+
+def test_another_namespaces_queued_base_takes_only_flexible_workers_even_at_the_highest_priority() -> None:
+    """What a tenant's TrainingJob can do to another namespace's running job through the allocation: scale in its
+    flexible workers to start a base gang (in queue order, which spec.priority leads), never touch its base."""
+    cluster = FakeCluster([node("a0", "training", A100), node("a1", "training", A100)])  # 16 GPUs
+    cluster.jobs["team-a/elastic"] = _in("team-a", "elastic", 2, 16)
+    settle(cluster)
+    assert len(cluster.workers("elastic")) == 16
+    cluster.jobs["team-b/urgent"] = _in("team-b", "urgent", 4, 4, priority=1_000_000)
+    settle(cluster, config=CONFIG)
+    elastic = cluster.jobs["team-a/elastic"]["status"]
+    assert cluster.jobs["team-b/urgent"]["status"]["phase"] == "Running"
+    assert (elastic["phase"], len(cluster.workers("elastic")), elastic["preemptions"]) == ("Running", 12, 0)
+    resized = [e.message for e in cluster.events if e.ref.key == "team-a/elastic" and e.reason == "Resized"]
+    assert resized == ["workers 16 -> 12 (4 on a0, 8 on a1)"]
+    cluster.jobs["team-b/huge"] = _in("team-b", "huge", 14, 14, priority=1_000_000)  # needs elastic's base too
+    settle(cluster, config=CONFIG)
+    assert cluster.jobs["team-b/huge"]["status"]["phase"] == "Queued"
+    elastic = cluster.jobs["team-a/elastic"]["status"]
+    assert (elastic["phase"], elastic["preemptions"]) == ("Running", 0), "a base is never taken by the allocation"
+    assert sorted(p["metadata"]["labels"]["lyra.dev/role"] for p in cluster.workers("elastic")).count("base") == 2
