@@ -32,7 +32,8 @@ CHECKS = (
     "the operator's build",
     "the extender answered the scheduler",
     "servers lent",
-    "a reclaim counted",
+    "4 T4 servers serving inference",
+    "the reclaims for 32 replicas counted (at most one came before)",
 )
 PASSED = re.compile(r"newcomer path: passed in (\d+) s: Prometheus answered Lyra's metrics")
 
