@@ -23,6 +23,10 @@ binaries: install ## Build or restore the cached Kubernetes binaries for the loc
 demo: binaries ## Local cluster with 12 fake GPU nodes, a GPU pod, the what-if planner and a 3-day trace replay.
 	bash hack/demo.sh
 
+.PHONY: newcomer
+newcomer: binaries ## Run docs/operations.md's newcomer path (hack/newcomer.sh): clone, chart, operator, Prometheus, checked.
+	bash hack/newcomer.sh
+
 .PHONY: test
 test: install binaries ## Run every test: lint, unit and proofs, integration and e2e on the local control plane, torchrun.
 	$(MAKE) lint
@@ -69,7 +73,7 @@ crds: install ## Regenerate manifests/crds and the chart's CRD templates from th
 	$(RUN) lyra chart generate
 
 .PHONY: chart
-chart: install ## Regenerate the chart's generated files (CRDs, scheduler config, alerts, dashboards, values schema) and docs.
+chart: install ## Regenerate the chart's generated files (CRDs, scheduler config, alerts, dashboards, values schema) and docs/operations.md's generated parts.
 	$(RUN) lyra chart generate
 
 .PHONY: manifests

@@ -2,9 +2,10 @@
 
 ``lyra chart generate`` writes what :mod:`lyra.chart.sources` generates into ``helm/lyra`` (CRD templates, the bundled
 scheduler's configuration, the alerts, the Grafana dashboards' ConfigMaps, ``values.yaml``, ``values.schema.json``),
-the dashboards to import into Grafana into ``dashboards/`` and the values and dashboards references into
-docs/operations.md; ``lyra chart manifests`` renders the chart with its default values into ``manifests/`` (helm from
-the binary cache). With ``--check`` either writes nothing and exits 1 naming the files that differ.
+the dashboards to import into Grafana into ``dashboards/``, and into docs/operations.md the values and dashboards
+references and the newcomer's path's commands (hack/newcomer.sh's, :mod:`lyra.chart.newcomer`); ``lyra chart
+manifests`` renders the chart with its default values into ``manifests/`` (helm from the binary cache). With
+``--check`` either writes nothing and exits 1 naming the files that differ.
 Exit codes: 0 written or up to date, 1 drift found or the chart cannot be rendered, 2 bad input."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 DEFAULT_CHART = Path("helm/lyra")
 DEFAULT_DOCS = Path("docs/operations.md")
 DEFAULT_DASHBOARDS = Path("dashboards")
+DEFAULT_NEWCOMER_SCRIPT = Path("hack/newcomer.sh")
 DEFAULT_MANIFESTS = Path("manifests")
 
 
@@ -36,6 +38,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         type=Path,
         default=DEFAULT_DASHBOARDS,
         help=f"Grafana dashboards' JSON; default: {DEFAULT_DASHBOARDS}",
+    )
+    generate.add_argument(
+        "--newcomer-script",
+        type=Path,
+        default=DEFAULT_NEWCOMER_SCRIPT,
+        help=f"the newcomer's path, whose commands the docs show; default: {DEFAULT_NEWCOMER_SCRIPT}",
     )
     generate.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file differs")
     generate.set_defaults(run=run_generate)
@@ -66,7 +74,7 @@ def _write_or_check(wanted: dict[Path, str], check: bool, remedy: str) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from lyra.chart import dashboards
+    from lyra.chart import dashboards, newcomer
     from lyra.chart.sources import generated_files, with_reference
 
     chart: Path = args.chart_dir
@@ -76,7 +84,13 @@ def run_generate(args: argparse.Namespace) -> int:
     wanted = {chart / name: text for name, text in generated_files().items()}
     wanted |= {args.dashboards_dir / name: text for name, text in dashboards.dashboard_files().items()}
     try:
-        wanted[args.docs] = dashboards.with_reference(with_reference(args.docs.read_text()))
+        steps = newcomer.script_steps(args.newcomer_script.read_text())
+    except (OSError, ValueError) as error:
+        print(f"lyra chart generate: {args.newcomer_script}: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        document = dashboards.with_reference(with_reference(args.docs.read_text()))
+        wanted[args.docs] = newcomer.with_commands(document, steps)
     except (OSError, ValueError) as error:
         print(f"lyra chart generate: {args.docs}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
