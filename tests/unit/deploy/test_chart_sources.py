@@ -144,3 +144,17 @@ def leaves(document: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 UNTYPED_MAPS = ("nodeSelector", "affinity", "labels")
+
+
+def test_the_alerts_table_in_the_operations_guide_names_exactly_the_charts_alerts() -> None:
+    """The table is written by hand (its "first check" column is advice); its alerts and severities are the
+    chart's."""
+    section = DOCS.read_text().split("## Alerts", 1)[1].split("\n## ", 1)[0]
+    documented: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `Lyra"):
+            name, _, severity = cells[0].partition(" ")
+            documented[name.strip("`")] = severity.strip("()")
+    generated = {rule["alert"]: rule["labels"]["severity"] for rule in sources.alerts()}
+    assert documented == generated
