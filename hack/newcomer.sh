@@ -105,9 +105,10 @@ cluster_started=yes # `lyra cluster down` cleans up after a start that failed ha
 # the ports on 127.0.0.1: set these variables first if 8080, 8888 or 9090 is taken
 export OPERATOR_PORT=${OPERATOR_PORT:-8080} EXTENDER_PORT=${EXTENDER_PORT:-8888}
 export PROMETHEUS_PORT=${PROMETHEUS_PORT:-9090}
-uv run lyra cluster up --extender-url http://127.0.0.1:$EXTENDER_PORT
+uv run lyra cluster up --extender-url "http://127.0.0.1:$EXTENDER_PORT"
 export KUBECONFIG=${LYRA_STATE_DIR:-~/.local/state/lyra}/cluster/default/kubeconfig
-export PATH=$(ls -d ${LYRA_CACHE_DIR:-~/.cache/lyra}/bin/kubectl-layer-*):$PATH
+PATH="$(echo "${LYRA_CACHE_DIR:-$HOME/.cache/lyra}"/bin/kubectl-layer-*):$PATH"
+export PATH
 # <<<
 
 step 3 "Install the chart"
@@ -132,18 +133,18 @@ mkdir -p out
 admin=$(kubectl config view --minify -o jsonpath='{.users[0].name}')
 for component in operator extender; do
     kubectl config view --raw --minify >out/$component.kubeconfig           # the API server and its CA ...
-    kubectl --kubeconfig out/$component.kubeconfig config unset users.$admin # ... without the admin's key
+    kubectl --kubeconfig out/$component.kubeconfig config unset "users.$admin" # ... without the admin's key
     kubectl --kubeconfig out/$component.kubeconfig config set-credentials lyra-$component \
         --token="$(kubectl -n lyra-system create token lyra-$component --duration=12h)"
     kubectl --kubeconfig out/$component.kubeconfig config set-context --current --user=lyra-$component
 done
-uv run lyra extender --kubeconfig out/extender.kubeconfig --port $EXTENDER_PORT >out/extender.log 2>&1 &
+uv run lyra extender --kubeconfig out/extender.kubeconfig --port "$EXTENDER_PORT" >out/extender.log 2>&1 &
 extender_pid=$!
-uv run lyra operator --kubeconfig out/operator.kubeconfig --lease-namespace lyra-system --http-port $OPERATOR_PORT \
+uv run lyra operator --kubeconfig out/operator.kubeconfig --lease-namespace lyra-system --http-port "$OPERATOR_PORT" \
     --lend-delay 10 --resync 2 >out/operator.log 2>&1 &
 operator_pid=$!
-wait_for 120 "the extender ready" curl -sf 127.0.0.1:$EXTENDER_PORT/readyz
-wait_for 300 "the operator ready (its first pass)" curl -sf 127.0.0.1:$OPERATOR_PORT/readyz
+wait_for 120 "the extender ready" curl -sf "127.0.0.1:$EXTENDER_PORT/readyz"
+wait_for 300 "the operator ready (its first pass)" curl -sf "127.0.0.1:$OPERATOR_PORT/readyz"
 # <<<
 
 step 5 "Start Prometheus"
@@ -157,17 +158,17 @@ scrape_configs:
   - job_name: lyra-extender
     static_configs: [{targets: ["127.0.0.1:$EXTENDER_PORT"]}]
 EOF
-PROMETHEUS=$(ls -d ${LYRA_CACHE_DIR:-~/.cache/lyra}/bin/prometheus-*)
-$PROMETHEUS/prometheus --config.file=out/prometheus.yml --storage.tsdb.path=out/prometheus-data \
-    --web.listen-address=127.0.0.1:$PROMETHEUS_PORT >out/prometheus.log 2>&1 &
+PROMETHEUS=$(echo "${LYRA_CACHE_DIR:-$HOME/.cache/lyra}"/bin/prometheus-*)
+"$PROMETHEUS/prometheus" --config.file=out/prometheus.yml --storage.tsdb.path=out/prometheus-data \
+    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" >out/prometheus.log 2>&1 &
 prometheus_pid=$!
 PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
 answered() { # answered QUERY: Prometheus' HTTP API returns at least one series for QUERY
-    [[ $(curl -sf $PROMETHEUS_URL/api/v1/query --data-urlencode "query=$1") == *'"result":[{'* ]]
+    [[ $(curl -sf "$PROMETHEUS_URL/api/v1/query" --data-urlencode "query=$1") == *'"result":[{'* ]]
 }
-wait_for 60 "Prometheus ready" curl -sf $PROMETHEUS_URL/-/ready
+wait_for 60 "Prometheus ready" curl -sf "$PROMETHEUS_URL/-/ready"
 wait_for 60 "both targets scraped and up" answered 'count(up == 1) == 2'
-$PROMETHEUS/promtool query instant $PROMETHEUS_URL up
+"$PROMETHEUS/promtool" query instant "$PROMETHEUS_URL" up
 # <<<
 
 step 6 "Give Lyra work: a loan, then a reclaim"
@@ -175,17 +176,17 @@ step 6 "Give Lyra work: a loan, then a reclaim"
 kubectl apply -f examples/inferenceservice.yaml -f examples/elastic-trainingjob.yaml \
     -f examples/lora-on-loaned-t4s.yaml
 wait_for 300 "T4 servers lent, as Prometheus sees it" answered 'sum(lyra_servers{state="loaned"}) > 0'
-$PROMETHEUS/promtool query instant $PROMETHEUS_URL 'sum by (state) (lyra_servers)'
+"$PROMETHEUS/promtool" query instant "$PROMETHEUS_URL" 'sum by (state) (lyra_servers)'
 kubectl scale inferenceservice chat --replicas=32
 wait_for 300 "4 T4 servers serving the 32 replicas, as Prometheus sees it" \
     answered 'sum(lyra_servers{state="serving", gpu_type="Tesla-T4"}) >= 4'
-$PROMETHEUS/promtool query instant $PROMETHEUS_URL 'sum by (gpu_type, outcome) (lyra_reclaims_total)'
-$PROMETHEUS/promtool query instant $PROMETHEUS_URL 'sum(lyra_workers_scaled_in_total)'
+"$PROMETHEUS/promtool" query instant "$PROMETHEUS_URL" 'sum by (gpu_type, outcome) (lyra_reclaims_total)'
+"$PROMETHEUS/promtool" query instant "$PROMETHEUS_URL" 'sum(lyra_workers_scaled_in_total)'
 # <<<
 
 step 7 "See the dashboards' panels without Grafana"
 # >>> docs step 7
-uv run lyra report --prometheus $PROMETHEUS_URL --out-dir out/report --since 10m
+uv run lyra report --prometheus "$PROMETHEUS_URL" --out-dir out/report --since 10m
 # <<<
 
 echo
@@ -194,7 +195,7 @@ failures=0
 expect() { # expect WHAT QUERY: one check, printed with Prometheus' answer
     if answered "$2"; then
         echo "ok: $1: $2"
-        $PROMETHEUS/promtool query instant $PROMETHEUS_URL "$2" | sed 's/^/    /'
+        "$PROMETHEUS/promtool" query instant "$PROMETHEUS_URL" "$2" | sed 's/^/    /'
     else
         echo "FAILED: $1: Prometheus answers no series for $2" >&2
         failures=$((failures + 1))
