@@ -48,6 +48,7 @@ from tests.operator_support import OPERATOR_NAMESPACE, service_account_kubeconfi
 from bench.__main__ import load_average
 from bench.scheduling_bench import _cpu_seconds
 from lyra.api import names
+from lyra.api.resources import JobPhase
 from lyra.kubewatch import ApiSource, WatchCache
 from lyra.kubewatch.cache import key_of
 from lyra.kubewatch.kinds import DEPLOYMENTS, TRAINING_JOBS, JsonObject
@@ -109,9 +110,11 @@ class LiveResult:
     watched: set[str] = field(default_factory=set)  # the resources it watched
     writes: int = 0  # its writes over the whole run, its Lease's left out
     cache_differences: list[str] = field(default_factory=list)  # where its caches differ from a fresh list
-    #: Every job running and the Deployment at its replicas, two passes in a row with no action, and then
+    #: Every job running or queued (none failed: a reclaim may rightly send a job back to the queue when the
+    #: cluster is full), the Deployment ready at its replicas, two passes in a row with no action, and then
     #: ``steady_passes`` more passes, within :data:`CHECK_DEADLINE_S` each.
     converged: bool = False
+    end_state: str = ""  # the jobs' phases and the Deployment's ready replicas when the checks ended
     steady_writes: list[str] = field(default_factory=list)  # writes of the steady passes
 
     @property
@@ -130,7 +133,7 @@ class LiveResult:
         if not self.converged:
             found.append(
                 f"the cluster did not converge after the stream (or the operator made no {self.sizes.steady_passes} "
-                "passes after)"
+                f"passes after): {self.end_state}"
             )
         found += [f"a steady pass wrote: {write}" for write in self.steady_writes]
         return found
@@ -306,6 +309,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
                 )
                 steady_until = datetime.now(UTC)
             result.converged = converged
+            result.end_state = stream.end_state()
         finally:
             operator.terminate()
             operator.wait(timeout=30)
@@ -415,13 +419,25 @@ class Stream:
             self.done[key] = self.stopwatch.seen[self.deployment]
 
     def converged(self) -> bool:
-        """Every job left running, and the Deployment at its replicas, all ready."""
-        running = all((job.get("status") or {}).get("phase") == "Running" for job in self.jobs.snapshot())
+        """Every job left running or queued (a reclaim for the inference scale-ups may send jobs back to the queue
+        of a full cluster; none failed), and the Deployment at its replicas, all ready. Together with the
+        operator's passes applying nothing, this is the end of the stream's work."""
+        phases = self.phases()
         deployment = self.deployments.get(self.deployment) or {}
         status = deployment.get("status") or {}
-        return running and status.get("readyReplicas") == self.replicas == (deployment.get("spec") or {}).get(
+        settled = set(phases) <= {JobPhase.RUNNING.value, JobPhase.QUEUED.value}
+        return settled and status.get("readyReplicas") == self.replicas == (deployment.get("spec") or {}).get(
             "replicas"
         )
+
+    def phases(self) -> Counter[str]:
+        return Counter(str((job.get("status") or {}).get("phase") or "none") for job in self.jobs.snapshot())
+
+    def end_state(self) -> str:
+        deployment = self.deployments.get(self.deployment) or {}
+        ready = (deployment.get("status") or {}).get("readyReplicas") or 0
+        jobs = ", ".join(f"{count} {phase}" for phase, count in sorted(self.phases().items()))
+        return f"jobs: {jobs or 'none'}; {self.deployment}: {ready} of {self.replicas} replicas ready"
 
 
 def wait_steady(port: int) -> tuple[float, float]:
