@@ -227,8 +227,13 @@ class FluidModel:
                 best_key: tuple[tuple[int, ...], int] | None = None
                 for key, members in groups.items():
                     head = members[0]
-                    if (best < 0 or position[head] < position[best]) and any(free[t] >= key[1] for t in key[0]):
-                        best, best_key = head, key
+                    if best >= 0 and position[head] >= position[best]:
+                        continue
+                    need = key[1]
+                    for t in key[0]:
+                        if free[t] >= need:
+                            best, best_key = head, key
+                            break
                 if best_key is None:
                     break
                 members = groups[best_key]

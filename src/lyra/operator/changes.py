@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -24,19 +25,22 @@ class Changes:
         self.now = now
         self.actions: list[Action] = []
         self.deleted: set[str] = set()
+        self._deleted_in_order: list[str] = []  # what :meth:`undo` takes back from ``deleted``
         #: The report of the pass so far (each part replaced as the pass goes).
         self.report = PassReport()
         self.failures: Mapping[str, Failure] = failures or {}
         #: The jobs and services read (with their UIDs, which Events need), by key.
         self.owners = {key_of(ref): ref for ref in owners}
 
-    def mark(self) -> tuple[int, frozenset[str]]:
+    def mark(self) -> tuple[int, int]:
         """Where the decision stands, to :meth:`undo` back to when deciding about one object fails."""
-        return len(self.actions), frozenset(self.deleted)
+        return len(self.actions), len(self._deleted_in_order)
 
-    def undo(self, mark: tuple[int, frozenset[str]]) -> None:
-        del self.actions[mark[0] :]
-        self.deleted = set(mark[1])
+    def undo(self, mark: tuple[int, int]) -> None:
+        actions, deleted = mark
+        del self.actions[actions:]
+        self.deleted.difference_update(self._deleted_in_order[deleted:])
+        del self._deleted_in_order[deleted:]
 
     def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
         self.actions.append(Emit(ref, "Warning" if warning else "Normal", reason, message))
@@ -46,6 +50,7 @@ class Changes:
         if pod.ref.key in self.deleted or (pod.terminating and grace > 0):
             return
         self.deleted.add(pod.ref.key)
+        self._deleted_in_order.append(pod.ref.key)
         owner = owner_of(pod)
         if owner is not None:
             owner = self.owners.get(key_of(owner), owner)
@@ -55,9 +60,10 @@ class Changes:
         return any(isinstance(a, DeletePod) for a in self.actions)
 
 
-def changed_fields(before: BaseModel, after: BaseModel) -> tuple[str, ...]:
-    """The wire names of the fields that differ between two statuses (for reports)."""
-    old, new = wire(before), wire(after)
+def changed_fields(before: BaseModel, after: BaseModel | Mapping[str, Any]) -> tuple[str, ...]:
+    """The wire names of the fields that differ between two statuses (for reports); ``after`` may be given as
+    :func:`~lyra.api.resources.wire` made it already."""
+    old, new = wire(before), after if isinstance(after, Mapping) else wire(after)
     return tuple(sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)))
 
 

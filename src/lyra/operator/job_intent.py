@@ -65,7 +65,7 @@ class JobIntents:
             for pod in placed:
                 placement[pod.node] += 1
             entries.append((self.work.core_job(job, placement, self.work.remaining_work(job)), job, placed))
-        kept = self._consistent(servers, entries)
+        snapshot, kept = self._consistent(servers, entries)
         counted = {p.ref.key for _, _, placed in kept for p in placed}
         held: dict[str, int] = defaultdict(int)
         known = {s.name for s in servers}
@@ -79,15 +79,14 @@ class JobIntents:
         for server in servers:  # an unhealthy node keeps its workers but takes no new ones: its free GPUs are held
             if server.name in self.training.unhealthy_nodes:
                 held[server.name] = max(server.gpus - workers_on[server.name], held[server.name])
-        snapshot = ClusterSnapshot(servers, tuple(core for core, _, _ in kept), self.training.config.gpus)
         return snapshot, dict(held), {core.name: job for core, job, _ in kept}
 
     def _consistent(
         self, servers: tuple[Server, ...], entries: list[tuple[TrainingJob, JobState, list[PodRecord]]]
-    ) -> list[tuple[TrainingJob, JobState, list[PodRecord]]]:
+    ) -> tuple[ClusterSnapshot, list[tuple[TrainingJob, JobState, list[PodRecord]]]]:
+        """The snapshot of ``servers`` and the jobs of ``entries`` that agree with them, and those entries."""
         try:
-            ClusterSnapshot(servers, tuple(core for core, _, _ in entries), self.training.config.gpus)
-            return entries
+            return ClusterSnapshot(servers, tuple(core for core, _, _ in entries), self.training.config.gpus), entries
         except InvalidClusterError:
             pass
         kept: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
@@ -99,7 +98,7 @@ class JobIntents:
                 self.training.changes.report = replace(report, left_out={**report.left_out, entry[0].name: str(error)})
                 continue
             kept.append(entry)
-        return kept
+        return ClusterSnapshot(servers, tuple(core for core, _, _ in kept), self.training.config.gpus), kept
 
     def allocate(self, states: Mapping[str, LoanState]) -> None:
         try:

@@ -162,69 +162,150 @@ def worker_pod(
     base worker of the gang); every worker of a gang must be given the same one. Environment the template sets wins.
     ``scheduler_name`` is the operator's ``--scheduler-name`` (empty: the cluster's default scheduler).
     """
-    labels, annotations, spec = _tenant_part(template)
-    labels.update({names.ROLE_LABEL: role, names.JOB_LABEL: job, names.WORKER_INDEX_LABEL: str(index)})
-    if planned_node:
-        annotations[PLANNED_NODE_ANNOTATION] = planned_node
-    containers = [dict(c) for c in spec.get("containers") or []]
-    env = {
-        names.ENV_JOB: job,
-        names.ENV_WORKER: str(index),
-        names.ENV_MIN_WORKERS: str(min_workers),
-        names.ENV_MAX_WORKERS: str(max_workers),
-        names.ENV_TORCHRUN_NNODES: f"{min_workers}:{max_workers}",
-        names.ENV_TORCHRUN_NPROC: str(gpus_per_worker),
-        names.ENV_TORCHRUN_RDZV_ID: job_uid or job,
-        names.ENV_TORCHRUN_RDZV_BACKEND: names.TORCHRUN_RDZV_BACKEND,
-        names.ENV_TORCHRUN_RDZV_ENDPOINT: rendezvous_endpoint(namespace, job, rendezvous_host),
-        names.ENV_TORCHRUN_RDZV_CONF: rendezvous_conf(is_host=index == rendezvous_host),
-        names.ENV_TORCHRUN_MAX_RESTARTS: str(max_restarts(min_workers, max_workers)),
-        names.ENV_TORCHRUN_MONITOR_INTERVAL: str(MONITOR_INTERVAL_S),
-        names.ENV_TORCH_DISABLE_SHARED_STORE: "1",
-    }
-    for position, container in enumerate(containers):
-        given = [dict(e) for e in container.get("env") or []]
-        present = {e.get("name") for e in given}
-        container["env"] = given + [{"name": k, "value": v} for k, v in env.items() if k not in present]
-        if position == 0:  # the GPUs go to the first container
-            container["resources"] = _with_gpus(container, gpus_per_worker)
-    training_terms = [
-        {"matchExpressions": [_is(names.POOL_LABEL, names.POOL_TRAINING), _is(names.GPU_PRODUCT_LABEL, gpu_type)]},
-        {
-            "matchExpressions": [
-                _is(names.POOL_LABEL, names.POOL_INFERENCE),
-                _is(names.STATE_LABEL, LoanState.LOANED.value),
-                _is(names.GPU_PRODUCT_LABEL, gpu_type),
-            ]
-        },
-    ]
-    affinity: dict[str, Any] = {
-        **dict(spec.get("affinity") or {}),
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": training_terms}},
-    }
-    if planned_node:
-        affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {"weight": 100, "preference": {"matchExpressions": [_is(names.HOSTNAME_LABEL, planned_node)]}}
-        ]
-    spec.update(
-        containers=containers,
-        affinity=affinity,
-        tolerations=[*list(spec.get("tolerations") or []), _toleration(LoanState.LOANED)],
-        restartPolicy="Never",
-        terminationGracePeriodSeconds=grace_seconds,
-        hostname=worker_hostname(job, index),
-        subdomain=rendezvous_service_name(job),
+    workers = WorkerPodBuilder(
+        namespace=namespace,
+        job=job,
+        job_uid=job_uid,
+        template=template,
+        gpus_per_worker=gpus_per_worker,
+        gpu_type=gpu_type,
+        grace_seconds=grace_seconds,
+        min_workers=min_workers,
+        max_workers=max_workers,
+        rendezvous_host=rendezvous_host,
+        scheduler_name=scheduler_name,
     )
-    if scheduler_name:
-        spec["schedulerName"] = scheduler_name
-    metadata = {
-        "name": worker_name(job, index),
-        "namespace": namespace,
-        "labels": labels,
-        "annotations": annotations,
-        "ownerReferences": [_owner(names.TRAINING_JOB_KIND, job, job_uid)],
-    }
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    return workers.pod(index=index, role=role, planned_node=planned_node)
+
+
+class WorkerPodBuilder:
+    """The worker pods of one TrainingJob (:func:`worker_pod`, same arguments but each pod's own): what a gang's pods
+    share is built once (the tenant part of the template, the environment, the node affinity), then :meth:`pod`
+    builds each pod around it. The pods of one builder share those parts: every part a pod has of its own (its
+    metadata, labels, annotations, spec, containers, environment lists, affinity) is a new object, while the
+    template's nested objects (volumes, probes, resources...), the environment entries common to the gang and the
+    affinity terms are the same objects in every pod. Nothing edits a manifest once built (the API client and the
+    test clusters serialize or copy it), so they are never edited in place."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        job: str,
+        job_uid: str,
+        template: Mapping[str, Any],
+        gpus_per_worker: int,
+        gpu_type: str,
+        grace_seconds: int,
+        min_workers: int,
+        max_workers: int,
+        rendezvous_host: int = 0,
+        scheduler_name: str = "",
+    ) -> None:
+        self.namespace = namespace
+        self.job = job
+        self.rendezvous_host = rendezvous_host
+        self.grace_seconds = grace_seconds
+        self.scheduler_name = scheduler_name
+        self.labels, self.annotations, self.spec = _tenant_part(template)
+        self.service = rendezvous_service_name(job)
+        self.owner = _owner(names.TRAINING_JOB_KIND, job, job_uid)
+        env = {
+            names.ENV_JOB: job,
+            names.ENV_WORKER: "",  # each pod's own (:meth:`_env_entry`)
+            names.ENV_MIN_WORKERS: str(min_workers),
+            names.ENV_MAX_WORKERS: str(max_workers),
+            names.ENV_TORCHRUN_NNODES: f"{min_workers}:{max_workers}",
+            names.ENV_TORCHRUN_NPROC: str(gpus_per_worker),
+            names.ENV_TORCHRUN_RDZV_ID: job_uid or job,
+            names.ENV_TORCHRUN_RDZV_BACKEND: names.TORCHRUN_RDZV_BACKEND,
+            names.ENV_TORCHRUN_RDZV_ENDPOINT: rendezvous_endpoint(namespace, job, rendezvous_host),
+            names.ENV_TORCHRUN_RDZV_CONF: "",  # each pod's own
+            names.ENV_TORCHRUN_MAX_RESTARTS: str(max_restarts(min_workers, max_workers)),
+            names.ENV_TORCHRUN_MONITOR_INTERVAL: str(MONITOR_INTERVAL_S),
+            names.ENV_TORCH_DISABLE_SHARED_STORE: "1",
+        }
+        self.host_conf = rendezvous_conf(is_host=True)
+        self.member_conf = rendezvous_conf(is_host=False)
+        # Per container of the template: the container without its environment, the template's environment, then
+        # Lyra's variables the template does not set (a shared entry, or the name of a pod's own).
+        self.containers: list[tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, str] | str]]] = []
+        for position, given in enumerate(self.spec.get("containers") or []):
+            container = dict(given)
+            own_env = [dict(e) for e in container.get("env") or []]
+            present = {e.get("name") for e in own_env}
+            lyra_env: list[dict[str, str] | str] = [
+                k if k in _PER_POD_ENV else {"name": k, "value": v} for k, v in env.items() if k not in present
+            ]
+            container["env"] = own_env  # each pod's own list, in this place among the container's fields
+            if position == 0:  # the GPUs go to the first container
+                container["resources"] = _with_gpus(container, gpus_per_worker)
+            self.containers.append((container, own_env, lyra_env))
+        self.affinity = dict(self.spec.get("affinity") or {})
+        self.required = {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        _is(names.POOL_LABEL, names.POOL_TRAINING),
+                        _is(names.GPU_PRODUCT_LABEL, gpu_type),
+                    ]
+                },
+                {
+                    "matchExpressions": [
+                        _is(names.POOL_LABEL, names.POOL_INFERENCE),
+                        _is(names.STATE_LABEL, LoanState.LOANED.value),
+                        _is(names.GPU_PRODUCT_LABEL, gpu_type),
+                    ]
+                },
+            ]
+        }
+        self.tolerations = [*list(self.spec.get("tolerations") or []), _toleration(LoanState.LOANED)]
+
+    def pod(self, *, index: int, role: str, planned_node: str | None) -> dict[str, Any]:
+        """Worker ``index`` of the gang, in ``role``, preferring ``planned_node`` (``None``: no preference)."""
+        job = self.job
+        labels = {**self.labels, names.ROLE_LABEL: role, names.JOB_LABEL: job, names.WORKER_INDEX_LABEL: str(index)}
+        annotations = dict(self.annotations)
+        if planned_node:
+            annotations[PLANNED_NODE_ANNOTATION] = planned_node
+        own = {
+            names.ENV_WORKER: str(index),
+            names.ENV_TORCHRUN_RDZV_CONF: self.host_conf if index == self.rendezvous_host else self.member_conf,
+        }
+        containers = []
+        for given, own_env, lyra_env in self.containers:
+            container = dict(given)
+            container["env"] = own_env + [e if isinstance(e, dict) else {"name": e, "value": own[e]} for e in lyra_env]
+            containers.append(container)
+        node_affinity: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": self.required}
+        if planned_node:
+            node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+                {"weight": 100, "preference": {"matchExpressions": [_is(names.HOSTNAME_LABEL, planned_node)]}}
+            ]
+        spec = dict(self.spec)
+        spec.update(
+            containers=containers,
+            affinity={**self.affinity, "nodeAffinity": node_affinity},
+            tolerations=list(self.tolerations),
+            restartPolicy="Never",
+            terminationGracePeriodSeconds=self.grace_seconds,
+            hostname=f"{self.service}-w{index}",
+            subdomain=self.service,
+        )
+        if self.scheduler_name:
+            spec["schedulerName"] = self.scheduler_name
+        metadata = {
+            "name": worker_name(job, index),
+            "namespace": self.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [self.owner],
+        }
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+#: The environment variables whose values differ between the pods of a gang.
+_PER_POD_ENV = frozenset({names.ENV_WORKER, names.ENV_TORCHRUN_RDZV_CONF})
 
 
 def deployment(

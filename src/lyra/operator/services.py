@@ -288,7 +288,8 @@ class ServiceBook:
             status = set_applied(status, failure, now=self.changes.now, generation=service.generation)
             if status == service.status:
                 continue
-            self.changes.actions.append(PatchStatus(service.ref, wire(status), changed_fields(service.status, status)))
+            written = wire(status)
+            self.changes.actions.append(PatchStatus(service.ref, written, changed_fields(service.status, written)))
             problem = self.problems.get(service.ref.key)
             if problem is not None and service.status.conditions != status.conditions:
                 self.changes.emit(service.ref, problem[0], problem[1], warning=True)

@@ -149,6 +149,7 @@ class TrainingPass:
         failure = self.changes.failures.get(key_of(job.record.ref))
         status = set_applied(status, failure, now=self.changes.now, generation=job.record.generation)
         if status != job.record.status:
+            written = wire(status)
             self.changes.actions.append(
-                PatchStatus(job.record.ref, wire(status), changed_fields(job.record.status, status))
+                PatchStatus(job.record.ref, written, changed_fields(job.record.status, written))
             )

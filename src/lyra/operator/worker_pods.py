@@ -93,26 +93,24 @@ class WorkerPods:
         service = manifests.rendezvous_service(namespace=namespace, job=name, job_uid=job.record.ref.uid)
         service_ref = ObjectRef("Service", namespace, manifests.rendezvous_service_name(name))
         self.training.changes.actions.append(CreateService(service_ref, service, job.record.ref))
+        workers = manifests.WorkerPodBuilder(
+            namespace=job.record.ref.namespace,
+            job=job.record.ref.name,
+            job_uid=job.record.ref.uid,
+            template=template,
+            gpus_per_worker=spec.gpus_per_worker,
+            gpu_type=gpu_type,
+            grace_seconds=spec.preemption.grace_period_seconds,
+            min_workers=spec.min_workers,
+            max_workers=spec.max_workers,
+            rendezvous_host=rendezvous_host,
+            scheduler_name=self.training.config.scheduler_name,
+        )
         created = []
         for position, index in enumerate(indices):
             role = names.ROLE_BASE if bases + position < spec.min_workers else names.ROLE_FLEXIBLE
             node = nodes[position] if position < len(nodes) else None
-            manifest = manifests.worker_pod(
-                namespace=job.record.ref.namespace,
-                job=job.record.ref.name,
-                job_uid=job.record.ref.uid,
-                index=index,
-                role=role,
-                template=template,
-                gpus_per_worker=spec.gpus_per_worker,
-                gpu_type=gpu_type,
-                planned_node=node,
-                grace_seconds=spec.preemption.grace_period_seconds,
-                min_workers=spec.min_workers,
-                max_workers=spec.max_workers,
-                rendezvous_host=rendezvous_host,
-                scheduler_name=self.training.config.scheduler_name,
-            )
+            manifest = workers.pod(index=index, role=role, planned_node=node)
             ref = ObjectRef("Pod", job.record.ref.namespace, manifests.worker_name(job.record.ref.name, index))
             self.training.changes.actions.append(CreatePod(ref, manifest, job.record.ref, node or ""))
             pod_role = PodRole.TRAINING_BASE if role == names.ROLE_BASE else PodRole.TRAINING_FLEXIBLE

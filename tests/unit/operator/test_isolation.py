@@ -113,14 +113,14 @@ def test_a_job_whose_pods_raise_while_being_built_fails_alone_with_the_error(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Whatever the schema and the checks miss (here a builder that raises for one job) stops that job only."""
-    build = worker_pods_module.manifests.worker_pod
 
-    def worker_pod(**arguments: Any) -> dict[str, Any]:
-        if arguments["job"] == "poison":
-            raise TypeError("'str' object is not a mapping")
-        return build(**arguments)
+    class Builder(worker_pods_module.manifests.WorkerPodBuilder):
+        def pod(self, *, index: int, role: str, planned_node: str | None) -> dict[str, Any]:
+            if self.job == "poison":
+                raise TypeError("'str' object is not a mapping")
+            return super().pod(index=index, role=role, planned_node=planned_node)
 
-    monkeypatch.setattr(worker_pods_module.manifests, "worker_pod", worker_pod)
+    monkeypatch.setattr(worker_pods_module.manifests, "WorkerPodBuilder", Builder)
     cluster = FakeCluster([node("a0", "training", A100)])
     cluster.add_job(training_job("good", 2, 2))
     cluster.add_job(training_job("poison", 1, 1))

@@ -101,8 +101,9 @@ class Admission:
         together (smallest first); all or nothing."""
         layout = self.problem.layout
         job = self.problem.jobs[i]
+        kind, preference = self.problem.kind, self.problem.type_preference
         movers = sorted(
-            (k for k in self.problem.started if self.problem.kind[k] == t and len(self.problem.type_preference(k)) > 1),
+            (k for k in self.problem.started if kind[k] == t and len(preference(k)) > 1),
             key=lambda k: (
                 self.problem.jobs[k].min_workers * self.problem.jobs[k].gpus_per_worker,
                 self.problem.jobs[k].name,
@@ -263,7 +264,9 @@ class Admission:
         if sum(r // g for r in room.values()) < need:
             self.no_room[(t, g)] = need
             return False
-        servers = sorted((s for s in room if room[s] >= g), key=lambda s: (-(room[s] // g), not layout.safe[s], s))
+        safe = layout.safe
+        # Sorted on (workers it holds, loaned, server): the server breaks every tie.
+        servers = [s for _, _, s in sorted((-(r // g), not safe[s], s) for s, r in room.items() if r >= g)]
         journal: list[tuple[str, Move, int]] = []
         left = need
         for server in servers:
