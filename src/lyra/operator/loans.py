@@ -66,8 +66,16 @@ class LoanBook:
         self.hooks = hooks
         self.now = world.now
         # A lost node (unhealthy past the grace) serves nobody: the cycle plans inference without it, and leaves it be.
+        # So is a serving or idle server that runs GPU pods Lyra does not manage (another team's serving stack, a
+        # pod pinned to it): it is never lent, and its GPUs are not counted as room for Lyra's replicas. A loaned or
+        # reclaiming one stays in the cycle, so that it is reclaimed and returned as usual.
+        foreign = {p.node for p in world.pods if p.role is PodRole.UNMANAGED and p.gpus > 0 and p.holds_gpus}
         self.inference_nodes = [
-            n for n in world.nodes if n.pool is Pool.INFERENCE and not n.lost(world.now, config.node_grace_s)
+            n
+            for n in world.nodes
+            if n.pool is Pool.INFERENCE
+            and not n.lost(world.now, config.node_grace_s)
+            and not (n.name in foreign and n.state not in (LoanState.LOANED, LoanState.RECLAIMING))
         ]
         self.reasons: dict[str, str] = {}
         self.demand = dict(demand)

@@ -387,3 +387,32 @@ def test_a_reclaim_record_lost_in_a_crash_starts_from_the_nodes_annotation() -> 
     cluster.apply(decide(cluster.world(), CONFIG))
     started = cluster.services["serve/chat"]["status"]["reclaim"]["startedAt"]
     assert started.startswith(annotation["lyra.dev/reclaim-started"].rstrip("Z"))
+
+
+def foreign_gpu_pod(name: str, node_name: str, gpus: int) -> dict[str, Any]:
+    """A GPU pod Lyra does not manage (another team's serving stack), bound and running."""
+    return {
+        "metadata": {"name": name, "namespace": "other", "uid": f"uid-{name}", "labels": {"app": "theirs"}},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_server_running_gpu_pods_lyra_does_not_manage_is_neither_lent_nor_counted_as_room_for_replicas() -> None:
+    cluster = small_cluster()
+    for index, server in enumerate(("t0", "t1")):
+        pod = foreign_gpu_pod(f"theirs-{index}", server, 8)
+        cluster.pods[f"other/theirs-{index}"] = pod
+    cluster.add_service(inference_service("chat", 2))
+    cluster.add_job(training_job("elastic", 1, 24, gpuTypes=[T4]))
+    settle(cluster)
+    assert cluster.state("t0") != "loaned", "their GPUs are not Lyra's to lend"
+    assert cluster.state("t1") != "loaned", "their GPUs are not Lyra's to lend"
+    replicas = [p for p in cluster.pods.values() if p["metadata"]["labels"].get("lyra.dev/role") == "inference"]
+    assert len(replicas) == 2
+    hosts = {p["spec"].get("nodeName") for p in replicas}
+    assert hosts <= {"t2", "t3"}, "replicas only where Lyra has room"
+    assert all(cluster.state(host) == "serving" for host in hosts)
