@@ -40,8 +40,16 @@ class JobIntents:
 
         A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
         out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
+        # An inference server the loan cycle leaves out (it runs GPU pods Lyra does not manage) is serving: no
+        # training work goes there, and the GPUs those pods hold are held here too.
         servers = tuple(
-            Server(n.name, n.pool, n.gpu_type, n.gpus, states.get(n.name) if n.pool is Pool.INFERENCE else None)
+            Server(
+                n.name,
+                n.pool,
+                n.gpu_type,
+                n.gpus,
+                states.get(n.name, LoanState.SERVING) if n.pool is Pool.INFERENCE else None,
+            )
             for n in self.training.world.nodes
             if n.name not in self.training.lost_nodes
         )

@@ -408,7 +408,11 @@ def test_a_server_running_gpu_pods_lyra_does_not_manage_is_neither_lent_nor_coun
         cluster.pods[f"other/theirs-{index}"] = pod
     cluster.add_service(inference_service("chat", 2))
     cluster.add_job(training_job("elastic", 1, 24, gpuTypes=[T4]))
+    cluster.add_job(training_job("a100", 2, 2, gpuTypes=[A100]))
     settle(cluster)
+    assert cluster.job_status("a100")["phase"] == "Running", "training is planned beside the servers left out"
+    assert cluster.job_status("elastic")["phase"] == "Running"
+    assert {w["spec"]["nodeName"] for w in cluster.workers("elastic")} <= {"t2", "t3"}
     assert cluster.state("t0") != "loaned", "their GPUs are not Lyra's to lend"
     assert cluster.state("t1") != "loaned", "their GPUs are not Lyra's to lend"
     replicas = [p for p in cluster.pods.values() if p["metadata"]["labels"].get("lyra.dev/role") == "inference"]
