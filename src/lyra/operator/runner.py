@@ -197,6 +197,9 @@ class Reconciler:
         backoff = 1.0
         while not stop.is_set():
             started = time.monotonic()
+            # Cleared before the pass reads the caches, never after: a change that arrives while the pass runs (a
+            # pod the pass created turning Running) must wake the next pass, not wait for the resync.
+            self.wake.clear()
             try:
                 await asyncio.to_thread(self.pass_once)
                 self.health.beat(synced=True)
@@ -213,7 +216,6 @@ class Reconciler:
                 log.warning("pass failed (%s: %s); retrying in %.0f s", type(error).__name__, error, backoff)
                 timeout = backoff
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
-            self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_first(self.wake, stop), timeout=timeout)
             rest = MIN_PASS_INTERVAL_S - (time.monotonic() - started)

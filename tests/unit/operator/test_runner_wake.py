@@ -1,0 +1,44 @@
+"""The reconcile loop's wake-up: a change that arrives while a pass runs wakes the next pass at once, not at the
+resync (the pass that created a gang's pods must see them turn Running without waiting a resync period)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import cast
+
+from lyra.operator.decide import OperatorConfig
+from lyra.operator.runner import Cluster, Reconciler, RunOptions
+
+RESYNC_S = 3600.0  # far longer than the test may take: only a wake-up can start the second pass
+
+
+class EventDuringPass(Reconciler):
+    """A loop whose passes do nothing but count; during the first one a cache reports a change, as the watch
+    thread does (``call_soon_threadsafe``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        super().__init__(
+            cast(Cluster, SimpleNamespace(caches=None)), RunOptions(config=OperatorConfig(), resync_s=RESYNC_S)
+        )
+        self.loop = loop
+        self.stop = stop
+        self.count = 0
+
+    def pass_once(self) -> object:  # type: ignore[override]
+        self.count += 1
+        if self.count == 1:
+            self.loop.call_soon_threadsafe(self.wake.set)  # a pod turned Running while this pass ran
+        else:
+            self.loop.call_soon_threadsafe(self.stop.set)
+        return None
+
+
+def test_a_change_during_a_pass_wakes_the_next_pass_without_waiting_for_the_resync() -> None:
+    async def scenario() -> int:
+        stop = asyncio.Event()
+        reconciler = EventDuringPass(asyncio.get_running_loop(), stop)
+        await asyncio.wait_for(reconciler.run(stop), timeout=30)
+        return reconciler.count
+
+    assert asyncio.run(scenario()) == 2
