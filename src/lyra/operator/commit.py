@@ -45,7 +45,7 @@ from lyra.operator.actions import (
 from lyra.operator.caches import ClusterCaches, list_once
 from lyra.operator.isolation import TRANSIENT_STATUSES, Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
-from lyra.operator.observe import HealthMemory, PodReadings, World, format_time, read_world
+from lyra.operator.observe import HealthMemory, Readings, World, format_time, read_world
 
 log = logging.getLogger("lyra.operator")
 
@@ -90,7 +90,7 @@ class Cluster:
         self.backoff = backoff or Backoff()
         self._posted: dict[tuple[str, str], float] = {}  # node left out, why -> when its Event was posted
         self.health = HealthMemory()  # when each node's GPU dip was first seen, across passes
-        self.readings = PodReadings()  # the pods read by the last pass: only changed ones are read again
+        self.readings = Readings()  # the objects read by the last pass: only changed ones are read again
 
     def observe(self, now: float) -> World:
         """Nodes, GPU pods, jobs, services and Lyra's Deployments read into a World: from the watch caches once they

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -38,6 +38,7 @@ from lyra.core.model import MAX_GPUS_PER_SERVER, LoanState, Pool
 from lyra.core.placement import PodRole
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
+_Read = TypeVar("_Read")
 _WORKER_NAME = re.compile(r"-w(\d+)$")
 
 
@@ -95,10 +96,11 @@ class ObjectRef:
     namespace: str
     name: str
     uid: str = ""
+    #: ``namespace/name`` (the name alone for a cluster-scoped object): how a pass indexes objects, worked out once.
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}" if self.namespace else self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,37 +257,54 @@ class World:
         return self._by_owner.get(owner, ())
 
 
-class PodReadings:
-    """What each pod object read into last pass, kept by the running operator so a pass reads only the pods that
-    changed: a pod's record depends on its object alone, and the watch caches never change an object they hold (an
-    event replaces it with a new one), so a pod object seen before, the very same one, reads the same. Entries are
-    kept by the object's identity, holding the object itself (so its identity cannot be reused while it is here), and
-    only for the objects the last pass read (a deleted pod is forgotten at the next pass)."""
+class ObjectReadings(Generic[_Read]):
+    """What each object of one kind read into last pass, kept by the running operator so a pass reads only the
+    objects that changed: the reading depends on the object alone, and the watch caches never change an object they
+    hold (an event replaces it with a new one), so an object seen before, the very same one, reads the same. Entries
+    are kept by the object's identity, holding the object itself (so its identity cannot be reused while it is
+    here), and only for the objects the last pass read (a deleted object is forgotten at the next pass)."""
 
     def __init__(self) -> None:
-        self._read: dict[int, tuple[Mapping[str, Any], PodRecord | None, Unreadable | None]] = {}
+        self._read: dict[int, tuple[Mapping[str, Any], _Read | None, Unreadable | None]] = {}
         self.hits = 0
 
-    def read(self, pods: Iterable[Mapping[str, Any]], unreadable: list[Unreadable]) -> list[PodRecord]:
-        read: dict[int, tuple[Mapping[str, Any], PodRecord | None, Unreadable | None]] = {}
-        records: list[PodRecord] = []
+    def read(
+        self,
+        objects: Iterable[Mapping[str, Any]],
+        reader: Callable[[Mapping[str, Any]], tuple[_Read | None, Unreadable | None]],
+        unreadable: list[Unreadable],
+    ) -> list[_Read]:
+        """What ``reader`` makes of each object (those it leaves out and those it cannot read not among them; the
+        latter added to ``unreadable``), each object read only if it was not read last time."""
+        read: dict[int, tuple[Mapping[str, Any], _Read | None, Unreadable | None]] = {}
+        results: list[_Read] = []
         hits = 0
-        for raw in pods:
+        for raw in objects:
             known = self._read.get(id(raw))
             if known is not None and known[0] is raw:
                 entry = known
                 hits += 1
             else:
-                problems: list[Unreadable] = []
-                entry = (raw, _read_pod(raw, problems), problems[0] if problems else None)
+                entry = (raw, *reader(raw))
             read[id(raw)] = entry
             if entry[2] is not None:
                 unreadable.append(entry[2])
             if entry[1] is not None:
-                records.append(entry[1])
+                results.append(entry[1])
         self._read = read
         self.hits = hits
-        return records
+        return results
+
+
+class Readings:
+    """The readings of the last pass, per kind read object by object (:class:`ObjectReadings`): nodes (all but their
+    health, which depends on the time and :class:`HealthMemory`), GPU pods and TrainingJobs. InferenceServices are
+    read afresh (a handful, and each reads its Deployment too)."""
+
+    def __init__(self) -> None:
+        self.nodes: ObjectReadings[_NodeReading] = ObjectReadings()
+        self.pods: ObjectReadings[PodRecord] = ObjectReadings()
+        self.jobs: ObjectReadings[JobRecord] = ObjectReadings()
 
 
 def read_world(
@@ -297,18 +316,20 @@ def read_world(
     services: Iterable[Mapping[str, Any]],
     deployments: Iterable[Mapping[str, Any]] = (),
     memory: HealthMemory | None = None,
-    readings: PodReadings | None = None,
+    readings: Readings | None = None,
 ) -> World:
     """Read listed objects (JSON dicts as the API server returns them) into a :class:`World`. ``memory``: when each
     node's GPU dip was first seen, kept by the running operator across passes (without it a dip begins ``now``).
-    ``readings``: the pods read by the last pass, kept by the running operator (:class:`PodReadings`)."""
+    ``readings``: the objects read by the last pass, kept by the running operator (:class:`Readings`): only those
+    that changed since are read again."""
     unreadable: list[Unreadable] = []
     services = list(services)
     memory = memory if memory is not None else HealthMemory()
-    node_records = [r for r in (_read_node(raw, unreadable, now, memory) for raw in nodes) if r is not None]
+    readings = readings if readings is not None else Readings()
+    node_records = [_with_health(r, now, memory) for r in readings.nodes.read(nodes, _read_node, unreadable)]
     memory.forget_all_but({n.name for n in node_records if n.unhealthy_since is not None})
-    pod_records = (readings if readings is not None else PodReadings()).read(pods, unreadable)
-    job_records = [r for r in (_read_job(raw, unreadable) for raw in jobs) if r is not None]
+    pod_records = readings.pods.read(pods, _read_pod, unreadable)
+    job_records = readings.jobs.read(jobs, _read_job, unreadable)
     service_uids = {}
     for raw in services:
         ref = _meta_ref(names.INFERENCE_SERVICE_KIND, raw)
@@ -382,36 +403,40 @@ class HealthMemory:
         self._first_seen = {name: since for name, since in self._first_seen.items() if name in nodes}
 
 
-def _read_node(
-    raw: Mapping[str, Any], unreadable: list[Unreadable], now: float, memory: HealthMemory
-) -> NodeRecord | None:
+@dataclass(frozen=True, slots=True)
+class _NodeReading:
+    """A node as its object alone reads: its record but for its health, and what its health is judged on."""
+
+    record: NodeRecord
+    node: ObservedNode
+    allocatable: int
+    capacity: int
+
+
+def _read_node(raw: Mapping[str, Any]) -> tuple[_NodeReading | None, Unreadable | None]:
+    """A node of one of Lyra's pools, as its object reads (``None`` for any other node), or why it cannot be read."""
     try:
         node = ObservedNode.model_validate(raw)
     except ValidationError as error:
-        unreadable.append(Unreadable(_meta_ref("Node", raw), _first_error(error)))
-        return None
+        return None, Unreadable(_meta_ref("Node", raw), _first_error(error))
     labels = node.metadata.labels
     pool_label = labels.get(names.POOL_LABEL)
     if pool_label not in names.POOLS:
-        return None
+        return None, None
     allocatable = node_gpus(node)
     gpus = max(allocatable, node_capacity_gpus(node))
     if gpus <= 0:
-        return None
+        return None, None
     product = labels.get(names.GPU_PRODUCT_LABEL, "")
     ref = ObjectRef("Node", "", node.metadata.name, node.metadata.uid)
     if gpus > MAX_GPUS_PER_SERVER:
-        unreadable.append(
-            Unreadable(
-                ref,
-                f"reports {gpus} allocatable {names.GPU_RESOURCE}, more than the {MAX_GPUS_PER_SERVER} one server may "
-                "have (time-slicing replicas?); left out of every plan",
-            )
+        why = (
+            f"reports {gpus} allocatable {names.GPU_RESOURCE}, more than the {MAX_GPUS_PER_SERVER} one server may "
+            "have (time-slicing replicas?); left out of every plan"
         )
-        return None
+        return None, Unreadable(ref, why)
     if not product:
-        unreadable.append(Unreadable(ref, f"has no {names.GPU_PRODUCT_LABEL} label (GPU feature discovery sets it)"))
-        return None
+        return None, Unreadable(ref, f"has no {names.GPU_PRODUCT_LABEL} label (GPU feature discovery sets it)")
     pool = Pool.TRAINING if pool_label == names.POOL_TRAINING else Pool.INFERENCE
     state: LoanState | None = None
     raw_state = labels.get(names.STATE_LABEL)
@@ -423,8 +448,7 @@ def _read_node(
     state_taints = [t for t in node.spec.taints if t.key == names.STATE_TAINT]
     taint = state_taints[0].value if len(state_taints) == 1 and state_taints[0].effect == names.TAINT_EFFECT else None
     annotations = node.metadata.annotations
-    unhealthy_since, health = _node_health(node, allocatable, gpus, now, memory)
-    return NodeRecord(
+    record = NodeRecord(
         name=node.metadata.name,
         pool=pool,
         gpu_type=product,
@@ -436,10 +460,17 @@ def _read_node(
         reclaim_started=parse_time(annotations.get(names.RECLAIM_STARTED_ANNOTATION)),
         idle_since=parse_time(annotations.get(names.IDLE_SINCE_ANNOTATION)),
         unschedulable=node.spec.unschedulable,
-        unhealthy_since=unhealthy_since,
-        health=health,
         gpu_memory_mib=node_gpu_memory_mib(node),
     )
+    return _NodeReading(record, node, allocatable, gpus), None
+
+
+def _with_health(reading: _NodeReading, now: float, memory: HealthMemory) -> NodeRecord:
+    """The node's record with its health at ``now``."""
+    unhealthy_since, health = _node_health(reading.node, reading.allocatable, reading.capacity, now, memory)
+    if unhealthy_since is None:
+        return reading.record
+    return replace(reading.record, unhealthy_since=unhealthy_since, health=health)
 
 
 def _node_health(
@@ -472,16 +503,16 @@ def _node_health(
     return min(since for since, _ in problems), "; ".join(why for _, why in problems)
 
 
-def _read_pod(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> PodRecord | None:
+def _read_pod(raw: Mapping[str, Any]) -> tuple[PodRecord | None, Unreadable | None]:
+    """A GPU pod or one of Lyra's (``None`` for any other pod), or why it cannot be read."""
     try:
         pod = ObservedPod.model_validate(raw)
     except ValidationError as error:
-        unreadable.append(Unreadable(_meta_ref("Pod", raw), _first_error(error)))
-        return None
+        return None, Unreadable(_meta_ref("Pod", raw), _first_error(error))
     role = pod_role(pod)
     gpus = gpus_requested(pod)
     if role is PodRole.UNMANAGED and gpus == 0:
-        return None
+        return None, None
     labels = pod.metadata.labels
     owner_name = labels.get(names.SERVICE_LABEL if role is PodRole.INFERENCE else names.JOB_LABEL)
     owner = f"{pod.metadata.namespace}/{owner_name}" if owner_name and role is not PodRole.UNMANAGED else None
@@ -489,7 +520,7 @@ def _read_pod(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> PodRecord
     if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE):
         index = worker_index(pod.metadata.name, labels)
     controller = pod.metadata.controller
-    return PodRecord(
+    record = PodRecord(
         ref=ObjectRef("Pod", pod.metadata.namespace, pod.metadata.name, pod.metadata.uid),
         role=role,
         owner=owner,
@@ -510,6 +541,7 @@ def _read_pod(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> PodRecord
             "",
         ),
     )
+    return record, None
 
 
 def _disruption(pod: ObservedPod) -> str:
@@ -522,14 +554,14 @@ def _disruption(pod: ObservedPod) -> str:
     return ""
 
 
-def _read_job(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> JobRecord | None:
+def _read_job(raw: Mapping[str, Any]) -> tuple[JobRecord | None, Unreadable | None]:
+    """A TrainingJob, or why it cannot be read (with the status it has now)."""
     try:
         job = _TrainingJobObject.model_validate(raw)
     except ValidationError as error:
-        unreadable.append(Unreadable(_meta_ref(names.TRAINING_JOB_KIND, raw), _first_error(error), _status_of(raw)))
-        return None
+        return None, Unreadable(_meta_ref(names.TRAINING_JOB_KIND, raw), _first_error(error), _status_of(raw))
     meta = job.metadata
-    return JobRecord(
+    record = JobRecord(
         ref=ObjectRef(names.TRAINING_JOB_KIND, meta.namespace, meta.name, meta.uid),
         spec=job.spec,
         status=job.status,
@@ -538,6 +570,7 @@ def _read_job(raw: Mapping[str, Any], unreadable: list[Unreadable]) -> JobRecord
         resource_version=meta.resource_version,
         deleting=meta.deletion_timestamp is not None,
     )
+    return record, None
 
 
 def _read_service(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from lyra.api import names
 from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.observe import PodReadings, World, format_time, parse_time, read_world
+from lyra.operator.observe import HealthMemory, Readings, World, format_time, parse_time, read_world
 from tests.unit.kubewatch.test_kinds import kubelet_pod
 
 from .fake_cluster import A100, T4, inference_service, node, training_job
@@ -146,26 +147,89 @@ def test_pod_readings_read_a_pod_again_only_when_its_object_changed_and_forget_d
     first = kubelet_pod("w0", {names.ROLE_LABEL: names.ROLE_BASE, names.JOB_LABEL: "j"}, 1)
     second = kubelet_pod("w1", {names.ROLE_LABEL: names.ROLE_BASE, names.JOB_LABEL: "j"}, 1)
     broken = kubelet_pod("bad", {}, 1) | {"spec": "not a pod spec"}
-    readings = PodReadings()
+    readings = Readings()
 
     def world(*pods: dict[str, Any]) -> World:
         return read_world(1_800_000_000.0, nodes=[], pods=pods, jobs=[], services=[], readings=readings)
 
     cold = world(first, second, broken)
-    assert readings.hits == 0
+    assert readings.pods.hits == 0
     assert [u.ref.name for u in cold.unreadable] == ["bad"]
 
     again = world(first, second, broken)
-    assert readings.hits == 3
+    assert readings.pods.hits == 3
     assert again == cold  # the same records, the unreadable pod reported again
     assert again == read_world(1_800_000_000.0, nodes=[], pods=[first, second, broken], jobs=[], services=[])
 
     finished = copy.deepcopy(second)
     finished["status"]["phase"] = "Succeeded"
     changed = world(first, finished)  # an event replaced w1's object; bad was deleted
-    assert readings.hits == 1
+    assert readings.pods.hits == 1
     assert {p.ref.name: p.phase for p in changed.pods} == {"w0": "Running", "w1": "Succeeded"}
     assert changed.unreadable == ()
 
     world(first, finished, broken)  # bad's object again after it was forgotten: read afresh, not from memory
-    assert readings.hits == 2
+    assert readings.pods.hits == 2
+
+
+def test_node_readings_keep_all_but_health_which_each_pass_judges_at_its_own_time() -> None:
+    healthy = node("a0", "training", A100)
+    dipped = node("a1", "training", A100)
+    dipped["status"]["capacity"] = {"nvidia.com/gpu": "8"}
+    dipped["status"]["allocatable"] = {"nvidia.com/gpu": "6"}  # a device plugin restarting: dated by the memory
+    not_ready = node("a2", "training", A100)
+    not_ready["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "lastTransitionTime": "2027-01-15T08:00:00Z", "reason": "KubeletDown"}
+    ]
+    other_pool = node("c0", "training", A100)
+    del other_pool["metadata"]["labels"]["lyra.dev/pool"]
+    no_product = node("t9", "inference", T4)
+    del no_product["metadata"]["labels"]["nvidia.com/gpu.product"]
+    readings, memory = Readings(), HealthMemory()
+
+    def world(now: float, *nodes: dict[str, Any]) -> World:
+        return read_world(now, nodes=nodes, pods=[], jobs=[], services=[], readings=readings, memory=memory)
+
+    objects = (healthy, dipped, not_ready, other_pool, no_product)
+    first = world(100.0, *objects)
+    assert [n.name for n in first.nodes] == ["a0", "a1", "a2"]
+    assert [u.ref.name for u in first.unreadable] == ["t9"]
+    later = world(400.0, *objects)
+    assert readings.nodes.hits == 5
+    assert later.unreadable == first.unreadable  # the node left out is reported again
+    assert later == replace(first, now=400.0)  # the dip still dated from the first pass that saw it
+    assert later.nodes[1].unhealthy_since == 100.0
+    assert "6 of 8" in later.nodes[1].health
+    assert later.nodes[2].unhealthy_since == parse_time("2027-01-15T08:00:00Z")
+    assert later == read_world(400.0, nodes=objects, pods=[], jobs=[], services=[], memory=memory)
+
+    recovered = copy.deepcopy(dipped)
+    recovered["status"]["allocatable"] = {"nvidia.com/gpu": "8"}
+    healed = world(500.0, healthy, recovered, not_ready)  # an event replaced a1's object
+    assert readings.nodes.hits == 2
+    assert healed.nodes[1].healthy
+    again = world(600.0, healthy, dipped, not_ready)  # dipped again: a new dip, dated now (the memory forgot it)
+    assert again.nodes[1].unhealthy_since == 600.0
+
+
+def test_job_readings_read_a_job_again_only_when_its_object_changed() -> None:
+    queued = training_job("q", 1, 2)
+    running = training_job("r", 1, 2)
+    broken = {"metadata": {"name": "bad", "namespace": "ml"}, "spec": {"minWorkers": 3, "maxWorkers": 1}}
+    readings = Readings()
+
+    def world(*jobs: dict[str, Any]) -> World:
+        return read_world(1_800_000_000.0, nodes=[], pods=[], jobs=jobs, services=[], readings=readings)
+
+    cold = world(queued, running, broken)
+    again = world(queued, running, broken)
+    assert readings.jobs.hits == 3
+    assert again == cold
+    assert [u.ref.name for u in again.unreadable] == ["bad"]
+    assert again.jobs[0] is cold.jobs[0]
+    started = copy.deepcopy(running)
+    started["status"] = {"phase": "Running"}
+    changed = world(queued, started)
+    assert readings.jobs.hits == 1
+    assert {j.ref.name: j.status.phase.value for j in changed.jobs} == {"q": "Queued", "r": "Running"}
+    assert changed.unreadable == ()

@@ -5,6 +5,7 @@ flexible workers of running jobs, repacking or relocating this plan's bases, or 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 
 from lyra.core.allocation.problem import Problem
@@ -261,17 +262,18 @@ class Admission:
         gpw = self.problem.gpw_of
         on_server = self._donors_on_servers(t)
         room = self._room_of(t)
-        if sum(r // g for r in room.values()) < need:
+        safe = layout.safe
+        # Taken in the order of (workers it holds, loaned, server): the server breaks every tie. A heap, as a base
+        # usually needs the first few servers only.
+        servers = [(-(r // g), not safe[s], s) for s, r in room.items() if r >= g]
+        if -sum(holds for holds, _, _ in servers) < need:
             self.no_room[(t, g)] = need
             return False
-        safe = layout.safe
-        # Sorted on (workers it holds, loaned, server): the server breaks every tie.
-        servers = [s for _, _, s in sorted((-(r // g), not safe[s], s) for s, r in room.items() if r >= g)]
+        heapq.heapify(servers)
         journal: list[tuple[str, Move, int]] = []
         left = need
-        for server in servers:
-            if not left:
-                break
+        while left and servers:
+            server = heapq.heappop(servers)[2]
             take = min(left, self._raw_room(t, server) // g)
             if take <= 0:
                 continue
