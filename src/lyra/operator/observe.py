@@ -26,7 +26,14 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lyra.api import names
-from lyra.api.convert import gpus_requested, node_capacity_gpus, node_gpu_memory_mib, node_gpus, pod_role
+from lyra.api.convert import (
+    gpus_requested,
+    node_capacity_gpus,
+    node_gpu_memory_mib,
+    node_gpus,
+    pod_role,
+    training_job,
+)
 from lyra.api.objects import Deployment, ObjectMeta, ObservedNode, ObservedPod, Taint
 from lyra.api.resources import (
     InferenceServiceSpec,
@@ -34,8 +41,10 @@ from lyra.api.resources import (
     TrainingJobSpec,
     TrainingJobStatus,
 )
-from lyra.core.model import MAX_GPUS_PER_SERVER, LoanState, Pool
+from lyra.core.errors import InvalidClusterError
+from lyra.core.model import MAX_GPUS_PER_SERVER, LoanState, Pool, TrainingJob
 from lyra.core.placement import PodRole
+from lyra.operator.templates import template_problem
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 _Read = TypeVar("_Read")
@@ -188,6 +197,23 @@ class JobRecord:
     resource_version: str = ""  # the status write is conditional on it
     #: Being deleted (``deletionTimestamp`` set; the garbage collector is removing or orphaning its pods).
     deleting: bool = False
+    #: The job as the core models it (queued, no work left; ``None`` when the core cannot run the spec), and why the
+    #: operator must refuse the job ("" if it need not): the core cannot run its spec, or no pod can be built from its
+    #: template. Worked out once per object read (:class:`Readings`), not once per pass.
+    model: TrainingJob | None = field(init=False, repr=False, compare=False)
+    refusal: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        model: TrainingJob | None = None
+        try:
+            model = training_job(self.ref.key, self.spec)
+        except InvalidClusterError as error:  # the API server accepted it (an older CRD?); the core does not
+            refusal = f"the spec cannot be run: {error}"
+        else:
+            problem = template_problem(self.spec.template, "gpusPerWorker")
+            refusal = f"the worker pods cannot be built: {problem}" if problem is not None else ""
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "refusal", refusal)
 
 
 @dataclass(frozen=True, slots=True)

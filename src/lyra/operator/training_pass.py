@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lyra.api import conditions
-from lyra.api.convert import training_job
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
-from lyra.core.errors import InvalidClusterError
 from lyra.core.model import TrainingJob
 from lyra.operator.actions import PatchStatus
 from lyra.operator.changes import Changes, changed_fields
@@ -22,7 +20,6 @@ from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.config import OperatorConfig
 from lyra.operator.isolation import key_of
 from lyra.operator.observe import JobRecord, PodRecord, World, format_time
-from lyra.operator.templates import template_problem
 
 FINISHED_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 
@@ -90,19 +87,14 @@ class TrainingPass:
         for pod in world.stale:
             if pod.owner is not None and pod.index is not None:
                 self.stale_indices[pod.owner].add(pod.index)
-        #: Each job as the core models it, built (and checked) once per pass.
+        #: Each job as the core models it (read with its object: :attr:`JobRecord.model`).
         self.models: dict[str, TrainingJob] = {}
         for key, job in list(self.jobs.items()):
-            try:
-                self.models[key] = training_job(key, job.record.spec)
-            except InvalidClusterError as error:  # the API server accepted it (an older CRD?); the core does not
+            if job.record.model is None or job.record.refusal:
                 del self.jobs[key]
-                self.refuse(job, f"the spec cannot be run: {error}")
-                continue
-            problem = template_problem(job.record.spec.template, "gpusPerWorker")
-            if problem is not None:
-                del self.jobs[key]
-                self.refuse(job, f"the worker pods cannot be built: {problem}")
+                self.refuse(job, job.record.refusal)
+            else:
+                self.models[key] = job.record.model
 
     def refuse(self, job: JobState, message: str) -> None:
         """Fail a job whose spec the core cannot run (its pace cannot be computed either), and stop its workers."""
