@@ -348,7 +348,7 @@ def _read_cold(nodes: int) -> Callable[[], object]:
     return lambda: world_of(caches)
 
 
-def _burst(nodes: int, caches: Mapping[str, WatchCache]) -> Callable[[], None]:
+def burst_of_changes(nodes: int, caches: Mapping[str, WatchCache]) -> Callable[[], None]:
     """Applies, at each call, a burst of changes to ``caches``: the pod events of ``event``, :data:`NODE_CHANGES`
     nodes' status updates and :data:`JOB_CHANGES` TrainingJobs' status writes (each a new resourceVersion: every
     call changes these objects again)."""
@@ -378,7 +378,7 @@ def _read(nodes: int) -> Callable[[], World]:
     caches = filled_caches(nodes)
     readings = Readings()
     world_of(caches, readings)
-    burst = _burst(nodes, caches)
+    burst = burst_of_changes(nodes, caches)
 
     def read() -> World:
         burst()

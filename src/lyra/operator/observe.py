@@ -34,7 +34,7 @@ from lyra.api.convert import (
     pod_role,
     training_job,
 )
-from lyra.api.objects import Deployment, ObjectMeta, ObservedNode, ObservedPod, Taint
+from lyra.api.objects import Condition, Deployment, ObjectMeta, ObservedNode, ObservedPod, Taint
 from lyra.api.resources import (
     InferenceServiceSpec,
     InferenceServiceStatus,
@@ -431,10 +431,12 @@ class HealthMemory:
 
 @dataclass(frozen=True, slots=True)
 class _NodeReading:
-    """A node as its object alone reads: its record but for its health, and what its health is judged on."""
+    """A node as its object alone reads: its record but for its health, and what its health is judged on (its Ready
+    condition, its health taints, its allocatable and capacity GPUs), not the whole object."""
 
     record: NodeRecord
-    node: ObservedNode
+    ready: Condition | None
+    tainted: tuple[Taint, ...]
     allocatable: int
     capacity: int
 
@@ -488,40 +490,39 @@ def _read_node(raw: Mapping[str, Any]) -> tuple[_NodeReading | None, Unreadable 
         unschedulable=node.spec.unschedulable,
         gpu_memory_mib=node_gpu_memory_mib(node),
     )
-    return _NodeReading(record, node, allocatable, gpus), None
+    ready = next((c for c in node.status.conditions if c.type == names.NODE_READY_CONDITION), None)
+    tainted = tuple(t for t in node.spec.taints if t.key in names.HEALTH_TAINTS)
+    return _NodeReading(record, ready, tainted, allocatable, gpus), None
 
 
 def _with_health(reading: _NodeReading, now: float, memory: HealthMemory) -> NodeRecord:
     """The node's record with its health at ``now``."""
-    unhealthy_since, health = _node_health(reading.node, reading.allocatable, reading.capacity, now, memory)
+    unhealthy_since, health = _node_health(reading, now, memory)
     if unhealthy_since is None:
         return reading.record
     return replace(reading.record, unhealthy_since=unhealthy_since, health=health)
 
 
-def _node_health(
-    node: ObservedNode, allocatable: int, capacity: int, now: float, memory: HealthMemory
-) -> tuple[float | None, str]:
+def _node_health(reading: _NodeReading, now: float, memory: HealthMemory) -> tuple[float | None, str]:
     """Since when the node is unhealthy and why (``None, ""`` while healthy): the earliest of its problems, each dated
     by the API where it can be (the Ready condition's transition, a taint's ``timeAdded``), else by ``memory``."""
     problems: list[tuple[float, str]] = []
-    ready = next((c for c in node.status.conditions if c.type == names.NODE_READY_CONDITION), None)
+    ready, tainted, name = reading.ready, reading.tainted, reading.record.name
     not_ready_since: float | None = None
     if ready is not None and ready.status != names.CONDITION_TRUE:
         not_ready_since = parse_time(ready.last_transition_time)
         why = f"{names.NODE_READY_CONDITION}={ready.status or '?'}" + (f" ({ready.reason})" if ready.reason else "")
         problems.append((not_ready_since if not_ready_since is not None else 0.0, why))
-    tainted = [t for t in node.spec.taints if t.key in names.HEALTH_TAINTS]
     if tainted:
         added = [when for t in tainted if (when := parse_time(t.time_added)) is not None]
         since = min(added) if added else not_ready_since
-        since = since if since is not None else memory.first_seen(node.metadata.name, now)
+        since = since if since is not None else memory.first_seen(name, now)
         problems.append((since, f"tainted {', '.join(sorted({t.key for t in tainted}))}"))
-    if allocatable < capacity:
+    if reading.allocatable < reading.capacity:
         problems.append(
             (
-                memory.first_seen(node.metadata.name, now),
-                f"{allocatable} of {capacity} {names.GPU_RESOURCE} allocatable",
+                memory.first_seen(name, now),
+                f"{reading.allocatable} of {reading.capacity} {names.GPU_RESOURCE} allocatable",
             )
         )
     if not problems:

@@ -1,0 +1,43 @@
+"""A later pass's read, from the last pass's readings after a burst of changes, is the read of a fresh operator:
+on the scale benchmark's generated cluster (realistic objects), with the benchmark's own burst of pod, node and job
+changes applied to the watch caches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from bench.operator_scale_bench import burst_of_changes, filled_caches, world_of
+
+from lyra.kubewatch import WatchCache
+from lyra.operator.decide import decide
+from lyra.operator.observe import Readings
+
+NODES = 200  # 2,000 pods, 80 TrainingJobs, 8 InferenceServices
+
+
+@pytest.fixture
+def caches() -> Iterator[dict[str, WatchCache]]:
+    made = filled_caches(NODES)
+    yield made
+    for cache in made.values():
+        cache.stop()
+
+
+def test_a_later_read_after_bursts_of_changes_is_a_fresh_read_and_decides_the_same(
+    caches: dict[str, WatchCache],
+) -> None:
+    readings = Readings()
+    world_of(caches, readings)
+    burst = burst_of_changes(NODES, caches)
+    for _ in range(3):
+        burst()
+        later = world_of(caches, readings)
+        fresh = world_of(caches)
+        assert 0 < readings.nodes.hits < NODES, "the changed nodes were read again, the others were not"
+        assert 0 < readings.jobs.hits < len(later.jobs)
+        assert 0 < readings.pods.hits < len(later.pods)
+        assert later == fresh
+        assert [n.resource_version for n in later.nodes] == [n.resource_version for n in fresh.nodes]
+        assert [j.resource_version for j in later.jobs] == [j.resource_version for j in fresh.jobs]
+        assert decide(later) == decide(fresh)
