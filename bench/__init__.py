@@ -26,6 +26,9 @@ class Benchmark:
     what: str
     target_ms: float | None = None
     repeats: int = 15
+    #: Collect garbage before each call (the call pays only for its own): off for a case that measures what a
+    #: process pays call after call, collections included.
+    collect_garbage: bool = True
 
 
 @dataclass(frozen=True)
@@ -56,13 +59,15 @@ class Ratio:
 
 
 def measure(benchmark: Benchmark, repeats: int | None = None) -> Measurement:
-    """Median wall and CPU time of ``repeats`` calls after one warm-up call; garbage is collected before each call."""
+    """Median wall and CPU time of ``repeats`` calls after one warm-up call; garbage is collected before each call
+    unless the benchmark says not to."""
     call = benchmark.setup()
     call()
     samples: list[float] = []
     cpu: list[float] = []
     for _ in range(repeats or benchmark.repeats):
-        gc.collect()
+        if benchmark.collect_garbage:
+            gc.collect()
         start, start_cpu = time.perf_counter(), time.process_time()
         call()
         cpu.append((time.process_time() - start_cpu) * 1000)

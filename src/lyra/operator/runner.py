@@ -34,6 +34,7 @@ from kubernetes import client
 from lyra import __version__
 from lyra.api import names
 from lyra.core.gpus import MemoryDisagreement
+from lyra.operator import heap
 from lyra.operator.actions import ApplyDeployment, Decision, PatchStatus, SetNodeState
 from lyra.operator.caches import ClusterCaches
 from lyra.operator.commit import Cluster
@@ -114,6 +115,8 @@ class Reconciler:
         self.health = Health(options.liveness_window_s)
         self.wake = asyncio.Event()
         self.passes = 0
+        #: Called once, after the first pass that completes (:func:`lyra.operator.heap.freeze_survivors`).
+        self.after_first_pass: Callable[[], None] | None = None
         self._last_report: list[str] | None = None
         self._memory_disagreements: set[MemoryDisagreement] = set()
 
@@ -195,6 +198,7 @@ class Reconciler:
     async def run(self, stop: asyncio.Event) -> None:
         await self.wait_synced(stop)
         backoff = 1.0
+        after_first_pass = self.after_first_pass
         while not stop.is_set():
             started = time.monotonic()
             # Cleared before the pass reads the caches, never after: a change that arrives while the pass runs (a
@@ -205,6 +209,9 @@ class Reconciler:
                 self.health.beat(synced=True)
                 backoff = 1.0
                 timeout = self.options.resync_s
+                if after_first_pass is not None:
+                    after_first_pass()
+                    after_first_pass = None
             except LeadershipLostError as error:  # the fence closed mid-pass: nothing more is written
                 self.metrics.pass_ended(FAILED)
                 self.health.beat(synced=True)
@@ -268,6 +275,8 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     """Run until SIGINT/SIGTERM: the watch caches, the reconcile loop and the Lease's loop."""
     lease = leader_lease(cluster, options)
     reconciler = Reconciler(cluster, options, lease=lease)
+    heap.tune_collector()
+    reconciler.after_first_pass = heap.freeze_survivors  # the caches and the first readings: long-lived
     caches = cluster.caches or ClusterCaches.on_api(cluster.api)
     cluster.caches = caches
     debug = caches.versions if options.debug_endpoints else None
