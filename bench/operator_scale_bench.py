@@ -15,6 +15,8 @@
   changes, with its garbage collector's settings and no collection forced between calls (the target, 1 s of CPU at
   5,000 nodes, is judged on it);
 
+``uv run python -m bench.operator_scale_bench --collector`` runs 20 busy passes in a row at 5,000 nodes under each
+garbage collector setting (Python's defaults, the operator's, and each half of it), in a fresh process each;
 and ``uv run python -m bench.operator_scale_bench --memory`` measures, in a fresh process per size, the resident
 memory the five caches hold after their first list (the objects are generated page by page, so the generator's
 garbage is not counted).
@@ -39,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -536,9 +539,57 @@ def memory_table() -> str:
     return "\n".join(lines)
 
 
+COLLECTOR_SETTINGS = ("defaults", "frozen", "thresholds", "operator")
+SUSTAINED_PASSES = 20
+
+
+def sustained_passes(nodes: int, setting: str) -> tuple[float, float, int]:
+    """In this (fresh) process: :data:`SUSTAINED_PASSES` busy passes in a row, each after a burst of changes, with
+    no collection forced between them, under one of :data:`COLLECTOR_SETTINGS` (Python's defaults; what survived
+    the first pass frozen; the operator's thresholds; both, as the operator runs). The mean and the largest CPU
+    seconds of a pass, and the full collections they ran."""
+    cluster(nodes)
+    gc.collect()
+    gc.freeze()  # the generator's objects: the benchmark's, not the operator's
+    caches = filled_caches(nodes)
+    burst = burst_of_changes(nodes, caches)
+    readings = Readings()
+    decide(world_of(caches, readings))
+    if setting in ("thresholds", "operator"):
+        heap.tune_collector()
+    if setting in ("frozen", "operator"):
+        heap.freeze_survivors()
+    full_before = gc.get_stats()[2]["collections"]
+    seconds = []
+    for _ in range(SUSTAINED_PASSES):
+        start = time.process_time()
+        burst()
+        decide(world_of(caches, readings))
+        seconds.append(time.process_time() - start)
+    return sum(seconds) / len(seconds), max(seconds), gc.get_stats()[2]["collections"] - full_before
+
+
+def collector_table(nodes: int = SIZES[-1]) -> str:
+    lines = [
+        f"| collector ({nodes:,} nodes, {SUSTAINED_PASSES} passes in a row) | CPU s a pass (mean) | largest | "
+        "full collections |",
+        "|---|---:|---:|---:|",
+    ]
+    for setting in COLLECTOR_SETTINGS:
+        command = [sys.executable, "-m", "bench.operator_scale_bench", "--sustained", str(nodes), setting]
+        mean, largest, full = subprocess.run(command, capture_output=True, text=True, check=True).stdout.split()
+        lines.append(f"| {setting} | {float(mean):.3f} | {float(largest):.3f} | {int(full)} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.operator_scale_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--memory", action="store_true", help="measure the caches' memory at each size")
+    parser.add_argument(
+        "--collector", action="store_true", help="busy passes in a row at 5,000 nodes under each collector setting"
+    )
+    parser.add_argument("--sustained", nargs=2, metavar=("NODES", "SETTING"), help=argparse.SUPPRESS)
     parser.add_argument("--write-pages", nargs=2, metavar=("NODES", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--memory-of", type=Path, metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -550,6 +601,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_of is not None:
         held, kept = memory_held(args.memory_of)
         print(f"{held:.1f} {kept['nodes'] + kept['pods']}")
+        return 0
+    if args.sustained is not None:
+        if args.sustained[1] not in COLLECTOR_SETTINGS:
+            parser.error(f"--sustained: the setting must be one of {', '.join(COLLECTOR_SETTINGS)}")
+        mean, largest, full = sustained_passes(int(args.sustained[0]), args.sustained[1])
+        print(f"{mean:.4f} {largest:.4f} {full}")
+        return 0
+    if args.collector:
+        print(f"Machine: {machine()}")
+        print(collector_table())
+        print(f"load average at the end {load_average()}")
         return 0
     if args.memory:
         print(f"Machine: {machine()}")
