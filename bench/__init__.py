@@ -29,6 +29,8 @@ class Benchmark:
     #: Collect garbage before each call (the call pays only for its own): off for a case that measures what a
     #: process pays call after call, collections included.
     collect_garbage: bool = True
+    #: Run after the last call: puts back what ``setup`` changed for the whole process (the collector's state).
+    after: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,16 +64,20 @@ def measure(benchmark: Benchmark, repeats: int | None = None) -> Measurement:
     """Median wall and CPU time of ``repeats`` calls after one warm-up call; garbage is collected before each call
     unless the benchmark says not to."""
     call = benchmark.setup()
-    call()
     samples: list[float] = []
     cpu: list[float] = []
-    for _ in range(repeats or benchmark.repeats):
-        if benchmark.collect_garbage:
-            gc.collect()
-        start, start_cpu = time.perf_counter(), time.process_time()
+    try:
         call()
-        cpu.append((time.process_time() - start_cpu) * 1000)
-        samples.append((time.perf_counter() - start) * 1000)
+        for _ in range(repeats or benchmark.repeats):
+            if benchmark.collect_garbage:
+                gc.collect()
+            start, start_cpu = time.perf_counter(), time.process_time()
+            call()
+            cpu.append((time.process_time() - start_cpu) * 1000)
+            samples.append((time.perf_counter() - start) * 1000)
+    finally:
+        if benchmark.after is not None:
+            benchmark.after()
     return Measurement(
         name=benchmark.name,
         median_ms=statistics.median(samples),
