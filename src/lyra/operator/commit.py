@@ -64,7 +64,9 @@ APPLIED, REFUSED, DEFERRED, HELD, SKIPPED = "applied", "refused", "deferred", "h
 class Outcome:
     """What a pass's commit did: actions applied, refused by the API, held back by an object's backoff, and skipped
     (their object, node or owner failed earlier in the pass); ``failures`` the refusals, one per object; ``results``
-    what became of each of the decision's actions, in order (:data:`APPLIED` ...), from which the metrics count."""
+    what became of each of the decision's actions, in order (:data:`APPLIED` ...), from which the metrics count;
+    ``settled`` the subjects whose backoff ended in this pass (their statuses stop reporting the failure: the next
+    decision differs)."""
 
     applied: int
     failed: int = 0
@@ -72,6 +74,7 @@ class Outcome:
     skipped: int = 0
     failures: tuple[Failure, ...] = ()
     results: tuple[str, ...] = ()
+    settled: tuple[Failure, ...] = ()
 
 
 class Cluster:
@@ -180,9 +183,10 @@ class Cluster:
                 self.caches.wrote(_written_kind(action), version)
             applied += 1
             results.append(APPLIED)
-        for over in self.backoff.settle(failed, now):
+        settled = self.backoff.settle(failed, now)
+        for over in settled:
             log.info("%s %s: writes go through again", over.subject.kind, over.subject.key)
-        return Outcome(applied, len(failures), held, skipped, tuple(failures), tuple(results))
+        return Outcome(applied, len(failures), held, skipped, tuple(failures), tuple(results), tuple(settled))
 
     def _removed_stale_namesake(self, action: CreatePod) -> bool:
         """After a 409 on creating a pod: whether the pod of that name is an earlier run's (its controller is not the

@@ -172,6 +172,11 @@ class Backoff:
         self._failures[key] = failure
         return failure
 
+    def next_retry(self) -> float | None:
+        """When the earliest held subject may be tried again (None: nothing is held). The loop makes a pass then,
+        not only at its resync: a server error's retry is due after 1 s."""
+        return min((f.retry_at for f in self._failures.values()), default=None)
+
     def settle(self, failed: set[str], now: float) -> list[Failure]:
         """After a pass: the failures whose retry time has come and that did not fail again are over (their retry
         went through, or nothing is left to retry). Returns them."""

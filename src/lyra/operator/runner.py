@@ -118,6 +118,8 @@ class Reconciler:
         #: Called once, after the first pass that completes (:func:`lyra.operator.heap.freeze_survivors`).
         self.after_first_pass: Callable[[], None] | None = None
         self._last_report: list[str] | None = None
+        #: Whether the last pass ended an object's backoff: its status changes, so the next pass comes at once.
+        self.settled_in_last_pass = False
         self._memory_disagreements: set[MemoryDisagreement] = set()
 
     def pass_once(self) -> Decision:
@@ -156,8 +158,12 @@ class Reconciler:
                 self._last_report = lines
             return decision
         self.metrics.leading(world)
+        # Applied even when empty: the commit also ends the backoff of objects whose retry time has come with nothing
+        # left to retry (a status write that failed, then found the status as wanted). Without it their statuses
+        # would report the failure until some other write of theirs came due.
+        outcome = self.cluster.apply(decision, now, world)
+        self.settled_in_last_pass = bool(outcome.settled)
         if decision.actions:
-            outcome = self.cluster.apply(decision, now, world)
             deadline = self.options.config.reclaim_deadline_s
             self.metrics.count(applied_counts(world, decision, outcome.results, reclaim_deadline_s=deadline))
             log.info(
@@ -208,7 +214,7 @@ class Reconciler:
                 await asyncio.to_thread(self.pass_once)
                 self.health.beat(synced=True)
                 backoff = 1.0
-                timeout = self.options.resync_s
+                timeout = self.next_pass_in()
                 if after_first_pass is not None:
                     after_first_pass()
                     after_first_pass = None
@@ -228,6 +234,17 @@ class Reconciler:
             rest = MIN_PASS_INTERVAL_S - (time.monotonic() - started)
             if rest > 0 and not stop.is_set():
                 await asyncio.sleep(rest)  # coalesce a burst of events into one pass
+
+    def next_pass_in(self) -> float:
+        """Seconds until the next pass is due without an event: the resync, or sooner when a held object's retry
+        comes due (a server error is retried after 1 s, not at the next resync), or at once when the last pass ended
+        an object's backoff (its status stops reporting the failure)."""
+        if self.settled_in_last_pass:
+            return 0.0
+        due = self.cluster.backoff.next_retry()
+        if due is None:
+            return self.options.resync_s
+        return min(self.options.resync_s, max(0.0, due - self.clock()))
 
     async def keep_lease(self, stop: asyncio.Event) -> None:
         """Renew (or try for) the Lease every retry period, apart from the passes, so a long pass does not let it

@@ -31,7 +31,8 @@ from lyra.operator.actions import (
 from lyra.operator.commit import Cluster, Outcome
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.isolation import FIRST_DELAY_S, Backoff
-from lyra.operator.observe import ObjectRef
+from lyra.operator.observe import ObjectRef, World
+from lyra.operator.runner import Reconciler, RunOptions
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, report_reclaim, training_job
 from .test_decide import CONFIG as DECIDE_CONFIG
@@ -364,6 +365,54 @@ def test_a_refused_status_holds_back_that_jobs_pods_only() -> None:
     assert "PatchStatus ml/broken-status" not in cluster.tried[first:], "a failed status holds the whole object back"
     assert outcome.held >= 1
     assert not pods_of(fake, "broken-status")
+
+
+class ObservedFaultyCluster(FaultyCluster):
+    """:class:`FaultyCluster` read as the running operator reads its cluster, for :class:`Reconciler`'s passes."""
+
+    def observe(self, now: float) -> World:
+        return self.fake.world()
+
+
+def test_a_status_write_that_fails_then_finds_nothing_to_write_ends_its_backoff_and_the_status_clears() -> None:
+    """The running operator's passes, not the test harness's: a job's status write fails with the same message as a
+    failure its status already reports, so the decision at its retry equals what the server holds and has no action.
+    That pass still ends the backoff (before, a pass with no action committed nothing and the job reported the
+    failure until another of its writes came due: tests/integration/test_api_faults.py timed out on it), and the next
+    pass comes at once and clears the condition."""
+    fake = FakeCluster([node("a0", "training", A100)])
+    fake.add_job(training_job("j", 1, 1))
+    refusing = [True]
+    status_500 = Fault(
+        lambda a: refusing[0] and isinstance(a, PatchStatus) and a.ref.name == "j", 500, "InternalError", "boom"
+    )
+    cluster = ObservedFaultyCluster(fake=fake, faults=[status_500])
+    reconciler = Reconciler(cluster, RunOptions(config=CONFIG, resync_s=3600), clock=lambda: fake.now)
+
+    def applied() -> dict[str, Any]:
+        return condition(fake, "ml/j", "Applied")
+
+    reconciler.pass_once()  # the job's first status write fails: retried in 1 s
+    failed = cluster.backoff.failures()["TrainingJob/ml/j"]
+    assert reconciler.next_pass_in() == pytest.approx(1.0), "the retry is due before the resync"
+    fake.tick(1)
+    refusing[0] = False
+    reconciler.pass_once()  # the status is written, saying the write failed; the backoff is over
+    assert (applied()["status"], applied()["message"]) == ("False", failed.message)
+    assert cluster.backoff.failures() == {}
+    assert reconciler.next_pass_in() == 0
+    refusing[0] = True
+    reconciler.pass_once()  # clearing the condition fails with the same message
+    assert cluster.backoff.failures()["TrainingJob/ml/j"].message == failed.message
+    fake.tick(1)
+    refusing[0] = False
+    decision = reconciler.pass_once()
+    assert decision.actions == (), "the status the decision wants is the one the server holds"
+    assert cluster.backoff.failures() == {}, "the retry time came and nothing failed: the backoff is over"
+    assert reconciler.next_pass_in() == 0, "the status stops reporting the failure: the next pass comes at once"
+    reconciler.pass_once()
+    assert applied()["status"] == "True"
+    assert reconciler.next_pass_in() == 3600
 
 
 def test_a_node_whose_state_cannot_be_written_keeps_its_pods_and_the_other_nodes_go_on() -> None:

@@ -1,5 +1,6 @@
 """The reconcile loop's wake-up: a change that arrives while a pass runs wakes the next pass at once, not at the
-resync (the pass that created a gang's pods must see them turn Running without waiting a resync period)."""
+resync (the pass that created a gang's pods must see them turn Running without waiting a resync period); an object
+whose retry comes due is retried then, not at the resync."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import asyncio
 from types import SimpleNamespace
 from typing import cast
 
+from lyra.operator.actions import PatchStatus
 from lyra.operator.decide import OperatorConfig
+from lyra.operator.isolation import Backoff
+from lyra.operator.observe import ObjectRef
 from lyra.operator.runner import Cluster, Reconciler, RunOptions
 
 RESYNC_S = 3600.0  # far longer than the test may take: only a wake-up can start the second pass
@@ -19,7 +23,8 @@ class EventDuringPass(Reconciler):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
         super().__init__(
-            cast(Cluster, SimpleNamespace(caches=None)), RunOptions(config=OperatorConfig(), resync_s=RESYNC_S)
+            cast(Cluster, SimpleNamespace(caches=None, backoff=Backoff())),
+            RunOptions(config=OperatorConfig(), resync_s=RESYNC_S),
         )
         self.loop = loop
         self.stop = stop
@@ -38,6 +43,39 @@ def test_a_change_during_a_pass_wakes_the_next_pass_without_waiting_for_the_resy
     async def scenario() -> int:
         stop = asyncio.Event()
         reconciler = EventDuringPass(asyncio.get_running_loop(), stop)
+        await asyncio.wait_for(reconciler.run(stop), timeout=30)
+        return reconciler.count
+
+    assert asyncio.run(scenario()) == 2
+
+
+class RetryDue(Reconciler):
+    """A loop whose first pass has a status write fail with a server error (retried 1 s later, by the backoff) and
+    whose second pass stops the loop; no event comes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        super().__init__(
+            cast(Cluster, SimpleNamespace(caches=None, backoff=Backoff())),
+            RunOptions(config=OperatorConfig(), resync_s=RESYNC_S),
+        )
+        self.loop = loop
+        self.stop = stop
+        self.count = 0
+
+    def pass_once(self) -> object:  # type: ignore[override]
+        self.count += 1
+        if self.count == 1:
+            action = PatchStatus(ObjectRef("TrainingJob", "ml", "j"), {}, ("conditions",))
+            self.cluster.backoff.record(action, "InternalError", "500", self.clock(), transient=True)
+        else:
+            self.loop.call_soon_threadsafe(self.stop.set)
+        return None
+
+
+def test_a_retry_that_comes_due_starts_a_pass_without_waiting_for_the_resync() -> None:
+    async def scenario() -> int:
+        stop = asyncio.Event()
+        reconciler = RetryDue(asyncio.get_running_loop(), stop)
         await asyncio.wait_for(reconciler.run(stop), timeout=30)
         return reconciler.count
 
