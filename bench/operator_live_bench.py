@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -574,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
         default=defaults.change_deadline_s,
         help="a change not acted on within this many seconds is reported missed",
     )
+    parser.add_argument(
+        "--keep-log", type=Path, metavar="PATH", help="copy the operator's whole log here after the run"
+    )
     args = parser.parse_args(argv)
     sizes = LiveSizes(
         nodes=args.nodes,
@@ -589,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
     start_load = load_average()
     with tempfile.TemporaryDirectory(prefix="lyra-live-bench-") as directory:
         result = run_live(sizes, Path(directory))
+        if args.keep_log is not None:
+            shutil.copyfile(Path(directory) / "operator.log", args.keep_log)
+            print(f"  the operator's log: {args.keep_log}", file=sys.stderr)
     print(report(result, start_load))
     return 1 if result.problems() else 0
 

@@ -64,6 +64,7 @@ PODS_PER_NODE = 10
 REPLICAS_PER_SERVICE = 30
 EVENTS_PER_CALL = 1_000
 NODE_CHANGES = JOB_CHANGES = 50  # per burst of changes before a later pass
+MIN_NODES = 200  # the smallest cluster with that many nodes and TrainingJobs to change (80 jobs)
 PASS_TARGET_MS = 1_000.0
 WORKER_TEMPLATE = {"spec": {"containers": [{"name": "trainer", "image": "registry.example/trainer:1"}]}}
 REPLICA_TEMPLATE = {"spec": {"containers": [{"name": "server", "image": "registry.example/server:1"}]}}
@@ -397,17 +398,24 @@ def _decide(nodes: int) -> Callable[[], object]:
     return lambda: decide(world)
 
 
-def _pass(nodes: int) -> Callable[[], object]:
-    """A busy pass of the running operator, as it runs: a burst of changes read (as ``read``), then decided (as
-    ``decide``), with the operator's collector settings (:mod:`lyra.operator.heap`: its thresholds, what survived the
-    first pass frozen). The generator's objects, the benchmark's and not the operator's, are frozen first, so the
-    collector sees the heap the operator has; no collection is forced between calls, so what the collector does
-    during a pass, full collections included, is in the figure."""
+def _operator_heap(nodes: int) -> Callable[[], World]:
+    """``read`` (a burst of changes, then read) in a heap like the running operator's after its first pass: the
+    generator's objects, the benchmark's and not the operator's, frozen first so the collector sees only the
+    operator's; a first pass made."""
     cluster(nodes)
     gc.collect()
     gc.freeze()
     read = _read(nodes)
     decide(read())
+    return read
+
+
+def _pass(nodes: int) -> Callable[[], object]:
+    """A busy pass of the running operator, as it runs: a burst of changes read (as ``read``), then decided (as
+    ``decide``), with the operator's collector settings (:mod:`lyra.operator.heap`: its thresholds, what survived the
+    first pass frozen). No collection is forced between calls, so what the collector does during a pass, full
+    collections included, is in the figure."""
+    read = _operator_heap(nodes)
     heap.freeze_survivors()
 
     def busy_pass() -> object:
@@ -549,13 +557,7 @@ def sustained_passes(nodes: int, setting: str) -> tuple[float, float, int]:
     no collection forced between them, under one of :data:`COLLECTOR_SETTINGS` (Python's defaults; what survived
     the first pass frozen; the operator's thresholds; both, as the operator runs). The mean and the largest CPU
     seconds of a pass, and the full collections they ran."""
-    cluster(nodes)
-    gc.collect()
-    gc.freeze()  # the generator's objects: the benchmark's, not the operator's
-    caches = filled_caches(nodes)
-    burst = burst_of_changes(nodes, caches)
-    readings = Readings()
-    decide(world_of(caches, readings))
+    read = _operator_heap(nodes)
     if setting in ("thresholds", "operator"):
         heap.tune_collector()
     if setting in ("frozen", "operator"):
@@ -564,8 +566,7 @@ def sustained_passes(nodes: int, setting: str) -> tuple[float, float, int]:
     seconds = []
     for _ in range(SUSTAINED_PASSES):
         start = time.process_time()
-        burst()
-        decide(world_of(caches, readings))
+        decide(read())
         seconds.append(time.process_time() - start)
     return sum(seconds) / len(seconds), max(seconds), gc.get_stats()[2]["collections"] - full_before
 
@@ -584,6 +585,18 @@ def collector_table(nodes: int = SIZES[-1]) -> str:
     return "\n".join(lines)
 
 
+def _node_count(parser: argparse.ArgumentParser, flag: str, text: str) -> int:
+    """``text`` as a count of nodes, or the parser's error (exit 2) saying what was wrong."""
+    try:
+        nodes = int(text)
+    except ValueError:
+        parser.error(f"{flag}: NODES must be a whole number, got {text!r}")
+    if nodes < MIN_NODES:
+        parser.error(f"{flag}: NODES must be at least {MIN_NODES} (a burst of changes updates {NODE_CHANGES} nodes and "
+                     f"{JOB_CHANGES} TrainingJobs), got {nodes}")  # fmt: skip
+    return nodes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.operator_scale_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--memory", action="store_true", help="measure the caches' memory at each size")
@@ -595,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-of", type=Path, metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.write_pages is not None:
-        nodes = int(args.write_pages[0])
+        nodes = _node_count(parser, "--write-pages", args.write_pages[0])
         write_pages(nodes, Path(args.write_pages[1]))
         print(sum(len(items) for items in cluster(nodes).values()))
         return 0
@@ -606,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sustained is not None:
         if args.sustained[1] not in COLLECTOR_SETTINGS:
             parser.error(f"--sustained: the setting must be one of {', '.join(COLLECTOR_SETTINGS)}")
-        mean, largest, full = sustained_passes(int(args.sustained[0]), args.sustained[1])
+        mean, largest, full = sustained_passes(_node_count(parser, "--sustained", args.sustained[0]), args.sustained[1])
         print(f"{mean:.4f} {largest:.4f} {full}")
         return 0
     if args.collector:

@@ -26,6 +26,7 @@ import json
 import logging
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,6 +95,13 @@ def describe(decision: Decision) -> list[str]:
             message = getattr(action, "message", "")
             lines.append(f"{type(action).__name__} {action.ref.kind} {action.ref.key} {detail} {message}".rstrip())
     return lines
+
+
+def action_kinds(decision: Decision) -> str:
+    """What a decision holds, by kind, for the pass's log line: ``2 PatchStatus, 1 CreatePod`` (in the decision's
+    order of first appearance)."""
+    kinds = Counter(type(action).__name__ for action in decision.actions)
+    return ", ".join(f"{count} {kind}" for kind, count in kinds.items())
 
 
 class Reconciler:
@@ -167,13 +175,14 @@ class Reconciler:
             deadline = self.options.config.reclaim_deadline_s
             self.metrics.count(applied_counts(world, decision, outcome.results, reclaim_deadline_s=deadline))
             log.info(
-                "pass %d: applied %d of %d actions (%d refused, %d held back, %d skipped)",
+                "pass %d: applied %d of %d actions (%d refused, %d held back, %d skipped): %s",
                 self.passes,
                 outcome.applied,
                 len(decision.actions),
                 outcome.failed,
                 outcome.held,
                 outcome.skipped,
+                action_kinds(decision),
             )
         self.metrics.phase_took(COMMIT, time.perf_counter() - decided)
         self.metrics.pass_ended(SUCCEEDED)

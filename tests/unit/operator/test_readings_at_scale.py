@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from bench.operator_scale_bench import burst_of_changes, filled_caches, world_of
+from bench.operator_scale_bench import MIN_NODES, burst_of_changes, filled_caches, main, world_of
 
 from lyra.kubewatch import WatchCache
 from lyra.operator.decide import decide
 from lyra.operator.observe import Readings
 
-NODES = 200  # 2,000 pods, 80 TrainingJobs, 8 InferenceServices
+NODES = MIN_NODES  # 2,000 pods, 80 TrainingJobs, 8 InferenceServices
 
 
 @pytest.fixture
@@ -41,3 +41,21 @@ def test_a_later_read_after_bursts_of_changes_is_a_fresh_read_and_decides_the_sa
         assert [n.resource_version for n in later.nodes] == [n.resource_version for n in fresh.nodes]
         assert [j.resource_version for j in later.jobs] == [j.resource_version for j in fresh.jobs]
         assert decide(later) == decide(fresh)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sustained", "5k", "operator"], "--sustained: NODES must be a whole number, got '5k'"),
+        (["--sustained", "40", "operator"], "--sustained: NODES must be at least 200"),
+        (["--sustained", "500", "fast"], "--sustained: the setting must be one of defaults, frozen"),
+        (["--write-pages", "x", "/tmp"], "--write-pages: NODES must be a whole number"),
+    ],
+)
+def test_the_benchmarks_flags_refuse_bad_values_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
