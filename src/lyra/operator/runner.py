@@ -126,7 +126,9 @@ class Reconciler:
         #: Called once, after the first pass that completes (:func:`lyra.operator.heap.freeze_survivors`).
         self.after_first_pass: Callable[[], None] | None = None
         self._last_report: list[str] | None = None
-        #: Whether the last pass ended an object's backoff: its status changes, so the next pass comes at once.
+        #: Whether the last pass committed (it led; not a shadow), and whether it ended an object's backoff (its
+        #: status changes, so the next pass comes at once).
+        self.committed_last_pass = False
         self.settled_in_last_pass = False
         self._memory_disagreements: set[MemoryDisagreement] = set()
 
@@ -134,6 +136,8 @@ class Reconciler:
         """Observe, decide and (unless dry-run) commit, once. Blocking: runs in a worker thread."""
         now = self.clock()
         lease = self.lease
+        self.committed_last_pass = False
+        self.settled_in_last_pass = False
         if lease is not None and not self.options.dry_run and not (lease.may_write() or lease.try_lead()):
             self.metrics.standing_by()
             caches = self.cluster.caches
@@ -170,6 +174,7 @@ class Reconciler:
         # left to retry (a status write that failed, then found the status as wanted). Without it their statuses
         # would report the failure until some other write of theirs came due.
         outcome = self.cluster.apply(decision, now, world)
+        self.committed_last_pass = True
         self.settled_in_last_pass = bool(outcome.settled)
         if decision.actions:
             deadline = self.options.config.reclaim_deadline_s
@@ -247,7 +252,10 @@ class Reconciler:
     def next_pass_in(self) -> float:
         """Seconds until the next pass is due without an event: the resync, or sooner when a held object's retry
         comes due (a server error is retried after 1 s, not at the next resync), or at once when the last pass ended
-        an object's backoff (its status stops reporting the failure)."""
+        an object's backoff (its status stops reporting the failure). An operator that stands by, or a shadow, waits
+        for the resync: it retries nothing."""
+        if not self.committed_last_pass:
+            return self.options.resync_s
         if self.settled_in_last_pass:
             return 0.0
         due = self.cluster.backoff.next_retry()

@@ -11,6 +11,7 @@ from typing import cast
 from lyra.operator.actions import PatchStatus
 from lyra.operator.decide import OperatorConfig
 from lyra.operator.isolation import Backoff
+from lyra.operator.leader import LeaderLease
 from lyra.operator.observe import ObjectRef
 from lyra.operator.runner import Cluster, Reconciler, RunOptions
 
@@ -67,6 +68,7 @@ class RetryDue(Reconciler):
         if self.count == 1:
             action = PatchStatus(ObjectRef("TrainingJob", "ml", "j"), {}, ("conditions",))
             self.cluster.backoff.record(action, "InternalError", "500", self.clock(), transient=True)
+            self.committed_last_pass = True  # as a leading pass that committed
         else:
             self.loop.call_soon_threadsafe(self.stop.set)
         return None
@@ -80,3 +82,29 @@ def test_a_retry_that_comes_due_starts_a_pass_without_waiting_for_the_resync() -
         return reconciler.count
 
     assert asyncio.run(scenario()) == 2
+
+
+class StandingBy:
+    """A Lease another operator holds."""
+
+    def may_write(self) -> bool:
+        return False
+
+    def try_lead(self) -> bool:
+        return False
+
+
+def test_an_operator_standing_by_waits_for_the_resync_whatever_its_backoff_holds() -> None:
+    """Failures it kept from when it led are past due: an operator standing by retries nothing, so it must not make
+    a pass (and a Lease request) at once, again and again."""
+    backoff = Backoff()
+    action = PatchStatus(ObjectRef("TrainingJob", "ml", "j"), {}, ("conditions",))
+    backoff.record(action, "InternalError", "500", 0.0, transient=True)
+    reconciler = Reconciler(
+        cast(Cluster, SimpleNamespace(caches=None, backoff=backoff)),
+        RunOptions(config=OperatorConfig(), resync_s=RESYNC_S),
+        clock=lambda: 100.0,
+        lease=cast(LeaderLease, StandingBy()),
+    )
+    reconciler.pass_once()
+    assert reconciler.next_pass_in() == RESYNC_S
