@@ -233,6 +233,20 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def not_running(api: client.ApiClient, namespace: str, shown: int = 8) -> str:
+    """The pods of ``namespace`` that do not run (the benchmark's own pods run from the start, so these are Lyra's
+    workers and replicas), each with why, when a convergence check misses: the operator's or the scheduler's?"""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, field_selector="status.phase!=Running").items
+    described = []
+    for pod in pods[:shown]:
+        scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+        why = f"{scheduled.reason}: {scheduled.message}" if scheduled is not None and scheduled.status != "True" else ""
+        where = pod.spec.node_name or "no node"
+        described.append(f"{pod.metadata.name} ({pod.status.phase}, {where}{', ' + why if why else ''})")
+    more = f" and {len(pods) - shown} more" if len(pods) > shown else ""
+    return f"{len(pods)} pods not running: {', '.join(described)}{more}" if pods else "every pod running"
+
+
 def held_within(condition: Callable[[], bool], timeout_s: float, what: str) -> bool:
     """Whether ``condition`` held before the deadline (a benchmark reports what did not happen, it does not stop)."""
     try:
@@ -311,6 +325,8 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
                 steady_until = datetime.now(UTC)
             result.converged = converged
             result.end_state = stream.end_state()
+            if not converged:
+                result.end_state += "; " + not_running(api, namespace)
         finally:
             operator.terminate()
             operator.wait(timeout=30)
