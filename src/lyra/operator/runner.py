@@ -126,18 +126,16 @@ class Reconciler:
         #: Called once, after the first pass that completes (:func:`lyra.operator.heap.freeze_survivors`).
         self.after_first_pass: Callable[[], None] | None = None
         self._last_report: list[str] | None = None
-        #: Whether the last pass committed (it led; not a shadow), and whether it ended an object's backoff (its
-        #: status changes, so the next pass comes at once).
-        self.committed_last_pass = False
-        self.settled_in_last_pass = False
+        #: When the next pass is due without an event, as the last pass that committed left it (None: at the resync;
+        #: an operator standing by, or a shadow, retries nothing).
+        self.retry_due: float | None = None
         self._memory_disagreements: set[MemoryDisagreement] = set()
 
     def pass_once(self) -> Decision:
         """Observe, decide and (unless dry-run) commit, once. Blocking: runs in a worker thread."""
         now = self.clock()
         lease = self.lease
-        self.committed_last_pass = False
-        self.settled_in_last_pass = False
+        self.retry_due = None
         if lease is not None and not self.options.dry_run and not (lease.may_write() or lease.try_lead()):
             self.metrics.standing_by()
             caches = self.cluster.caches
@@ -174,8 +172,8 @@ class Reconciler:
         # left to retry (a status write that failed, then found the status as wanted). Without it their statuses
         # would report the failure until some other write of theirs came due.
         outcome = self.cluster.apply(decision, now, world)
-        self.committed_last_pass = True
-        self.settled_in_last_pass = bool(outcome.settled)
+        # A pass that ended a backoff is followed at once: that object's status stops reporting the failure.
+        self.retry_due = now if outcome.settled else self.cluster.backoff.next_retry()
         if decision.actions:
             deadline = self.options.config.reclaim_deadline_s
             self.metrics.count(applied_counts(world, decision, outcome.results, reclaim_deadline_s=deadline))
@@ -254,14 +252,9 @@ class Reconciler:
         comes due (a server error is retried after 1 s, not at the next resync), or at once when the last pass ended
         an object's backoff (its status stops reporting the failure). An operator that stands by, or a shadow, waits
         for the resync: it retries nothing."""
-        if not self.committed_last_pass:
+        if self.retry_due is None:
             return self.options.resync_s
-        if self.settled_in_last_pass:
-            return 0.0
-        due = self.cluster.backoff.next_retry()
-        if due is None:
-            return self.options.resync_s
-        return min(self.options.resync_s, max(0.0, due - self.clock()))
+        return min(self.options.resync_s, max(0.0, self.retry_due - self.clock()))
 
     async def keep_lease(self, stop: asyncio.Event) -> None:
         """Renew (or try for) the Lease every retry period, apart from the passes, so a long pass does not let it

@@ -12,7 +12,6 @@ import pytest
 
 from lyra.operator import heap
 from lyra.operator.decide import OperatorConfig
-from lyra.operator.isolation import Backoff
 from lyra.operator.runner import Cluster, Reconciler, RunOptions
 
 
@@ -43,9 +42,7 @@ class Passes(Reconciler):
     """A loop whose passes only count (the first one fails, as a pass may); it stops after the fourth."""
 
     def __init__(self, stop: asyncio.Event) -> None:
-        super().__init__(
-            cast(Cluster, SimpleNamespace(caches=None, backoff=Backoff())), RunOptions(config=OperatorConfig())
-        )
+        super().__init__(cast(Cluster, SimpleNamespace(caches=None)), RunOptions(config=OperatorConfig()))
         self.stop = stop
         self.count = 0
         self.frozen_after: list[int] = []

@@ -18,9 +18,8 @@ from lyra.operator.runner import Cluster, Reconciler, RunOptions
 RESYNC_S = 3600.0  # far longer than the test may take: only a wake-up can start the second pass
 
 
-class EventDuringPass(Reconciler):
-    """A loop whose passes do nothing but count; during the first one a cache reports a change, as the watch
-    thread does (``call_soon_threadsafe``)."""
+class CountedPasses(Reconciler):
+    """A loop whose passes do nothing but count and call :meth:`on_pass` with the count; a stub cluster."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
         super().__init__(
@@ -33,55 +32,54 @@ class EventDuringPass(Reconciler):
 
     def pass_once(self) -> object:  # type: ignore[override]
         self.count += 1
-        if self.count == 1:
+        self.on_pass(self.count)
+        return None
+
+    def on_pass(self, count: int) -> None:
+        raise NotImplementedError
+
+
+class EventDuringPass(CountedPasses):
+    """During the first pass a cache reports a change, as the watch thread does (``call_soon_threadsafe``)."""
+
+    def on_pass(self, count: int) -> None:
+        if count == 1:
             self.loop.call_soon_threadsafe(self.wake.set)  # a pod turned Running while this pass ran
         else:
             self.loop.call_soon_threadsafe(self.stop.set)
-        return None
+
+
+def passes_until_stopped(kind: type[CountedPasses]) -> int:
+    """Run a loop of ``kind`` until it stops itself (at most 30 s); the passes it made."""
+
+    async def scenario() -> int:
+        stop = asyncio.Event()
+        reconciler = kind(asyncio.get_running_loop(), stop)
+        await asyncio.wait_for(reconciler.run(stop), timeout=30)
+        return reconciler.count
+
+    return asyncio.run(scenario())
 
 
 def test_a_change_during_a_pass_wakes_the_next_pass_without_waiting_for_the_resync() -> None:
-    async def scenario() -> int:
-        stop = asyncio.Event()
-        reconciler = EventDuringPass(asyncio.get_running_loop(), stop)
-        await asyncio.wait_for(reconciler.run(stop), timeout=30)
-        return reconciler.count
-
-    assert asyncio.run(scenario()) == 2
+    assert passes_until_stopped(EventDuringPass) == 2
 
 
-class RetryDue(Reconciler):
-    """A loop whose first pass has a status write fail with a server error (retried 1 s later, by the backoff) and
-    whose second pass stops the loop; no event comes."""
+class RetryDue(CountedPasses):
+    """The first pass has a status write fail with a server error (retried 1 s later, by the backoff); the second
+    stops the loop; no event comes."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-        super().__init__(
-            cast(Cluster, SimpleNamespace(caches=None, backoff=Backoff())),
-            RunOptions(config=OperatorConfig(), resync_s=RESYNC_S),
-        )
-        self.loop = loop
-        self.stop = stop
-        self.count = 0
-
-    def pass_once(self) -> object:  # type: ignore[override]
-        self.count += 1
-        if self.count == 1:
+    def on_pass(self, count: int) -> None:
+        if count == 1:
             action = PatchStatus(ObjectRef("TrainingJob", "ml", "j"), {}, ("conditions",))
             self.cluster.backoff.record(action, "InternalError", "500", self.clock(), transient=True)
-            self.committed_last_pass = True  # as a leading pass that committed
+            self.retry_due = self.cluster.backoff.next_retry()  # as a leading pass that committed leaves it
         else:
             self.loop.call_soon_threadsafe(self.stop.set)
-        return None
 
 
 def test_a_retry_that_comes_due_starts_a_pass_without_waiting_for_the_resync() -> None:
-    async def scenario() -> int:
-        stop = asyncio.Event()
-        reconciler = RetryDue(asyncio.get_running_loop(), stop)
-        await asyncio.wait_for(reconciler.run(stop), timeout=30)
-        return reconciler.count
-
-    assert asyncio.run(scenario()) == 2
+    assert passes_until_stopped(RetryDue) == 2
 
 
 class StandingBy:
