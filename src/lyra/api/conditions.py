@@ -8,6 +8,7 @@ of these; each is listed once under the object it concerns. Kubernetes' own cond
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
 # Condition types.
@@ -68,3 +69,20 @@ LEFT_OUT: Final = "LeftOut"
 # True again once writes go through.
 APPLY_FAILED: Final = "ApplyFailed"
 WRITES_APPLIED: Final = "Applied"
+
+
+class PreemptionCause(StrEnum):
+    """Why a pass preempts a TrainingJob (stops and re-queues it from Running): the one closed set that the
+    operator's report, its Events and the ``reason`` label of ``lyra_preemptions_total`` read. Every member is
+    exported at zero from the operator's start, so the first preemption of each kind is visible to ``rate()``."""
+
+    #: Its servers were reclaimed for inference and its base could not be kept.
+    RECLAIM = "reclaim"
+    #: The allocation gave its GPUs to other jobs.
+    ALLOCATION = "allocation"
+    #: It lost base workers (a worker failed or vanished) and was re-queued.
+    LOST_BASE = "lost_base"
+    #: Its workers were on a node the health rules declared lost.
+    NODE_LOST = "node_lost"
+    #: Kubernetes evicted or disrupted its workers.
+    DISRUPTION = "disruption"

@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
@@ -34,11 +41,6 @@ from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
 from lyra.operator.actions import Decision, DeletePod, PatchStatus, SetNodeState
 from lyra.operator.commit import APPLIED
-from lyra.operator.jobs import (
-    PREEMPTED_BY_ALLOCATION,
-    PREEMPTED_BY_RECLAIM,
-    PREEMPTED_LOST_BASE,
-)
 from lyra.operator.observe import World, parse_time
 
 GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
@@ -339,11 +341,23 @@ class _StateCollector(Collector):
 _STATE_SPECS = (SERVERS, GPUS, TRAINING_JOBS, TRAINING_WORKERS)
 
 
+def exporter_registry() -> CollectorRegistry:
+    """A registry with the process's own metrics (``process_*``: CPU, resident memory, open files; ``python_*``:
+    garbage collections, version), which every exporter of Lyra's carries, and no ``*_created`` series: a counter's
+    or histogram's creation time is a second series per labelled child that no dashboard or alert reads."""
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+    registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
 class OperatorMetrics:
     """The operator's metrics in their own registry (:meth:`exposition` is what ``/metrics`` serves)."""
 
     def __init__(self, version: str = __version__) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = exporter_registry()
         self._lock = threading.Lock()
         self._acting = False
         self._may_write: Callable[[], bool] = lambda: True
@@ -360,8 +374,8 @@ class OperatorMetrics:
             if spec.kind == HISTOGRAM
         }
         self._zeroed: set[tuple[str, Pool]] = set()
-        for reason in (PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE):
-            self._counters[PREEMPTIONS.name].labels(reason)
+        for reason in conditions.PreemptionCause:
+            self._counters[PREEMPTIONS.name].labels(reason.value)
         for result in (SUCCEEDED, FAILED):
             self._counters[PASSES.name].labels(result)
         for phase in (OBSERVE, DECIDE, COMMIT):

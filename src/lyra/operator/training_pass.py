@@ -23,11 +23,13 @@ from lyra.operator.observe import JobRecord, PodRecord, World, format_time
 
 FINISHED_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 
-#: Why a pass preempts a job (re-queues it from Running; the report's ``preempted`` names it): its servers were
-#: reclaimed for inference, the allocation gave its GPUs to others, or it lost base workers and was re-queued.
-PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE = "reclaim", "allocation", "lost_base"
-#: Preemption causes from health: the job's workers were on a lost node, or Kubernetes disrupted them.
-PREEMPTED_NODE_LOST, PREEMPTED_BY_DISRUPTION = "node_lost", "disruption"
+#: Why a pass preempts a job, by the names the training side uses (:class:`lyra.api.conditions.PreemptionCause`
+#: is the one enumeration; the report's ``preempted`` names its member).
+PREEMPTED_BY_RECLAIM = conditions.PreemptionCause.RECLAIM
+PREEMPTED_BY_ALLOCATION = conditions.PreemptionCause.ALLOCATION
+PREEMPTED_LOST_BASE = conditions.PreemptionCause.LOST_BASE
+PREEMPTED_NODE_LOST = conditions.PreemptionCause.NODE_LOST
+PREEMPTED_BY_DISRUPTION = conditions.PreemptionCause.DISRUPTION
 
 log = logging.getLogger("lyra.operator")
 

@@ -242,6 +242,8 @@ def test_counters_and_histograms_start_at_zero_so_prometheus_sees_the_first_even
         "reclaim",
         "allocation",
         "lost_base",
+        "node_lost",
+        "disruption",
     }
     assert {labels["result"] for labels, _ in before["lyra_reconcile_passes_total"]} == {"succeeded", "failed"}
     assert "lyra_loans_total" not in before
@@ -306,3 +308,17 @@ def test_the_commit_reports_each_actions_fate_and_only_applied_starts_are_counte
     assert counts.actions[("PatchStatus", REFUSED)] == 1
     assert counts.actions[("CreatePod", APPLIED)] == 2
     assert len(counts.queue_waits) == 1, "only the good job started"
+
+
+def test_the_exposition_carries_the_process_metrics_and_no_created_series() -> None:
+    """What an SRE expects of every exporter: the process's CPU and memory; no ``*_created`` series beside each
+    counter and histogram (a second series per child that nothing reads)."""
+    metrics = OperatorMetrics()
+    metrics.leading(small_cluster().world())
+    text = metrics.exposition().decode()
+    exported = samples(metrics.exposition())
+
+    assert exported["process_cpu_seconds_total"][0][1] > 0
+    assert exported["process_resident_memory_bytes"][0][1] > 0
+    assert "python_gc_collections_total" in exported
+    assert "_created" not in text
