@@ -28,6 +28,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -360,6 +361,43 @@ def test_helm_refuses_bad_values_naming_them(binaries: BinarySet, setting: str, 
     assert message in result.stderr, result.stderr
 
 
+def test_the_chart_renders_as_a_dependency_of_an_umbrella_chart_that_sets_global_values(
+    binaries: BinarySet, tmp_path: Path
+) -> None:
+    """An umbrella chart passes its ``global`` values to every dependency; the values schema takes them (it refused
+    them once: "additional properties 'global' not allowed")."""
+    umbrella = tmp_path / "platform"
+    (umbrella / "charts").mkdir(parents=True)
+    shutil.copytree(CHART, umbrella / "charts" / "lyra")
+    chart = {
+        "apiVersion": "v2",
+        "name": "platform",
+        "version": "0.1.0",
+        "dependencies": [{"name": "lyra", "version": ">=0"}],
+    }
+    (umbrella / "Chart.yaml").write_text(yaml.safe_dump(chart), encoding="utf-8")
+    (umbrella / "values.yaml").write_text(
+        yaml.safe_dump({"global": {"imageRegistry": "registry.example.com"}, "lyra": {"operator": {"replicas": 3}}}),
+        encoding="utf-8",
+    )
+    command = [
+        str(binaries.helm),
+        "template",
+        "platform",
+        str(umbrella),
+        "--namespace",
+        "platform",
+        "--set",
+        "global.team=ml",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    operator = next(
+        d for d in documents(result.stdout) if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")
+    )
+    assert operator["spec"]["replicas"] == 3
+
+
 @pytest.mark.parametrize("values_file", VALUE_FILES, ids=lambda p: p.stem)
 def test_the_api_server_accepts_the_rendered_objects(
     binaries: BinarySet, local_cluster: ControlPlane, namespace: str, values_file: Path
@@ -488,6 +526,75 @@ def test_each_service_account_may_do_what_it_needs_and_nothing_more(
             scope = "cluster-wide" if cluster_wide else f"in {release.namespace}"
             wrong.append(f"{account} {verb} {group or 'core'}/{resource}/{subresource} {scope}: {answer}")
     assert wrong == []
+
+
+def impersonating(cluster: ControlPlane, user: str) -> client.ApiClient:
+    """An admin client that acts as ``user`` (authenticated, in no group of its own): what RBAC grants that user."""
+    api_client: client.ApiClient = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
+    api_client.set_default_header("Impersonate-User", user)
+    return api_client
+
+
+def test_users_with_the_built_in_edit_role_run_training_jobs_and_view_reads_them(
+    release: Release, kube_api: client.ApiClient
+) -> None:
+    """The chart aggregates Lyra's resources into admin, edit and view (kube-controller-manager's ClusterRole
+    aggregation): an ML engineer bound to `edit` in a namespace creates a TrainingJob there; one bound to `view`
+    reads it and cannot change it; neither writes a status, which is the operator's."""
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    with temporary_namespace(kube_api, "team") as namespace:
+        for user, role in (("ml-engineer", "edit"), ("ml-viewer", "view")):
+            binding = client.V1RoleBinding(
+                metadata=client.V1ObjectMeta(name=user),
+                role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role),
+                subjects=[client.RbacV1Subject(kind="User", name=user, api_group="rbac.authorization.k8s.io")],
+            )
+            rbac.create_namespaced_role_binding(namespace, binding)
+
+        def may(user: str, verb: str, resource: str, subresource: str = "") -> bool:
+            attributes = client.V1ResourceAttributes(
+                verb=verb, group=names.GROUP, resource=resource, subresource=subresource or None, namespace=namespace
+            )
+            spec = client.V1SubjectAccessReviewSpec(
+                user=user, groups=["system:authenticated"], resource_attributes=attributes
+            )
+            review = client.AuthorizationV1Api(kube_api).create_subject_access_review(
+                client.V1SubjectAccessReview(spec=spec)
+            )
+            return bool(review.status.allowed)
+
+        wait_for(
+            lambda: (
+                may("ml-engineer", "create", names.TRAINING_JOB_PLURAL)
+                and may("ml-viewer", "list", names.TRAINING_JOB_PLURAL)
+            ),
+            DEADLINE_S,
+            "the aggregated roles to reach edit and view",
+        )
+        expected = {
+            ("ml-engineer", "create", names.INFERENCE_SERVICE_PLURAL, ""): True,
+            ("ml-engineer", "delete", names.TRAINING_JOB_PLURAL, ""): True,
+            ("ml-engineer", "patch", names.TRAINING_JOB_PLURAL, "status"): False,
+            ("ml-viewer", "get", names.INFERENCE_SERVICE_PLURAL, "status"): True,
+            ("ml-viewer", "create", names.TRAINING_JOB_PLURAL, ""): False,
+            ("ml-viewer", "delete", names.INFERENCE_SERVICE_PLURAL, ""): False,
+        }
+        assert {case: may(*case) for case in expected} == expected
+
+        engineer = impersonating(release.cluster, "ml-engineer")
+        viewer = impersonating(release.cluster, "ml-viewer")
+        try:
+            create_job(engineer, namespace, "resnet", gpuTypes=[T4], minWorkers=1, maxWorkers=1, gpusPerWorker=1)
+            listed = custom(viewer).list_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.TRAINING_JOB_PLURAL
+            )
+            assert [item["metadata"]["name"] for item in listed["items"]] == ["resnet"]
+            with pytest.raises(ApiException) as refused:
+                create_job(viewer, namespace, "sneaky", gpuTypes=[T4], minWorkers=1, maxWorkers=1, gpusPerWorker=1)
+            assert refused.value.status == 403
+        finally:
+            engineer.close()  # type: ignore[no-untyped-call]
+            viewer.close()  # type: ignore[no-untyped-call]
 
 
 def token_kubeconfig(release: Release, kube_api: client.ApiClient, component: str, directory: Path) -> Path:

@@ -273,9 +273,24 @@ class Monitoring(Strict):
     dashboards: Dashboards = Field(default_factory=Dashboards)
 
 
+class UserRoles(Strict):
+    """What the cluster's built-in user roles may do with Lyra's custom resources."""
+
+    aggregate: bool = Field(
+        True,
+        description="add TrainingJobs and InferenceServices to the built-in ClusterRoles: admin and edit create, "
+        "change and delete them, view reads them (statuses included); nobody but the operator writes a status",
+    )
+
+
 class Values(Strict):
     """Lyra's Helm chart."""
 
+    global_: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="global",
+        description="values shared with the other charts of an umbrella chart (Lyra reads none of them)",
+    )
     image: Image = Field(default_factory=Image)
     image_pull_secrets: list[str] = Field(
         default_factory=list, alias="imagePullSecrets", description="names of Secrets to pull the images with"
@@ -285,6 +300,7 @@ class Values(Strict):
     extender: Extender = Field(default_factory=Extender)
     scheduler: Scheduler = Field(default_factory=Scheduler)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    user_roles: UserRoles = Field(default_factory=UserRoles, alias="userRoles")
 
 
 def defaults() -> dict[str, Any]:
