@@ -105,26 +105,29 @@ def test_restore_refuses_while_unsafe_then_drains_and_leaves_no_lyra_key(
 
 def _a_plain_gpu_pod_runs_on(api: client.ApiClient, namespace: str, node: str) -> None:
     """A GPU pod that tolerates none of Lyra's taints schedules on a server Lyra had lent."""
-    term = client.V1NodeSelectorTerm(
-        match_expressions=[client.V1NodeSelectorRequirement(key=names.HOSTNAME_LABEL, operator="In", values=[node])]
-    )
-    pod = client.V1Pod(
-        metadata=client.V1ObjectMeta(name="plain-inference"),
-        spec=client.V1PodSpec(
-            containers=[
-                client.V1Container(
-                    name="server",
-                    image="registry.invalid/server:1",
-                    resources=client.V1ResourceRequirements(limits={names.GPU_RESOURCE: "8"}),
-                )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plain-inference"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "server",
+                    "image": "registry.invalid/server:1",
+                    "resources": {"limits": {names.GPU_RESOURCE: "8"}},
+                }
             ],
-            affinity=client.V1Affinity(
-                node_affinity=client.V1NodeAffinity(
-                    required_during_scheduling_ignored_during_execution=client.V1NodeSelector([term])
-                )
-            ),
-        ),
-    )
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": names.HOSTNAME_LABEL, "operator": "In", "values": [node]}]}
+                        ]
+                    }
+                }
+            },
+        },
+    }
     core = client.CoreV1Api(api)
     core.create_namespaced_pod(namespace, pod)
 
