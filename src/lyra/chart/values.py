@@ -86,6 +86,12 @@ class Crds(Strict):
 
 
 class Operator(Strict):
+    mode: Literal["active", "shadow"] = Field(
+        "active",
+        description="active: the operator lends, reclaims and runs jobs; shadow: it decides every pass and writes "
+        "nothing (--dry-run, read-only RBAC), its plan readable with `lyra status --shadow` (docs/operations.md, "
+        "'A safe rollout')",
+    )
     replicas: int = Field(
         2, ge=1, le=5, description="operator replicas; one leads through the Lease, the others stand by"
     )

@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lyra.cli.arguments import add_kubeconfig_argument
@@ -28,7 +28,69 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         description="Show the cluster as Lyra's operator sees it (read-only).",
     )
     add_kubeconfig_argument(parser)
+    parser.add_argument(
+        "--shadow",
+        metavar="URL",
+        type=shadow_url,
+        help="instead, show what an operator in shadow mode (--dry-run, the chart's operator.mode=shadow) would do: "
+        "its last pass's plan, from its HTTP port (e.g. http://127.0.0.1:8080 after `kubectl port-forward "
+        "svc/lyra-operator 8080`)",
+    )
     parser.set_defaults(run=run_status)
+
+
+def shadow_url(text: str) -> str:
+    """An http(s) URL of the shadow operator's HTTP port, without a path."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
+        raise argparse.ArgumentTypeError(f"{text[:200]}: give the operator's address as http://HOST:PORT")
+    return text.rstrip("/")
+
+
+#: How long `lyra status --shadow` waits for the operator's answer.
+SHADOW_TIMEOUT_S = 10.0
+
+
+def render_shadow(plan: Mapping[str, Any]) -> str:
+    """The shadow operator's last plan: when, how many actions of each kind, and one line per action."""
+    actions = [str(line) for line in plan.get("actions") or []]
+    kinds = Counter(line.split(" ", 1)[0] for line in actions)
+    head = (
+        f"shadow mode: pass {plan.get('pass', '?')} at {plan.get('decidedAt', '?')} would apply {len(actions)} "
+        f"actions" + (f" ({', '.join(f'{n} {kind}' for kind, n in sorted(kinds.items()))})" if actions else "")
+    )
+    summary = plan.get("summary") or {}
+    lines = [head]
+    if summary:
+        lines.append("summary: " + ", ".join(f"{key}={value}" for key, value in sorted(summary.items()) if value))
+    lines += [f"  {line}" for line in actions]
+    if not actions:
+        lines.append("  nothing: an active operator would leave the cluster as it is")
+    return "\n".join(lines)
+
+
+def run_shadow(url: str) -> int:
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/plan", timeout=SHADOW_TIMEOUT_S) as response:
+            plan = json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        why = "it has made no pass yet" if error.code == 503 else "is it running in shadow mode (--dry-run)?"
+        print(f"lyra status: {url}/plan answered {error.code}: {why}", file=sys.stderr)
+        return EXIT_FAILED
+    except (OSError, ValueError) as error:
+        print(f"lyra status: cannot read {url}/plan: {type(error).__name__}: {str(error)[:300]}", file=sys.stderr)
+        return EXIT_FAILED
+    if not isinstance(plan, dict):
+        print(f"lyra status: {url}/plan did not answer a plan", file=sys.stderr)
+        return EXIT_FAILED
+    print(render_shadow(plan))
+    return EXIT_OK
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -123,6 +185,9 @@ def _shortened(text: str, limit: int = 90) -> str:
 def run_status(args: argparse.Namespace) -> int:
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
+
+    if args.shadow is not None:
+        return run_shadow(args.shadow)
 
     try:
         world = Cluster(api_client(args.kubeconfig)).observe(time.time())

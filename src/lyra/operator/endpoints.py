@@ -30,6 +30,8 @@ log = logging.getLogger("lyra.operator")
 
 METRICS_PATH, LIVENESS_PATH, READINESS_PATH = "/metrics", "/healthz", "/readyz"
 CACHES_PATH = "/debug/caches"
+#: Shadow mode only (``--dry-run``): the last pass's plan, what the operator would have done (``lyra status --shadow``).
+PLAN_PATH = "/plan"
 
 
 class Health:
@@ -71,9 +73,12 @@ def serve(
     metrics: OperatorMetrics,
     health: Health,
     caches: Callable[[], Mapping[str, Mapping[str, str]]] | None = None,
+    *,
+    plan: Callable[[], Mapping[str, object] | None] | None = None,
 ) -> ThreadingHTTPServer:
     """Serve the endpoints in a daemon thread; ``server.shutdown()`` stops it. ``port`` 0 picks a free one
-    (``server.server_address``). ``caches``: what ``/debug/caches`` answers (``None``: the path is not served)."""
+    (``server.server_address``). ``caches``: what ``/debug/caches`` answers (``None``: the path is not served).
+    ``plan``: what ``/plan`` answers (``None``: not served; a plan of ``None``: no pass yet, 503)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -86,6 +91,12 @@ def serve(
                 self._send(status, f"{message}\n".encode(), "text/plain; charset=utf-8")
             elif path == CACHES_PATH and caches is not None:
                 self._send(HTTPStatus.OK, json.dumps(caches(), sort_keys=True).encode(), "application/json")
+            elif path == PLAN_PATH and plan is not None:
+                proposed = plan()
+                if proposed is None:
+                    self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"no pass yet\n", "text/plain; charset=utf-8")
+                else:
+                    self._send(HTTPStatus.OK, json.dumps(proposed, default=str).encode(), "application/json")
             else:
                 self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
 

@@ -44,7 +44,7 @@ from lyra.operator.decide import OperatorConfig, decide, observed_gpus
 from lyra.operator.endpoints import Health, serve
 from lyra.operator.leader import LeaderLease, LeadershipLostError, LeaseTiming
 from lyra.operator.metrics import COMMIT, DECIDE, FAILED, OBSERVE, SUCCEEDED, OperatorMetrics, applied_counts
-from lyra.operator.observe import World
+from lyra.operator.observe import World, format_time
 
 log = logging.getLogger("lyra.operator")
 
@@ -126,6 +126,8 @@ class Reconciler:
         #: Called once, after the first pass that completes (:func:`lyra.operator.heap.freeze_survivors`).
         self.after_first_pass: Callable[[], None] | None = None
         self._last_report: list[str] | None = None
+        #: Shadow mode: the last pass's plan, as ``/plan`` serves it (``lyra status --shadow``); None before a pass.
+        self.proposal: dict[str, object] | None = None
         #: When the next pass is due without an event, as the last pass that committed left it (None: at the resync;
         #: an operator standing by, or a shadow, retries nothing).
         self.retry_due: float | None = None
@@ -161,6 +163,13 @@ class Reconciler:
         if self.options.dry_run:
             self.metrics.standing_by()  # a shadow exports no state: it would count the leader's servers twice
             self.metrics.pass_ended(SUCCEEDED)
+            self.proposal = {
+                "dryRun": True,
+                "decidedAt": format_time(now),
+                "pass": self.passes,
+                "actions": lines,
+                "summary": decision.report.as_json(),
+            }
             if lines != self._last_report:
                 log.info("dry run: would apply %d actions: %s", len(lines), json.dumps(decision.report.as_json()))
                 for line in lines:
@@ -308,7 +317,14 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     cluster.caches = caches
     debug = caches.versions if options.debug_endpoints else None
     server = (
-        serve(options.http_address, options.http_port, reconciler.metrics, reconciler.health, debug)
+        serve(
+            options.http_address,
+            options.http_port,
+            reconciler.metrics,
+            reconciler.health,
+            debug,
+            plan=(lambda: reconciler.proposal) if options.dry_run else None,
+        )
         if options.http_port
         else None
     )
