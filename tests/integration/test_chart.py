@@ -34,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lyra.api import names
 from lyra.chart.rendering import by_template, helm_template
+from lyra.chart.sources import runbook_anchor
 from lyra.chart.values import BUNDLED_SCHEDULER_NAME
 from lyra.cli import main
 from lyra.core.gpus import GpuType
@@ -65,6 +66,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CHART = REPOSITORY / "helm" / "lyra"
+DOCS = REPOSITORY / "docs" / "operations.md"
 VALUES = Path(__file__).parent / "data" / "chart-values"
 VALUE_FILES = sorted(VALUES.glob("*.yaml"))
 KUBERNETES_VERSION = "1.34.0"
@@ -293,15 +295,17 @@ def test_promtool_accepts_the_alerts(binaries: BinarySet, tmp_path: Path) -> Non
         [str(promtool()), "check", "rules", str(rules)], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 3 rules found" in result.stdout, result.stdout
+    assert "SUCCESS: 6 rules found" in result.stdout, result.stdout
 
 
 def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: BinarySet, tmp_path: Path) -> None:
-    """promtool's rule unit tests: a forced reclaim, failing passes and no leader fire their alerts; a healthy
-    operator (one leader, passes succeeding, reclaims drained) fires none."""
+    """promtool's rule unit tests: a forced reclaim, failing passes, no leader, the extender down or slow and the
+    bundled scheduler gone fire their alerts; a healthy stretch (one leader, passes succeeding, reclaims drained, the
+    extender fast, the scheduler available) fires none. Every alert links its runbook section in the docs."""
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump(prometheus_rule(binaries)["spec"]))
     scope = 'job="lyra-operator", namespace="lyra-system"'
+    extender = 'job="lyra-extender", namespace="lyra-system"'
     series = [
         # minute by minute, for 30 minutes: a healthy stretch, then each problem starts at minute 11
         {"series": f'lyra_leader{{{scope}, pod="a"}}', "values": "1x10 0x20"},
@@ -310,7 +314,18 @@ def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: Binar
         {"series": f'lyra_reconcile_passes_total{{{scope}, result="succeeded"}}', "values": "0+60x30"},
         {"series": f'lyra_reclaims_total{{{scope}, gpu_type="Tesla-T4", outcome="drained"}}', "values": "0+1x30"},
         {"series": f'lyra_reclaims_total{{{scope}, gpu_type="Tesla-T4", outcome="forced"}}', "values": "0x10 1x20"},
-    ]
+        # the extender: its scrapes stop; its answers slow from under 0.25 s to up to 1 s
+        {"series": f'up{{{extender}, pod="e1"}}', "values": "1x10 0x20"},
+        {"series": f'lyra_extender_request_seconds_bucket{{{extender}, verb="prioritize", le="0.25"}}',
+         "values": "0+100x10 1000x20"},
+        {"series": f'lyra_extender_request_seconds_bucket{{{extender}, verb="prioritize", le="1.0"}}',
+         "values": "0+100x30"},
+        {"series": f'lyra_extender_request_seconds_bucket{{{extender}, verb="prioritize", le="+Inf"}}',
+         "values": "0+100x30"},
+        # the bundled scheduler (kube-state-metrics): its one replica goes
+        {"series": 'kube_deployment_status_replicas_available{deployment="lyra-scheduler", namespace="lyra-system"}',
+         "values": "1x10 0x20"},
+    ]  # fmt: skip
     defined = {rule["alert"]: rule for rule in prometheus_rule(binaries)["spec"]["groups"][0]["rules"]}
 
     def fired(name: str, at: str, **labels: str) -> dict[str, Any]:
@@ -321,10 +336,19 @@ def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: Binar
         expected = {"exp_labels": defined[name]["labels"] | labels, "exp_annotations": annotations}
         return {"eval_time": at, "alertname": name, "exp_alerts": [expected]}
 
+    documented = {
+        line.removeprefix("### Runbook: ") for line in DOCS.read_text().splitlines() if line.startswith("### Runbook: ")
+    }
+    assert documented == set(defined)
+    for name, rule in defined.items():
+        assert rule["annotations"]["runbook_url"] == f"docs/operations.md#{runbook_anchor(name)}"
     alerts = [{"eval_time": "9m", "alertname": name, "exp_alerts": []} for name in defined] + [
         fired("LyraNoLeader", "17m"),
         fired("LyraReconcileFailing", "25m"),
         fired("LyraReclaimPastDeadline", "12m", gpu_type="Tesla-T4"),
+        fired("LyraExtenderDown", "17m"),
+        fired("LyraExtenderSlow", "25m"),
+        fired("LyraSchedulerDown", "17m"),
     ]
     tests = {
         "rule_files": [str(rules)],

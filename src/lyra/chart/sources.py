@@ -96,9 +96,24 @@ def scheduler_configmap() -> str:
     )
 
 
+#: The extender's request latency metric and the p99 above which LyraExtenderSlow fires: kube-scheduler waits for the
+#: extender inside each pod's scheduling cycle, so a slow extender slows every GPU pod's placement.
+EXTENDER_LATENCY = "lyra_extender_request_seconds"
+EXTENDER_SLOW_P99_S = 0.5
+
+
+def runbook_anchor(alert: str) -> str:
+    """The anchor of an alert's runbook section in docs/operations.md ("### Runbook: LyraNoLeader")."""
+    return f"runbook-{alert.lower()}"
+
+
 def alerts() -> list[dict[str, Any]]:
-    """Lyra's alerts; ``{{ }}`` parts are filled in by Helm (the operator's scrape job and namespace)."""
-    operator = '{job="' + _FULLNAME + '-operator", namespace="{{ .Release.Namespace }}"}'
+    """Lyra's alerts; ``{{ }}`` parts are filled in by Helm (the scrape jobs, the namespace, the runbooks' URL).
+    Each names its runbook, a section of docs/operations.md, by ``runbook_url``."""
+    scope = 'namespace="{{ .Release.Namespace }}"'
+    operator = '{job="' + _FULLNAME + '-operator", ' + scope + "}"
+    extender = '{job="' + _FULLNAME + '-extender", ' + scope + "}"
+    scheduler = "{deployment=\"" + _FULLNAME + '-scheduler", ' + scope + "}"
 
     def selector(**labels: str) -> str:
         return operator[:-1] + "".join(f', {key}="{value}"' for key, value in labels.items()) + "}"
@@ -106,7 +121,7 @@ def alerts() -> list[dict[str, Any]]:
     reclaims = metrics.RECLAIMS.name
     passes = metrics.PASSES.name
     leader = metrics.LEADER.name
-    return [
+    rules: list[dict[str, Any]] = [
         {
             "alert": "LyraReclaimPastDeadline",
             "expr": f"sum by (gpu_type) (increase({reclaims}{selector(outcome=metrics.FORCED)}[15m])) > 0",
@@ -140,7 +155,46 @@ def alerts() -> list[dict[str, Any]]:
                 "pods and the Lease lyra-operator in the release's namespace.",
             },
         },
+        {
+            "alert": "LyraExtenderDown",
+            "expr": f"(sum(up{extender}) or vector(0)) < 1",
+            "for": "{{ .Values.monitoring.prometheusRule.componentDownFor }}",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "No replica of Lyra's scheduler extender answers its scrape",
+                "description": "kube-scheduler still places GPU pods by Lyra's taints and affinity (the extender is "
+                "ignorable), but no longer packs them: loans and reclaims cost more. Check the extender pods.",
+            },
+        },
+        {
+            "alert": "LyraExtenderSlow",
+            "expr": f"histogram_quantile(0.99, sum by (le) (rate({EXTENDER_LATENCY}_bucket{extender}[5m]))) "
+            f"> {EXTENDER_SLOW_P99_S}",
+            "for": "10m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"Lyra's extender answers slower than {EXTENDER_SLOW_P99_S:g} s at the 99th percentile",
+                "description": "kube-scheduler waits for the extender inside each GPU pod's scheduling cycle, so "
+                "every GPU pod's placement slows (its timeout is 5 s). Check the extender's CPU and memory.",
+            },
+        },
+        {
+            "alert": "LyraSchedulerDown",
+            "expr": f"(sum(kube_deployment_status_replicas_available{scheduler}) or vector(0)) < 1",
+            "for": "{{ .Values.monitoring.prometheusRule.componentDownFor }}",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "No replica of Lyra's bundled kube-scheduler is available",
+                "description": "Every pod Lyra makes (workers and inference replicas) names this scheduler: none "
+                "is placed, and reclaimed servers' replicas wait. Needs kube-state-metrics.",
+            },
+        },
     ]
+    for rule in rules:
+        rule["annotations"]["runbook_url"] = (
+            "{{ .Values.monitoring.prometheusRule.runbookUrl }}#" + runbook_anchor(rule["alert"])
+        )
+    return rules
 
 
 def prometheus_rule() -> str:

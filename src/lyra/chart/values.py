@@ -255,6 +255,19 @@ class PrometheusRule(Strict):
     no_leader_for: str = Field(
         "5m", pattern=_DURATION, alias="noLeaderFor", description="LyraNoLeader fires after this long"
     )
+    component_down_for: str = Field(
+        "5m",
+        pattern=_DURATION,
+        alias="componentDownFor",
+        description="LyraExtenderDown and LyraSchedulerDown fire after this long",
+    )
+    runbook_url: str = Field(
+        "docs/operations.md",
+        min_length=1,
+        alias="runbookUrl",
+        description="where your team reads docs/operations.md (its runbook sections are linked from each alert's "
+        "runbook_url as <runbookUrl>#runbook-<alert>); e.g. the repository's URL of that file",
+    )
 
 
 class Dashboards(Strict):
