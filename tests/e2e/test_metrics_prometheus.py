@@ -21,6 +21,7 @@ from kubernetes import client
 
 from lyra.api import names
 from lyra.chart.dashboards import DASHBOARDS
+from lyra.chart.grafana import concrete
 from lyra.localcluster.ports import LOOPBACK, allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
@@ -182,15 +183,24 @@ def every_panel_answers(prometheus: Prometheus, started: float) -> None:
     end = time.time()
     start = end - math.ceil(end - started)
     missing = []
+    leaked = []
     for dashboard in DASHBOARDS:
         for panel in dashboard.panels:
             for query in panel.queries:
-                result = prometheus.query_range(query.expr, start, end, 1)
-                numbers = [float(v) for series in result for _, v in series["values"] if math.isfinite(float(v))]
-                excused = moved and result and query.expr.startswith("histogram_quantile")
-                if not numbers and not excused:
-                    missing.append(f"{dashboard.title}: {panel.title}: {query.expr} ({len(result)} series)")
+                # As Grafana asks it with every variable at "All", and with the job variable on this scenario's jobs.
+                for choices in ({}, {"job": f"{OPERATOR_JOB}|{EXTENDER_JOB}"}):
+                    expr = concrete(query.expr, dashboard.variables, choices)
+                    result = prometheus.query_range(expr, start, end, 1)
+                    numbers = [float(v) for series in result for _, v in series["values"] if math.isfinite(float(v))]
+                    excused = moved and result and expr.startswith("histogram_quantile")
+                    if not numbers and not excused:
+                        missing.append(f"{dashboard.title}: {panel.title}: {expr} ({len(result)} series)")
+                # A release that is not scraped selects nothing: the variables really narrow every series.
+                other = concrete(query.expr, dashboard.variables, {"namespace": "another-release"})
+                if prometheus.query_range(other, start, end, 1):
+                    leaked.append(f"{dashboard.title}: {panel.title}: {other}")
     assert missing == [], f"panels without data ({leaders} leaders during the scenario):\n" + "\n".join(missing)
+    assert leaked == [], "panels not narrowed by the namespace variable:\n" + "\n".join(leaked)
 
 
 def report_plots_every_panel(prometheus: Prometheus, out: Path) -> None:

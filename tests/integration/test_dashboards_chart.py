@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from lyra.chart.dashboards import DASHBOARDS
+from lyra.chart.grafana import concrete
 from lyra.chart.rendering import helm_template
 from lyra.localcluster.binaries import KUBECTL_LAYER, BinaryCache
 from tests.prometheus_support import promtool
@@ -68,7 +69,10 @@ def test_the_values_move_the_deadline_and_labels_and_can_turn_them_off() -> None
 
 def test_promtool_parses_every_query(tmp_path: Path) -> None:
     rules = [
-        {"record": f"lyra:panel_{n}_{q}:{dashboard.uid.replace('-', '_')}", "expr": query.expr}
+        {
+            "record": f"lyra:panel_{n}_{q}:{dashboard.uid.replace('-', '_')}",
+            "expr": concrete(query.expr, dashboard.variables),
+        }
         for dashboard in DASHBOARDS
         for n, panel in enumerate(dashboard.panels)
         for q, query in enumerate(panel.queries)

@@ -5,8 +5,12 @@ Every query is built here from the metric definitions the code exports (:mod:`ly
 extender's metric names), never from retyped names, and every label it groups or selects by is checked against its
 metric's labels when the module loads. The same dashboards are written to ``dashboards/*.json`` (to import into
 Grafana), into the chart as ConfigMaps for Grafana's dashboard sidecar (:func:`configmaps_template`), and plotted by
-``lyra report``. Windows are written out (``[5m]``, ``[1h]``), never Grafana's ``$__rate_interval``, so every query
-is plain PromQL that Prometheus itself answers.
+``lyra report``.
+
+Every series is selected by the dashboard's variables, :data:`VARIABLES` (the cluster, the release's namespace and the
+scrape job; "All" by default), so one Grafana tells several clusters and releases apart. Rates and quantiles over
+recent data use Grafana's ``$__rate_interval``; the hourly panels say "per hour" and keep ``[1h]``. ``lyra report``
+and the tests ask Prometheus directly, with :func:`lyra.chart.grafana.concrete` (5m, every variable "All" or chosen).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from lyra.chart.grafana import (
     COUNT,
     PER_HOUR,
     PER_SECOND,
+    RATE_INTERVAL,
     SECONDS,
     ColorStep,
     Dashboard,
@@ -23,6 +28,7 @@ from lyra.chart.grafana import (
     PanelKind,
     Query,
     Threshold,
+    Variable,
     dashboard_json,
 )
 from lyra.chart.values import Operator
@@ -31,10 +37,24 @@ from lyra.extender.app import REQUEST_SECONDS_METRIC, REQUESTS_METRIC
 from lyra.operator import metrics
 from lyra.operator.metrics import HISTOGRAM, MetricSpec
 
-RATE_WINDOW = "5m"
+RATE_WINDOW = RATE_INTERVAL
 HOUR = "1h"
-#: Labels Prometheus adds to every scraped series.
-_TARGET_LABELS = ("instance", "job")
+#: Labels every scraped series carries: Prometheus' own (instance, job), the namespace Kubernetes' service discovery
+#: adds, and the cluster a multi-cluster Prometheus (or its external labels) adds.
+_TARGET_LABELS = ("instance", "job", "namespace", "cluster")
+#: Every dashboard's variables, each narrowing the next: cluster, then namespace (one per release), then scrape job.
+#: Their values come from ``lyra_build_info`` (every replica of the operator exports it) and the extender's request
+#: counter (created at its start).
+CLUSTER = Variable("cluster", "cluster", "Cluster", "lyra_build_info")
+NAMESPACE = Variable("namespace", "namespace", "Namespace", "lyra_build_info", narrowed_by=("cluster",))
+JOB = Variable(
+    "job",
+    "job",
+    "Job",
+    '{__name__=~"lyra_build_info|lyra_extender_requests_total"}',
+    narrowed_by=("cluster", "namespace"),
+)
+VARIABLES = (CLUSTER, NAMESPACE, JOB)
 _EXTENDER_REQUESTS = MetricSpec(REQUESTS_METRIC, metrics.COUNTER, "extender requests", ("verb", "outcome"))
 _EXTENDER_SECONDS = MetricSpec(REQUEST_SECONDS_METRIC, HISTOGRAM, "extender request time", ("verb",))
 #: Servers lent to training, still hosting its work: loaned, and reclaiming until their training work has gone.
@@ -52,10 +72,11 @@ def _check_labels(spec: MetricSpec, labels: tuple[str, ...] | list[str], *, extr
 
 
 def series(spec: MetricSpec, suffix: str = "", **matchers: str) -> str:
-    """``name{label="value", ...}``; a value with ``|`` matches any of its alternatives (``=~``)."""
+    """``name{<the variables>, label="value", ...}``; a value with ``|`` matches any of its alternatives (``=~``)."""
     _check_labels(spec, list(matchers))
-    inner = ", ".join(f'{label}{"=~" if "|" in value else "="}"{value}"' for label, value in matchers.items())
-    return f"{spec.name}{suffix}" + (f"{{{inner}}}" if inner else "")
+    chosen = [variable.matcher for variable in VARIABLES]
+    chosen += [f'{label}{"=~" if "|" in value else "="}"{value}"' for label, value in matchers.items()]
+    return f"{spec.name}{suffix}{{{', '.join(chosen)}}}"
 
 
 def summed(expression: str, spec: MetricSpec, *by: str, extra: tuple[str, ...] = ()) -> str:
@@ -87,6 +108,7 @@ def _states(states: tuple[LoanState, ...]) -> str:
 
 LOANS = Dashboard(
     uid="lyra-loans",
+    variables=VARIABLES,
     title="Lyra / Loans",
     description="Inference servers lent to training and taken back: how many, how often, how fast, at what cost.",
     panels=(
@@ -149,6 +171,7 @@ LOANS = Dashboard(
 
 TRAINING = Dashboard(
     uid="lyra-training",
+    variables=VARIABLES,
     title="Lyra / Training",
     description="Elastic TrainingJobs: phases, how long they wait, and their base and flexible workers.",
     panels=(
@@ -185,6 +208,7 @@ TRAINING = Dashboard(
 
 INTERNALS = Dashboard(
     uid="lyra-internals",
+    variables=VARIABLES,
     title="Lyra / Internals",
     description="The operator's reconcile passes and actions, its leadership, and the scheduler extender.",
     panels=(

@@ -58,6 +58,48 @@ class HelmValue:
             raise ValueError(f"not a values path: {self.path!r}")
 
 
+#: Grafana's rate window, "at least four scrape intervals" of the data source; ``lyra report`` and tests that ask
+#: Prometheus directly put :data:`DEFAULT_RATE_INTERVAL` in its place.
+RATE_INTERVAL = "$__rate_interval"
+DEFAULT_RATE_INTERVAL = "5m"
+#: What a label variable stands for when "All" is chosen, or when a query is asked of Prometheus directly.
+ALL = ".*"
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """A dashboard variable over one label's values (a ``query`` variable: ``label_values(metric{...}, label)``),
+    multi-valued with "All" (any value, or none): every query selects ``label=~"$name"``."""
+
+    name: str
+    label: str
+    title: str
+    metric: str
+    #: Variables whose choice narrows this one's values (their selectors go into its query).
+    narrowed_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise ValueError(f"variable name {self.name!r}: lowercase letters, digits and underscores")
+
+    @property
+    def matcher(self) -> str:
+        return f'{self.label}=~"${self.name}"'
+
+
+def concrete(expr: str, variables: tuple[Variable, ...], choices: dict[str, str] | None = None) -> str:
+    """``expr`` as Prometheus itself answers it: the rate interval at its default, each variable at its choice
+    (a regex; default: any)."""
+    chosen = choices or {}
+    unknown = sorted(set(chosen) - {variable.name for variable in variables})
+    if unknown:
+        raise ValueError(f"no variable {', '.join(unknown)}")
+    text = expr.replace(RATE_INTERVAL, DEFAULT_RATE_INTERVAL)
+    for variable in variables:
+        text = text.replace(f'"${variable.name}"', json.dumps(chosen.get(variable.name, ALL)))
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
     """One PromQL query of a panel; ``legend`` names each series, ``{{label}}`` standing for a label's value."""
@@ -125,6 +167,7 @@ class Dashboard:
     description: str
     panels: tuple[Panel, ...]
     tags: tuple[str, ...] = ("lyra",)
+    variables: tuple[Variable, ...] = ()
     refresh: str = "30s"
     time_from: str = "now-6h"
 
@@ -167,13 +210,40 @@ def _document(dashboard: Dashboard, resolve: Callable[[HelmValue], Any]) -> dict
                     "refresh": 1,
                     "regex": "",
                     "options": [],
-                }
+                },
+                *(_variable(variable, dashboard.variables) for variable in dashboard.variables),
             ]
         },
         "panels": [
             _panel(panel, index + 1, position, resolve)
             for index, (panel, position) in enumerate(zip(dashboard.panels, layout(dashboard.panels), strict=True))
         ],
+    }
+
+
+def _variable(variable: Variable, every: tuple[Variable, ...]) -> dict[str, Any]:
+    narrowing = [other.matcher for other in every if other.name in variable.narrowed_by]
+    if variable.metric.startswith("{"):  # a selector of its own: {__name__=~"a|b"}
+        selector = "{" + ", ".join([variable.metric[1:-1], *narrowing]) + "}"
+    else:
+        selector = f"{variable.metric}{{{', '.join(narrowing)}}}" if narrowing else variable.metric
+    query = f"label_values({selector}, {variable.label})"
+    return {
+        "name": variable.name,
+        "label": variable.title,
+        "type": "query",
+        "datasource": dict(_DATASOURCE),
+        "query": {"query": query, "refId": f"{variable.name}-values"},
+        "definition": query,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "includeAll": True,
+        "allValue": ALL,
+        "multi": True,
+        "hide": 0,
+        "refresh": 2,
+        "regex": "",
+        "sort": 1,
+        "options": [],
     }
 
 

@@ -113,7 +113,7 @@ def alerts() -> list[dict[str, Any]]:
     scope = 'namespace="{{ .Release.Namespace }}"'
     operator = '{job="' + _FULLNAME + '-operator", ' + scope + "}"
     extender = '{job="' + _FULLNAME + '-extender", ' + scope + "}"
-    scheduler = "{deployment=\"" + _FULLNAME + '-scheduler", ' + scope + "}"
+    scheduler = '{deployment="' + _FULLNAME + '-scheduler", ' + scope + "}"
 
     def selector(**labels: str) -> str:
         return operator[:-1] + "".join(f', {key}="{value}"' for key, value in labels.items()) + "}"
@@ -191,8 +191,8 @@ def alerts() -> list[dict[str, Any]]:
         },
     ]
     for rule in rules:
-        rule["annotations"]["runbook_url"] = (
-            "{{ .Values.monitoring.prometheusRule.runbookUrl }}#" + runbook_anchor(rule["alert"])
+        rule["annotations"]["runbook_url"] = "{{ .Values.monitoring.prometheusRule.runbookUrl }}#" + runbook_anchor(
+            rule["alert"]
         )
     return rules
 

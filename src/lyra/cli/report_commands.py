@@ -56,6 +56,19 @@ def seconds_up_to(limit: float) -> Callable[[str], float]:
     return parse
 
 
+def label_regex(text: str) -> str:
+    """A label value regex for a dashboard variable (RE2, as Prometheus reads it; Python's re checks the syntax)."""
+    import re
+
+    if not text or len(text) > 256 or '"' in text or "\\" in text:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r}: a regex of at most 256 characters, without quotes")
+    try:
+        re.compile(text)
+    except re.error as error:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a regex: {error}") from None
+    return text
+
+
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register the `report` command."""
     from lyra.chart.dashboards import DASHBOARDS, RECLAIM_DEADLINE
@@ -79,6 +92,13 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         choices=[dashboard.uid for dashboard in DASHBOARDS],
         help="only this dashboard (repeatable; default: all)",
     )
+    for variable in ("cluster", "namespace", "job"):
+        report.add_argument(
+            f"--{variable}",
+            type=label_regex,
+            metavar="REGEX",
+            help=f"only the series of this {variable} (a PromQL regex, like the dashboards' variable; default: all)",
+        )
     report.add_argument("--timeout", type=seconds_up_to(600), default=30.0, help="seconds per query (default 30)")
     report.add_argument(
         "--reclaim-deadline",
@@ -105,7 +125,10 @@ def run_report(args: argparse.Namespace) -> int:
         version = api.version()
         print(f"Prometheus {version} at {api.url}; the last {args.since:g} s, a point every {window.step:g} s")
         values = {RECLAIM_DEADLINE.path: args.reclaim_deadline}
-        plots, failures = write_report(api, chosen, out, window, lambda line: print(line, flush=True), values=values)
+        choices = {name: getattr(args, name) for name in ("cluster", "namespace", "job") if getattr(args, name)}
+        plots, failures = write_report(
+            api, chosen, out, window, lambda line: print(line, flush=True), values=values, choices=choices
+        )
     except PrometheusError as error:
         print(f"lyra report: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lyra.chart.grafana import Dashboard, HelmValue, Panel, PanelKind, Query
+from lyra.chart.grafana import Dashboard, HelmValue, Panel, PanelKind, Query, concrete
 
 #: Points per series a plot asks for (the step is the range divided by this, at least a second).
 POINTS = 300
@@ -216,16 +216,21 @@ def write_report(
     progress: Callable[[str], None],
     *,
     values: Mapping[str, float] | None = None,
+    choices: Mapping[str, str] | None = None,
 ) -> tuple[list[PanelPlot], list[Failure]]:
     """Every panel of ``dashboards``, in order, plotted into ``out_dir``. A panel whose query Prometheus refuses is
-    reported and skipped; an unreachable Prometheus ends the report (:class:`PrometheusError`)."""
+    reported and skipped; an unreachable Prometheus ends the report (:class:`PrometheusError`). ``choices``: the
+    dashboards' variables (cluster, namespace, job) as regexes; those not given match every series."""
     panels = [(dashboard, index, panel) for dashboard in dashboards for index, panel in enumerate(dashboard.panels, 1)]
     plots: list[PanelPlot] = []
     failures: list[Failure] = []
     for number, (dashboard, index, panel) in enumerate(panels, 1):
         where = f"[{number}/{len(panels)}] {dashboard.title}: {panel.title}"
         try:
-            answers = [(query, api.query_range(query.expr, window)) for query in panel.queries]
+            answers = [
+                (query, api.query_range(concrete(query.expr, dashboard.variables, dict(choices or {})), window))
+                for query in panel.queries
+            ]
         except PrometheusUnreachableError:
             raise
         except PrometheusError as error:

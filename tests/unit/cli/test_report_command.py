@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from lyra.chart.dashboards import DASHBOARDS
+from lyra.chart.grafana import concrete
 from lyra.cli import main
 from lyra.cli.report_panels import PrometheusApi, Window, write_report
 from lyra.localcluster.ports import allocate_ports
@@ -105,7 +106,12 @@ def test_one_png_per_panel_over_the_asked_range(
     assert all(path.read_bytes().startswith(PNG_SIGNATURE) for path in pngs)
     assert {path.name.split("-0")[0] for path in pngs} == {"lyra-loans", "lyra-training", "lyra-internals"}
     assert (out / "lyra-loans-01-gpus-lent-now.png").is_file()
-    queries = [query.expr for dashboard in DASHBOARDS for panel in dashboard.panels for query in panel.queries]
+    queries = [
+        concrete(query.expr, dashboard.variables)
+        for dashboard in DASHBOARDS
+        for panel in dashboard.panels
+        for query in panel.queries
+    ]
     assert [asked["query"] for asked in fake.asked] == queries
     for asked in fake.asked:
         assert float(asked["end"]) - float(asked["start"]) == pytest.approx(7200)
@@ -148,9 +154,8 @@ def test_a_refused_query_fails_its_panel_only_with_prometheus_reason(
     assert len(list(out.glob("*.png"))) == len(internals.panels) - 1
     assert not list(out.glob("*-leader.png"))
     assert "Lyra / Internals: Leader: FAILED" in printed.out
-    assert "lyra report: Lyra / Internals: Leader: query 'sum(lyra_leader)' failed: bad_data: 1:1: parse error" in (
-        printed.err
-    )
+    leader = 'sum(lyra_leader{cluster=~".*", namespace=~".*", job=~".*"})'
+    assert f"lyra report: Lyra / Internals: Leader: query '{leader}' failed: bad_data: 1:1: parse error" in printed.err
     assert "Traceback" not in printed.err
 
 
@@ -200,3 +205,27 @@ def test_an_out_dir_that_is_a_file_is_bad_input(tmp_path: Path, capsys: pytest.C
     target.write_bytes(b"")
     assert main(["report", "--prometheus", "http://127.0.0.1:1", "--out-dir", str(target)]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_the_variables_narrow_every_query_to_the_chosen_release(
+    prometheus: tuple[str, FakePrometheus], tmp_path: Path
+) -> None:
+    url, fake = prometheus
+    code = main(
+        ["report", "--prometheus", url, "--out-dir", str(tmp_path), "--namespace", "team-a", "--job", "lyra-.*"]
+    )
+    assert code == 0
+    assert fake.asked
+    for asked in fake.asked:
+        assert 'namespace=~"team-a"' in asked["query"]
+        assert 'job=~"lyra-.*"' in asked["query"]
+        assert 'cluster=~".*"' in asked["query"]
+        assert "$" not in asked["query"]
+
+
+@pytest.mark.parametrize("regex", ["", 'a"b', "(unclosed", "x" * 300])
+def test_a_bad_variable_regex_is_refused(regex: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["report", "--prometheus", "http://127.0.0.1:9", "--out-dir", str(tmp_path), "--namespace", regex])
+    assert exited.value.code == 2
+    assert "--namespace" in capsys.readouterr().err

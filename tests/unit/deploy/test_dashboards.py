@@ -90,7 +90,7 @@ def test_every_query_names_exposed_series_and_their_labels_only(uid: str, title:
     assert len(names) == 1, f"{title}: one metric per query, found {names}"
     [name] = names
     assert name in exposed, f"{uid} / {title}: {name} is not exposed"
-    allowed = exposed[name] | {"instance", "job"}
+    allowed = exposed[name] | {"instance", "job", "namespace", "cluster"}  # the scrape's target labels
     grouped = {label.strip() for group in re.findall(r"by \(([^)]*)\)", expr) for label in group.split(",")}
     matched = set(re.findall(r"([a-z_]+)=~?\"", expr))
     assert grouped | matched <= allowed, f"{uid} / {title}: labels {sorted((grouped | matched) - allowed)} unknown"
@@ -115,14 +115,27 @@ def all_panels(document: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("dashboard", dashboards.DASHBOARDS, ids=lambda d: d.uid)
 def test_every_panel_reads_the_datasource_variable(dashboard: grafana.Dashboard) -> None:
     document = json.loads((REPOSITORY / "dashboards" / f"{dashboard.uid}.json").read_text())
-    [variable] = document["templating"]["list"]
-    assert (variable["name"], variable["type"], variable["query"]) == ("datasource", "datasource", "prometheus")
+    datasource, *labels = document["templating"]["list"]
+    assert (datasource["name"], datasource["type"], datasource["query"]) == ("datasource", "datasource", "prometheus")
+    assert [(v["name"], v["type"], v["includeAll"], v["multi"]) for v in labels] == [
+        (name, "query", True, True) for name in ("cluster", "namespace", "job")
+    ]
+    for variable in labels:
+        assert variable["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert variable["allValue"] == ".*"
     for panel in all_panels(document):
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         assert panel["targets"]
         for target in panel["targets"]:
             assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
-            assert "$" not in target["expr"], "Grafana variables in a query would not parse in Prometheus"
+            expr = target["expr"]
+            selectors = re.findall(r"lyra_[a-z0-9_]+\{([^}]*)\}", expr)
+            assert selectors, expr
+            for selector in selectors:  # every series is narrowed by the three variables
+                for name in ("cluster", "namespace", "job"):
+                    assert f'{name}=~"${name}"' in selector, expr
+            windows = set(re.findall(r"\[([^\]]+)\]", expr))
+            assert windows <= {"$__rate_interval", "1h"}, f"fixed windows other than per hour: {windows}"
 
 
 @pytest.mark.parametrize("dashboard", dashboards.DASHBOARDS, ids=lambda d: d.uid)
