@@ -473,7 +473,7 @@ def release(local_cluster: ControlPlane, kube_api: client.ApiClient, binaries: B
 def test_install_creates_every_object(release: Release, kube_api: client.ApiClient) -> None:
     apps = client.AppsV1Api(kube_api)
     replicas = {d.metadata.name: d.spec.replicas for d in apps.list_namespaced_deployment(release.namespace).items}
-    assert replicas == {release.account("operator"): 2, release.account("extender"): 2, release.account("scheduler"): 1}
+    assert replicas == {release.account("operator"): 2, release.account("extender"): 2, release.account("scheduler"): 2}
     core = client.CoreV1Api(kube_api)
     services = {s.metadata.name for s in core.list_namespaced_service(release.namespace).items}
     assert services == {release.account("operator"), release.account("extender")}
@@ -481,10 +481,11 @@ def test_install_creates_every_object(release: Release, kube_api: client.ApiClie
     scheduler = yaml.safe_load(config.data["config.yaml"])
     assert scheduler["profiles"] == [{"schedulerName": BUNDLED_SCHEDULER_NAME}]
     assert scheduler["extenders"][0]["urlPrefix"] == f"http://{release.name}-extender.{release.namespace}.svc:8888"
-    budget = client.PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget(
-        release.account("extender"), release.namespace
-    )
-    assert budget.spec.min_available == 1
+    for component in ("operator", "extender", "scheduler"):  # no single point: each keeps a replica through drains
+        budget = client.PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget(
+            release.account(component), release.namespace
+        )
+        assert budget.spec.min_available == 1, component
     extensions = client.ApiextensionsV1Api(kube_api)
     for plural in (names.TRAINING_JOB_PLURAL, names.INFERENCE_SERVICE_PLURAL):
         crd = extensions.read_custom_resource_definition(f"{plural}.{names.GROUP}")

@@ -95,6 +95,12 @@ class Operator(Strict):
     replicas: int = Field(
         2, ge=1, le=5, description="operator replicas; one leads through the Lease, the others stand by"
     )
+    min_available: int = Field(
+        1,
+        ge=0,
+        alias="minAvailable",
+        description="PodDisruptionBudget minAvailable (the budget exists with more than one replica)",
+    )
     headroom: int = Field(0, ge=0, description="spare inference servers kept per GPU type (--headroom)")
     lend_delay_seconds: int = Field(
         60,
@@ -227,7 +233,19 @@ class Scheduler(Strict):
     name: str = Field(
         BUNDLED_SCHEDULER_NAME, pattern=_DNS_LABEL, description="schedulerName of the bundled scheduler's profile"
     )
-    replicas: int = Field(1, ge=1, le=5, description="replicas (leader-elected through a Lease)")
+    replicas: int = Field(
+        2,
+        ge=1,
+        le=5,
+        description="replicas, leader-elected through a Lease: a standby takes over when the leader's pod goes, so "
+        "Lyra's pods (reclaimed servers' replicas among them) keep being placed",
+    )
+    min_available: int = Field(
+        1,
+        ge=0,
+        alias="minAvailable",
+        description="PodDisruptionBudget minAvailable (the budget exists with more than one replica)",
+    )
     image: SchedulerImage = Field(default_factory=SchedulerImage)
     resources: Resources = Field(
         default_factory=lambda: _resources("100m", "128Mi", "512Mi"), description="the container's requests and limits"
