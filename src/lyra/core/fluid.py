@@ -129,12 +129,12 @@ class JobTable:
 
 
 class FluidModel:
-    """The fluid model of fixed jobs (a :class:`JobTable`) and capacities, evaluated for many starting allocations
-    (the allocator scores dozens of candidates against the same jobs, so what does not depend on the start is
-    computed once)."""
+    """The fluid model of fixed jobs (a :class:`JobTable`, or the jobs to build it of) and capacities, evaluated for
+    many starting allocations (the allocator scores dozens of candidates against the same jobs, so what does not
+    depend on the start is computed once)."""
 
-    def __init__(self, table: JobTable, capacity: Sequence[int]) -> None:
-        self.table = table
+    def __init__(self, jobs: JobTable | Sequence[FluidJob], capacity: Sequence[int]) -> None:
+        self.table = table = jobs if isinstance(jobs, JobTable) else JobTable.of(jobs)
         self.capacity = list(capacity)
         self.types = len(capacity)
         n = len(table)
@@ -320,7 +320,7 @@ def fluid_completion_times(jobs: Sequence[FluidJob], start: Start, capacity: Seq
     ``start[i][t]`` is job i's initial worker count on type t. The initial allocation must fit ``capacity`` and
     use only types the job may use.
     """
-    return FluidModel(JobTable.of(jobs), capacity).completion_times(start)
+    return FluidModel(jobs, capacity).completion_times(start)
 
 
 def total_completion_time(jobs: Sequence[FluidJob], start: Start, capacity: Sequence[int]) -> float:

@@ -105,9 +105,9 @@ class Admission:
         together (smallest first); each group in a statement, committed if the base then fits."""
         problem, layout = self.problem, self.problem.layout
         job = problem.jobs[i]
-        low, gpw = problem.table.low, problem.table.gpw
+        low, gpw, kind, preference = problem.table.low, problem.table.gpw, problem.kind, problem.table.preference
         movers = sorted(
-            (k for k in problem.started if problem.kind[k] == t and len(problem.type_preference(k)) > 1),
+            (k for k in problem.started if kind[k] == t and len(preference[k]) > 1),
             key=lambda k: (low[k] * gpw[k], problem.names[k]),
         )[:_RELOCATION_MOVERS]
         movable = sum(low[k] * gpw[k] for k in movers)

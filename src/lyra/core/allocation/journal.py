@@ -87,7 +87,7 @@ class TrackedLayout(Layout):
         self.depth = 0
 
     def add(self, job: str, server: int, count: int, gpus_per_worker: int) -> None:
-        super().add(job, server, count, gpus_per_worker)
+        Layout.add(self, job, server, count, gpus_per_worker)
         if self.depth:
             self.journal.append((job, server, count, gpus_per_worker))
 
