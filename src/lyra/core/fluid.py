@@ -86,48 +86,77 @@ QUEUED = -1
 SPREAD = -2
 
 
-class FluidModel:
-    """The fluid model of fixed jobs and capacities, evaluated for many starting allocations (the allocator
-    scores dozens of candidates against the same jobs, so what does not depend on the start is computed once)."""
+@dataclass(frozen=True, slots=True)
+class JobTable:
+    """The jobs of one decision as columns, built once: what the fluid model, the allocator's admission and its
+    search all read of a job by its index. ``preference[i]`` is the types job ``i`` may use, fastest first (then by
+    index): where it starts."""
 
-    def __init__(self, jobs: Sequence[FluidJob], capacity: Sequence[int]) -> None:
-        self.jobs = list(jobs)
-        self.capacity = list(capacity)
-        self.types = len(capacity)
-        self.gpw = [j.gpus_per_worker for j in jobs]
-        self.low = [j.min_workers for j in jobs]
-        self.high = [j.max_workers for j in jobs]
-        self.work = [j.work for j in jobs]
-        self.speeds = [j.speeds for j in jobs]
-        self.overhead = [j.overhead for j in jobs]
-        # The types each job may use, fastest first (lower index on ties): where a queued job starts. Jobs share
-        # their speeds by kind, so the orders are worked out once per kind.
+    work: Sequence[float]
+    gpw: Sequence[int]
+    low: Sequence[int]
+    high: Sequence[int]
+    speeds: Sequence[tuple[float, ...]]
+    overhead: Sequence[float]
+    priority: Sequence[int]
+    submit_time: Sequence[float]
+    preference: Sequence[tuple[int, ...]]
+
+    @classmethod
+    def of(cls, jobs: Sequence[FluidJob]) -> JobTable:
+        # Jobs share their speeds by kind, so the preference orders are worked out once per kind.
         orders: dict[tuple[float, ...], tuple[int, ...]] = {}
-        self.preference_key: list[tuple[int, ...]] = []
+        preference = []
         for j in jobs:
             order = orders.get(j.speeds)
             if order is None:
                 order = orders[j.speeds] = tuple(fastest_first(j.speeds))
-            self.preference_key.append(order)
+            preference.append(order)
+        return cls(
+            work=[j.work for j in jobs],
+            gpw=[j.gpus_per_worker for j in jobs],
+            low=[j.min_workers for j in jobs],
+            high=[j.max_workers for j in jobs],
+            speeds=[j.speeds for j in jobs],
+            overhead=[j.overhead for j in jobs],
+            priority=[j.priority for j in jobs],
+            submit_time=[j.submit_time for j in jobs],
+            preference=preference,
+        )
+
+    def __len__(self) -> int:
+        return len(self.work)
+
+
+class FluidModel:
+    """The fluid model of fixed jobs (a :class:`JobTable`, or the jobs to build it of) and capacities, evaluated for
+    many starting allocations (the allocator scores dozens of candidates against the same jobs, so what does not
+    depend on the start is computed once)."""
+
+    def __init__(self, jobs: JobTable | Sequence[FluidJob], capacity: Sequence[int]) -> None:
+        self.table = table = jobs if isinstance(jobs, JobTable) else JobTable.of(jobs)
+        self.capacity = list(capacity)
+        self.types = len(capacity)
+        n = len(table)
         # Queue order: higher priority, shorter time at base on the fastest type, index; never-starting jobs out.
         at_base = [
-            self.work[i] / self._pace(i, self.low[i], self.speeds[i][p[0]]) if p else math.inf
-            for i, p in enumerate(self.preference_key)
+            table.work[i] / self._pace(i, table.low[i], table.speeds[i][p[0]]) if p else math.inf
+            for i, p in enumerate(table.preference)
         ]
         self.order = sorted(
-            (i for i in range(len(self.jobs)) if self.preference_key[i]),
-            key=lambda i: queue_key(self.jobs[i].priority, at_base[i], self.jobs[i].submit_time, i),
+            (i for i in range(n) if table.preference[i]),
+            key=lambda i: queue_key(table.priority[i], at_base[i], table.submit_time[i], i),
         )
-        self.position = [0] * len(self.jobs)
+        self.position = [0] * n
         for rank, i in enumerate(self.order):
             self.position[i] = rank
 
     def _pace(self, i: int, workers: int, speed: float) -> float:
-        return pace(workers, speed, self.overhead[i])
+        return pace(workers, speed, self.table.overhead[i])
 
     def completion_times(self, start: Start) -> list[float]:
         """Completion time of every job from ``start[i][t]`` workers of job i on type t."""
-        n = len(self.jobs)
+        n = len(self.table)
         if len(start) != n:
             raise ValueError(f"{len(start)} allocations for {n} jobs")
         kinds = [QUEUED] * n
@@ -153,13 +182,14 @@ class FluidModel:
         """Completion times from each job's kind (:data:`QUEUED`, :data:`SPREAD` with ``spreads[i]`` its
         (type, workers) pairs, or its one type) and width (its workers). ``extra_work`` adds work to started jobs
         (a restart's time without progress, charged at the job's starting pace)."""
-        n = len(self.jobs)
-        gpw = self.gpw
-        high = self.high
-        low = self.low
-        speeds = self.speeds
-        overhead = self.overhead
-        work = self.work
+        table = self.table
+        n = len(table)
+        gpw = table.gpw
+        high = table.high
+        low = table.low
+        speeds = table.speeds
+        overhead = table.overhead
+        work = table.work
         free = list(self.capacity)
         kind = list(kinds)
         width = list(widths)
@@ -204,7 +234,7 @@ class FluidModel:
         groups: dict[tuple[tuple[int, ...], int], deque[int]] = {}
         for i in self.order:
             if kind[i] == QUEUED:
-                groups.setdefault((self.preference_key[i], low[i] * gpw[i]), deque()).append(i)
+                groups.setdefault((table.preference[i], low[i] * gpw[i]), deque()).append(i)
         position = self.position
 
         result = [math.inf] * n

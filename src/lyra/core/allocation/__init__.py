@@ -98,28 +98,8 @@ def allocate_workers(
     chosen = (problem, best, layout, search)
     slowed = admission.slowed_bases()
     if len(snapshot.jobs) <= _SECOND_OPINION_JOBS and (len(problem.started) > 1 or slowed):
-        # Phase 1 in shortest-first order gives the fastest types to the shortest jobs; a long job admitted last
-        # may land on the slow type, and the search's moves need room to undo that. Other starts for the search:
-        # the same admissions made longest-first (within each priority); when a base went to a slower type while
-        # the faster one had flexible workers, the admissions that scale those in first (a slow GPU for a job's
-        # whole life may be worse than a fast one taken from another job's surplus: the objective decides); and,
-        # when few started jobs could use another type, every assignment of types to them. An alternative is kept
-        # only if it starts every job the first one did and scores better.
         admitted = {problem.jobs[i].name for i in problem.started}
-        flexible = [i for i in problem.started if len(problem.type_preference(i)) > 1]
-        alternatives: list[tuple[bool, dict[int, int], bool]] = []
-        if len(problem.started) > 1:
-            alternatives.append((True, {}, False))
-        if slowed:
-            alternatives.append((False, {}, True))
-        # Types matter for packing only where workers have several GPUs: one-GPU workers always fit by counts,
-        # and the search's type moves reach those assignments anyway.
-        if 1 <= len(flexible) <= _PINNED_JOBS and any(problem.jobs[i].gpus_per_worker > 1 for i in problem.started):
-            choices = [problem.type_preference(i) for i in flexible]
-            alternatives += [
-                (False, dict(zip(flexible, pins, strict=True)), False) for pins in itertools.product(*choices)
-            ]
-        for longest_first, pinned, fast_first in alternatives:
+        for longest_first, pinned, fast_first in _second_opinions(problem, slowed):
             other = Problem(snapshot, held)
             Admission(other).admit_bases(longest_first=longest_first, pinned=pinned, fast_type_first=fast_first)
             if not admitted <= {other.jobs[i].name for i in other.started}:
@@ -130,3 +110,27 @@ def allocate_workers(
                 chosen = (other, other_best, other_layout, other_search)
     winner, best, layout, search = chosen
     return plan_of(winner, best, layout, search)
+
+
+def _second_opinions(problem: Problem, slowed: bool) -> list[tuple[bool, dict[int, int], bool]]:
+    """Other starts for the search, as phase 1's arguments (longest first, pinned types, fast type first).
+
+    Phase 1 in shortest-first order gives the fastest types to the shortest jobs; a long job admitted last may land
+    on the slow type, and the search's moves need room to undo that. So: the same admissions made longest-first
+    (within each priority); when a base went to a slower type while the faster one had flexible workers, the
+    admissions that scale those in first (a slow GPU for a job's whole life may be worse than a fast one taken from
+    another job's surplus: the objective decides); and, when few started jobs could use another type, every
+    assignment of types to them. An alternative is kept only if it starts every job the first one did and scores
+    better."""
+    flexible = [i for i in problem.started if len(problem.type_preference(i)) > 1]
+    alternatives: list[tuple[bool, dict[int, int], bool]] = []
+    if len(problem.started) > 1:
+        alternatives.append((True, {}, False))
+    if slowed:
+        alternatives.append((False, {}, True))
+    # Types matter for packing only where workers have several GPUs: one-GPU workers always fit by counts, and the
+    # search's type moves reach those assignments anyway.
+    if 1 <= len(flexible) <= _PINNED_JOBS and any(problem.jobs[i].gpus_per_worker > 1 for i in problem.started):
+        choices = [problem.type_preference(i) for i in flexible]
+        alternatives += [(False, dict(zip(flexible, pins, strict=True)), False) for pins in itertools.product(*choices)]
+    return alternatives

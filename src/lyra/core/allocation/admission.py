@@ -8,10 +8,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 
+from lyra.core.allocation.journal import Change, Statement
 from lyra.core.allocation.problem import Problem
 from lyra.core.fluid import QUEUED, SPREAD
 from lyra.core.ordering import admission_key
-from lyra.core.packing import Move
 
 #: A blocked base rebuilds the placement of this plan's bases only while they are fewer than this.
 _REBUILD_JOBS = 64
@@ -25,19 +25,12 @@ class Admission:
 
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
-
-    def admit_bases(
-        self, *, longest_first: bool, pinned: Mapping[int, int] | None = None, fast_type_first: bool = False
-    ) -> None:
-        """Phase 1: queued bases in admission order, each on the fastest type with room, else making room. With
-        ``fast_type_first``, room made by scaling in flexible workers on a faster type comes before free room on a
-        slower one."""
-        layout = self.problem.layout
+        layout = problem.layout
         # Flexible workers that bases may displace, per type: {job: spare workers}, and their GPUs in all.
-        self.spare: list[dict[str, int]] = [{} for _ in self.problem.types]
-        self.spare_gpus = [0] * len(self.problem.types)
-        for k in self.problem.running:
-            kind, other = self.problem.kind[k], self.problem.jobs[k]
+        self.spare: list[dict[str, int]] = [{} for _ in problem.types]
+        self.spare_gpus = [0] * len(problem.types)
+        for k in problem.running:
+            kind, other = problem.kind[k], problem.jobs[k]
             extra = layout.workers(other.name) - other.min_workers
             if kind >= 0 and extra > 0:
                 self.spare[kind][other.name] = extra
@@ -51,41 +44,51 @@ class Admission:
         # servers a change touches (``_dirty``) rather than recomputed for every base.
         self._room: dict[int, dict[int, int]] = {}
         self._dirty: dict[int, set[int]] = {}
-        queued = [i for i, job in enumerate(self.problem.jobs) if self.problem.kind[i] == QUEUED]
-        queued.sort(key=lambda i: admission_key(self.problem.jobs[i], self.problem.best_speed(i)))
+
+    def admit_bases(
+        self, *, longest_first: bool, pinned: Mapping[int, int] | None = None, fast_type_first: bool = False
+    ) -> None:
+        """Phase 1: queued bases in admission order, each on the fastest type with room, else making room. With
+        ``fast_type_first``, room made by scaling in flexible workers on a faster type comes before free room on a
+        slower one."""
+        problem = self.problem
+        queued = [i for i in range(len(problem.jobs)) if problem.kind[i] == QUEUED]
+        queued.sort(key=lambda i: admission_key(problem.jobs[i], problem.best_speed(i)))
         if longest_first:
             queued.sort(
                 key=lambda i: (
-                    -self.problem.jobs[i].priority,
-                    -self.problem.jobs[i].time_at(self.problem.jobs[i].min_workers, self.problem.best_speed(i)),
+                    -problem.jobs[i].priority,
+                    -problem.jobs[i].time_at(problem.jobs[i].min_workers, problem.best_speed(i)),
                 )
             )
         for i in queued:
-            job = self.problem.jobs[i]
-            preference = [pinned[i]] if pinned and i in pinned else self.problem.type_preference(i)
-            for t in preference:
-                moves = layout.place(job.name, job.gpus_per_worker, t, job.min_workers)
-                if moves is not None:
-                    self._dirty.setdefault(t, set()).update(server for server, _ in moves)
-                    self.problem.kind[i] = t
-                    break
-                if fast_type_first and self._place_displacing(i, t):
-                    self.problem.kind[i] = t
-                    break
-            else:
-                for t in preference:
-                    if self._place_displacing(i, t) or self._place_repacking(i, t) or self._place_relocating(i, t):
-                        self.problem.kind[i] = t
-                        break
-                else:
-                    if self._place_rebuilding(i):
-                        self.problem.started.append(i)
-                        continue
-                    if job.mix_gpu_types and len(preference) > 1 and self._place_across(i, preference):
-                        kinds = layout.job_types(job.name)
-                        self.problem.kind[i] = next(iter(kinds)) if len(kinds) == 1 else SPREAD
-            if self.problem.kind[i] != QUEUED:
-                self.problem.started.append(i)
+            preference = (pinned[i],) if pinned and i in pinned else problem.type_preference(i)
+            if self._admit(i, preference, fast_type_first):
+                problem.started.append(i)
+
+    def _admit(self, i: int, preference: Sequence[int], fast_type_first: bool) -> bool:
+        """Job ``i``'s base on the first of ``preference`` with room, else making room; whether it started."""
+        problem, layout = self.problem, self.problem.layout
+        job = problem.jobs[i]
+        for t in preference:
+            moves = layout.place(job.name, job.gpus_per_worker, t, job.min_workers)
+            if moves is not None:
+                self._dirty.setdefault(t, set()).update(server for server, _ in moves)
+                problem.kind[i] = t
+                return True
+            if fast_type_first and self._place_displacing(i, t):
+                problem.kind[i] = t
+                return True
+        for t in preference:
+            if self._place_displacing(i, t) or self._place_repacking(i, t) or self._place_relocating(i, t):
+                problem.kind[i] = t
+                return True
+        if self._place_rebuilding(i):
+            return True
+        if job.mix_gpu_types and len(preference) > 1 and self._place_across(i, preference):
+            kinds = layout.job_types(job.name)
+            problem.kind[i] = next(iter(kinds)) if len(kinds) == 1 else SPREAD
+        return problem.kind[i] != QUEUED
 
     def slowed_bases(self) -> bool:
         """Whether phase 1 started a base on a type slower than its fastest while flexible workers were there."""
@@ -99,79 +102,70 @@ class Admission:
         """Place job ``i``'s base on type ``t`` by moving bases this plan started there to another type they may
         use, where they fit in free GPUs: a job that can only use ``t`` is not kept waiting by one that could run
         elsewhere. Each of the ``_RELOCATION_MOVERS`` smallest movable bases is tried alone, then all of them
-        together (smallest first); all or nothing."""
-        layout = self.problem.layout
-        job = self.problem.jobs[i]
-        kind, preference = self.problem.kind, self.problem.type_preference
+        together (smallest first); each group in a statement, committed if the base then fits."""
+        problem, layout = self.problem, self.problem.layout
+        job = problem.jobs[i]
+        low, gpw, kind, preference = problem.table.low, problem.table.gpw, problem.kind, problem.table.preference
         movers = sorted(
-            (k for k in self.problem.started if kind[k] == t and len(preference(k)) > 1),
-            key=lambda k: (
-                self.problem.jobs[k].min_workers * self.problem.jobs[k].gpus_per_worker,
-                self.problem.jobs[k].name,
-            ),
+            (k for k in problem.started if kind[k] == t and len(preference[k]) > 1),
+            key=lambda k: (low[k] * gpw[k], problem.names[k]),
         )[:_RELOCATION_MOVERS]
-        movable = sum(self.problem.jobs[k].min_workers * self.problem.jobs[k].gpus_per_worker for k in movers)
+        movable = sum(low[k] * gpw[k] for k in movers)
         if not movers or layout.free_of_type[t] + movable < job.min_workers * job.gpus_per_worker:
             return False
         for group in [[k] for k in movers] + ([movers] if len(movers) > 1 else []):
-            journal: list[tuple[int, list[Move], list[Move]]] = []
-            for k in group:
-                moved = self._move_base(k, t)
-                if moved is not None:
-                    journal.append((k, *moved))
-            if journal and self._place_repacking(i, t):
-                return True
-            for k, left_t, placed in reversed(journal):
-                other = self.problem.jobs[k]
-                layout.undo(other.name, placed, other.gpus_per_worker)
-                layout.undo(other.name, left_t, other.gpus_per_worker)
-                self.problem.kind[k] = t
-                self._dirty.setdefault(t, set()).update(server for server, _ in left_t)
+            with layout.statement() as statement:
+                moved = {k: left for k in group if (left := self._move_base(k, t)) is not None}
+                if moved and self._place_repacking(i, t):
+                    statement.commit()
+                    return True
+                statement.rollback()
+            for k, left in moved.items():
+                problem.kind[k] = t
+                self._dirty.setdefault(t, set()).update(left)
         return False
 
     def _place_rebuilding(self, i: int) -> bool:
         """Last resort for job ``i``'s base: place every base this plan started, and ``i``'s, again from scratch,
         the most constrained first (fewest GPU types, then largest workers, then largest bases), each on its
-        fastest type with room. None of them has started yet, so moving them costs nothing. Undone if some base
-        does not fit; bounded to ``_REBUILD_JOBS`` bases."""
-        if len(self.problem.started) >= _REBUILD_JOBS:
+        fastest type with room. None of them has started yet, so moving them costs nothing. In a statement,
+        discarded if some base does not fit; bounded to ``_REBUILD_JOBS`` bases."""
+        problem, layout = self.problem, self.problem.layout
+        if len(problem.started) >= _REBUILD_JOBS:
             return False
-        layout = self.problem.layout
-        group = [*self.problem.started, i]
-        before = {k: dict(layout.hosts(self.problem.jobs[k].name)) for k in group}
-        kinds = {k: self.problem.kind[k] for k in group}
-        for k in self.problem.started:
-            layout.remove_all(self.problem.jobs[k].name, self.problem.jobs[k].gpus_per_worker)
+        group = [*problem.started, i]
+        kinds = {k: problem.kind[k] for k in group}
+        table = problem.table
 
         def constrained(k: int) -> tuple[int, int, int, int]:
-            job = self.problem.jobs[k]
-            types = len(self.problem.type_preference(k))
-            return (types, -job.gpus_per_worker, -job.min_workers * job.gpus_per_worker, k)
+            return (len(table.preference[k]), -table.gpw[k], -table.low[k] * table.gpw[k], k)
 
-        for k in sorted(group, key=constrained):
-            job = self.problem.jobs[k]
-            for t in self.problem.type_preference(k):
-                if layout.place(job.name, job.gpus_per_worker, t, job.min_workers) is not None:
-                    self.problem.kind[k] = t
-                    break
-            else:
-                for other in group:
-                    if layout.hosts(self.problem.jobs[other].name):
-                        layout.remove_all(self.problem.jobs[other].name, self.problem.jobs[other].gpus_per_worker)
-                for other, hosts in before.items():
-                    for server, count in hosts.items():
-                        layout.add(
-                            self.problem.jobs[other].name, server, count, self.problem.jobs[other].gpus_per_worker
-                        )
-                    self.problem.kind[other] = kinds[other]
-                return False
-        for t in range(len(self.problem.types)):
+        with layout.statement() as statement:
+            for k in problem.started:
+                layout.remove_all(problem.names[k], table.gpw[k])
+            for k in sorted(group, key=constrained):
+                placed = next(
+                    (
+                        t
+                        for t in table.preference[k]
+                        if layout.place(problem.names[k], table.gpw[k], t, table.low[k]) is not None
+                    ),
+                    None,
+                )
+                if placed is None:
+                    statement.rollback()
+                    for other in group:
+                        problem.kind[other] = kinds[other]
+                    return False
+                problem.kind[k] = placed
+            statement.commit()
+        for t in range(len(problem.types)):
             self._dirty.setdefault(t, set()).update(layout.servers_of_type[t])
         return True
 
-    def _move_base(self, k: int, t: int) -> tuple[list[Move], list[Move]] | None:
-        """Move job ``k``'s base from type ``t`` to the fastest other type it may use with free room; the moves
-        made (left, placed), or ``None``."""
+    def _move_base(self, k: int, t: int) -> list[int] | None:
+        """Move job ``k``'s base from type ``t`` to the fastest other type it may use with free room; the servers of
+        ``t`` it left, or ``None``."""
         layout = self.problem.layout
         other = self.problem.jobs[k]
         for u in self.problem.type_preference(k):
@@ -186,66 +180,60 @@ class Admission:
             self.problem.kind[k] = u
             self._dirty.setdefault(t, set()).update(s for s, _ in left_t)
             self._dirty.setdefault(u, set()).update(s for s, _ in placed)
-            return left_t, placed
+            return [s for s, _ in left_t]
         return None
 
     def _place_repacking(self, i: int, t: int) -> bool:
         """Place job ``i``'s base on type ``t`` by packing it again together with the bases this plan started
         there (they have not started yet, so moving them costs nothing): largest workers first, then admission
-        order, each by the placement rule. Undone if it does not fit."""
-        layout = self.problem.layout
-        job = self.problem.jobs[i]
+        order, each by the placement rule. In a statement, discarded if it does not fit."""
+        problem, layout = self.problem, self.problem.layout
+        job = problem.jobs[i]
         moves = layout.place(job.name, job.gpus_per_worker, t, job.min_workers)
         if moves is not None:
             self._dirty.setdefault(t, set()).update(s for s, _ in moves)
             return True
         if layout.free_of_type[t] < job.min_workers * job.gpus_per_worker:
             return False  # the started bases stay on t: no packing of them leaves room for this base
-        group = [k for k in self.problem.started if self.problem.kind[k] == t] + [i]
-        group.sort(key=lambda k: -self.problem.jobs[k].gpus_per_worker)  # stable: admission order among equals
-        before = {k: dict(layout.hosts(self.problem.jobs[k].name)) for k in group}
-        for k in group:
-            if before[k]:
-                layout.remove_all(self.problem.jobs[k].name, self.problem.jobs[k].gpus_per_worker)
-        placed: list[tuple[int, list[Move]]] = []
-        for k in group:
-            other = self.problem.jobs[k]
-            made = layout.place(other.name, other.gpus_per_worker, t, other.min_workers)
-            if made is None:
-                for done, made_moves in reversed(placed):
-                    layout.undo(self.problem.jobs[done].name, made_moves, self.problem.jobs[done].gpus_per_worker)
-                for back, hosts in before.items():
-                    for server, count in hosts.items():
-                        layout.add(self.problem.jobs[back].name, server, count, self.problem.jobs[back].gpus_per_worker)
+        gpw, low = problem.table.gpw, problem.table.low
+        group = [k for k in problem.started if problem.kind[k] == t] + [i]
+        group.sort(key=lambda k: -gpw[k])  # stable: admission order among equals
+        with layout.statement() as statement:
+            for k in group:
+                if layout.hosts(problem.names[k]):
+                    layout.remove_all(problem.names[k], gpw[k])
+            if not all(layout.place(problem.names[k], gpw[k], t, low[k]) is not None for k in group):
                 return False
-            placed.append((k, made))
+            statement.commit()
         self._dirty.setdefault(t, set()).update(layout.servers_of_type[t])
         return True
 
     def _place_across(self, i: int, preference: Sequence[int]) -> bool:
-        """A base over several types (a job that opts in to mixing), fastest types first."""
+        """A base over several types (a job that opts in to mixing), fastest types first; in a statement, discarded
+        if it does not fit."""
+        layout = self.problem.layout
         job = self.problem.jobs[i]
-        moves: list[Move] = []
+        touched: list[int] = []
         left = job.min_workers
-        for t in preference:
-            take = min(left, self.problem.layout.room(t, job.gpus_per_worker))
-            if take:
-                placed = self.problem.layout.place(job.name, job.gpus_per_worker, t, take)
-                if placed is None:
+        with layout.statement() as statement:
+            for t in preference:
+                take = min(left, layout.room(t, job.gpus_per_worker))
+                if take:
+                    placed = layout.place(job.name, job.gpus_per_worker, t, take)
+                    if placed is None:
+                        break
+                    touched += (server for server, _ in placed)
+                    left -= take
+                if not left:
+                    statement.commit()
                     break
-                moves += placed
-                left -= take
-            if not left:
-                break
-        for server, _ in moves:
-            self._dirty.setdefault(self.problem.layout.type_of[server], set()).add(server)
-        if left:
-            self.problem.layout.undo(job.name, moves, job.gpus_per_worker)
-            return False
-        return True
+        for server in touched:
+            self._dirty.setdefault(layout.type_of[server], set()).add(server)
+        return not left
 
     def _place_displacing(self, i: int, t: int) -> bool:
-        """Place job ``i``'s base on type ``t`` by scaling in flexible workers of jobs there; all or nothing.
+        """Place job ``i``'s base on type ``t`` by scaling in flexible workers of jobs there; in a statement, all or
+        nothing.
 
         Servers that can hold the most base workers (free GPUs plus the flexible workers on them) go first, safe
         ones before loaned ones; on each, flexible workers leave from the jobs with the most to spare."""
@@ -258,45 +246,45 @@ class Admission:
         if layout.free_of_type[t] + self.spare_gpus[t] < need * g:
             self.no_room[(t, g)] = need
             return False
-        spare = self.spare[t]
-        gpw = self.problem.gpw_of
-        on_server = self._donors_on_servers(t)
-        room = self._room_of(t)
-        safe = layout.safe
         # Taken in the order of (workers it holds, loaned, server): the server breaks every tie. A heap, as a base
         # usually needs the first few servers only.
-        servers = [(-(r // g), not safe[s], s) for s, r in room.items() if r >= g]
+        servers = [(-(r // g), not layout.safe[s], s) for s, r in self._room_of(t).items() if r >= g]
         if -sum(holds for holds, _, _ in servers) < need:
             self.no_room[(t, g)] = need
             return False
         heapq.heapify(servers)
-        journal: list[tuple[str, Move, int]] = []
         left = need
-        while left and servers:
-            server = heapq.heappop(servers)[2]
-            take = min(left, self._raw_room(t, server) // g)
-            if take <= 0:
-                continue
-            mark = len(journal)
-            for name in sorted(on_server.get(server, ()), key=lambda n: (-spare[n], n)):
-                while layout.free[server] < take * g and spare[name] and layout.hosts(name).get(server, 0):
+        with layout.statement() as statement:
+            while left and servers:
+                server = heapq.heappop(servers)[2]
+                take = min(left, self._raw_room(t, server) // g)
+                if take > 0 and self._displace_on(server, t, job.name, take * g):
+                    layout.add(job.name, server, take, g)
+                    self._dirty.setdefault(t, set()).add(server)
+                    left -= take
+            if not left:
+                statement.commit()
+                return True
+            self._restore(statement, t, job.name)
+        self.no_room[(t, g)] = need
+        return False
+
+    def _displace_on(self, server: int, t: int, mover: str, gpus: int) -> bool:
+        """Scale in flexible workers on ``server`` until it has ``gpus`` free, from the jobs with the most to spare;
+        in a statement, discarded (the workers come back) if that does not make the room."""
+        layout, spare, gpw = self.problem.layout, self.spare[t], self.problem.gpw_of
+        with layout.statement() as statement:
+            for name in sorted(self._donors_on_servers(t).get(server, ()), key=lambda n: (-spare[n], n)):
+                while layout.free[server] < gpus and spare[name] and layout.hosts(name).get(server, 0):
                     layout.add(name, server, -1, gpw[name])
-                    journal.append((name, (server, -1), gpw[name]))
                     spare[name] -= 1
                     self.spare_gpus[t] -= gpw[name]
                     self._touch_job(t, name)
-            if layout.free[server] < take * g:
-                self._restore(journal, mark, spare, t, job.name)
-                continue
-            layout.add(job.name, server, take, g)
-            journal.append((job.name, (server, take), g))
-            self._dirty.setdefault(t, set()).add(server)
-            left -= take
-        if left:
-            self._restore(journal, 0, spare, t, job.name)
-            self.no_room[(t, g)] = need
+            if layout.free[server] >= gpus:
+                statement.commit()
+                return True
+            self._restore(statement, t, mover)
             return False
-        return True
 
     def _raw_room(self, t: int, server: int) -> int:
         """GPUs a base could get on ``server``: its free GPUs plus the flexible workers there that may leave."""
@@ -326,18 +314,18 @@ class Admission:
         """A donor's spare changed: the room of every server it is on may have."""
         self._dirty.setdefault(t, set()).update(self.problem.layout.hosts(name))
 
-    def _restore(
-        self, journal: list[tuple[str, Move, int]], mark: int, spare: dict[str, int], t: int, mover: str
-    ) -> None:
-        """Undo the journal's moves after position ``mark``: displaced flexible workers come back."""
-        while len(journal) > mark:
-            name, (server, count), size = journal.pop()
-            self.problem.layout.add(name, server, -count, size)
+    def _restore(self, statement: Statement[Change], t: int, mover: str) -> None:
+        """Discard ``statement``'s changes to the layout: displaced flexible workers come back, and the room of the
+        servers they are on is worked out again."""
+        donors: list[str] = []
+        for name, server, _, size in statement.rollback():
             self._dirty.setdefault(t, set()).add(server)
             if name != mover:
-                spare[name] += 1
+                self.spare[t][name] += 1
                 self.spare_gpus[t] += size
-                self._touch_job(t, name)
+                donors.append(name)
+        for name in donors:
+            self._touch_job(t, name)
 
     def _donors_on_servers(self, t: int) -> dict[int, list[str]]:
         """Server -> jobs there whose flexible workers bases may displace (built once per type; a job whose spare

@@ -9,7 +9,8 @@ from types import MappingProxyType
 
 from lyra.core.allocation.explanation import QueuedReasons
 from lyra.core.allocation.problem import Problem
-from lyra.core.allocation.search import Search, SearchState
+from lyra.core.allocation.search import Search
+from lyra.core.allocation.state import SearchState
 from lyra.core.packing import Layout
 
 

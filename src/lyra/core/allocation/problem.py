@@ -5,16 +5,17 @@ as the plan takes shape: ``QUEUED``, ``SPREAD`` over several types, or the index
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
+from lyra.core.allocation.journal import TrackedLayout
 from lyra.core.errors import InvalidClusterError
-from lyra.core.fluid import QUEUED, SPREAD, FluidJob, fastest_first
-from lyra.core.model import ClusterSnapshot, LoanState, Pool
-from lyra.core.packing import Layout, Slot
+from lyra.core.fluid import QUEUED, SPREAD, JobTable, fastest_first
+from lyra.core.gpus import GpuType
+from lyra.core.model import ClusterSnapshot, LoanState, Pool, TrainingJob
+from lyra.core.packing import Slot
 
 
-def current_layout(snapshot: ClusterSnapshot, held: Mapping[str, int]) -> tuple[Layout, frozenset[str]]:
+def current_layout(snapshot: ClusterSnapshot, held: Mapping[str, int]) -> tuple[TrackedLayout, frozenset[str]]:
     """The servers training may use (training servers and loaned ones; reclaiming servers are not capacity),
     their GPUs free for the decision (all but ``held``), and the running jobs' workers on them; and the running
     jobs that are doomed (an earlier reclaim left fewer than their base: they restart like queued jobs and are
@@ -46,21 +47,47 @@ def current_layout(snapshot: ClusterSnapshot, held: Mapping[str, int]) -> tuple[
             continue
         placed.extend((job.name, s, n, job.gpus_per_worker) for s, n in surviving)
     try:
-        return Layout(slots, placed), frozenset(doomed)
+        return TrackedLayout(slots, placed), frozenset(doomed)
     except ValueError as error:
         raise InvalidClusterError(f"the running jobs and held GPUs overbook a server: {error}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class JobTerms:
-    """What one decision knows of a job and never changes: its speed on each GPU type (0 where it may not run), the
-    most workers it can hold (its ``max_workers``, bounded by the GPUs of the types it may use), the types it may
-    use fastest first (then by name), and its view in the fluid model."""
-
-    speeds: tuple[float, ...]
-    high: int
-    preference: list[int]
-    fluid: FluidJob
+def job_table(jobs: Sequence[TrainingJob], gpu_of_type: Sequence[GpuType], capacity: Sequence[int]) -> JobTable:
+    """The decision's jobs as columns (:class:`~lyra.core.fluid.JobTable`), read by admission, the search and the
+    fluid model alike: each job's speed on each GPU type (0 where it may not use it), the most workers it can hold
+    (its ``max_workers``, bounded by the GPUs of the types it may use), the types it may use fastest first."""
+    # Jobs with the same GPU constraints share their speeds per type, and jobs with the same speeds their type
+    # preference (a simulator's jobs come in a few kinds).
+    speeds_of: dict[tuple[object, ...], tuple[float, ...]] = {}
+    preferences: dict[tuple[float, ...], tuple[int, ...]] = {}
+    speeds_column: list[tuple[float, ...]] = []
+    preference_column: list[tuple[int, ...]] = []
+    high_column: list[int] = []
+    for job in jobs:
+        constraints = (job.gpu_types, job.gpu_memory_gib, tuple(job.speeds.items()))
+        speeds = speeds_of.get(constraints)
+        if speeds is None:
+            speeds = speeds_of[constraints] = tuple(job.speed_on(g) if job.may_use(g) else 0.0 for g in gpu_of_type)
+        preference = preferences.get(speeds)
+        if preference is None:
+            preference = preferences[speeds] = tuple(fastest_first(speeds))
+        # No job can hold more workers than the GPUs it may use have room for: this bounds every loop below
+        # (and GPUs of types it may not use change nothing about it).
+        usable = sum(c for c, speed in zip(capacity, speeds, strict=True) if speed > 0)
+        high_column.append(max(job.min_workers, min(job.max_workers, usable // job.gpus_per_worker)))
+        speeds_column.append(speeds)
+        preference_column.append(preference)
+    return JobTable(
+        work=[job.remaining_work for job in jobs],
+        gpw=[job.gpus_per_worker for job in jobs],
+        low=[job.min_workers for job in jobs],
+        high=high_column,
+        speeds=speeds_column,
+        overhead=[job.scaling_overhead for job in jobs],
+        priority=[job.priority for job in jobs],
+        submit_time=[job.submit_time for job in jobs],
+        preference=preference_column,
+    )
 
 
 class Problem:
@@ -72,37 +99,10 @@ class Problem:
         self.layout, doomed = current_layout(snapshot, held)
         layout = self.layout
         self.types = layout.types
-        gpu_of_type = [snapshot.gpus[t] for t in self.types]
         self.jobs = list(snapshot.jobs)
-        #: What the decision knows of each job, by index (``terms[i]`` is ``jobs[i]``'s).
-        self.terms: list[JobTerms] = []
-        # Jobs with the same GPU constraints share their speeds per type, and jobs with the same speeds their type
-        # preference (a simulator's jobs come in a few kinds).
-        speeds_of: dict[tuple[object, ...], tuple[float, ...]] = {}
-        preferences: dict[tuple[float, ...], list[int]] = {}
-        for job in self.jobs:
-            constraints = (job.gpu_types, job.gpu_memory_gib, tuple(job.speeds.items()))
-            speeds = speeds_of.get(constraints)
-            if speeds is None:
-                speeds = speeds_of[constraints] = tuple(job.speed_on(g) if job.may_use(g) else 0.0 for g in gpu_of_type)
-            preference = preferences.get(speeds)
-            if preference is None:
-                preference = preferences[speeds] = fastest_first(speeds)
-            # No job can hold more workers than the GPUs it may use have room for: this bounds every loop below
-            # (and GPUs of types it may not use change nothing about it).
-            usable = sum(c for c, speed in zip(layout.capacity, speeds, strict=True) if speed > 0)
-            high = max(job.min_workers, min(job.max_workers, usable // job.gpus_per_worker))
-            fluid = FluidJob(
-                job.remaining_work,
-                job.gpus_per_worker,
-                job.min_workers,
-                high,
-                speeds,
-                job.priority,
-                job.scaling_overhead,
-                job.submit_time,
-            )
-            self.terms.append(JobTerms(speeds, high, preference, fluid))
+        #: What the decision knows of each job, by index, as columns (``table.gpw[i]`` is ``jobs[i]``'s).
+        self.table = job_table(self.jobs, [snapshot.gpus[t] for t in self.types], layout.capacity)
+        self.names = [job.name for job in self.jobs]
         self.index = {job.name: i for i, job in enumerate(self.jobs)}
         self.kind = [QUEUED] * len(self.jobs)
         self.doomed = sorted(doomed)
@@ -135,8 +135,8 @@ class Problem:
         return most
 
     def best_speed(self, i: int) -> float:
-        return max(self.terms[i].speeds, default=0.0)
+        return max(self.table.speeds[i], default=0.0)
 
-    def type_preference(self, i: int) -> list[int]:
+    def type_preference(self, i: int) -> tuple[int, ...]:
         """The types job ``i`` may use, fastest first (then by name)."""
-        return self.terms[i].preference
+        return self.table.preference[i]
