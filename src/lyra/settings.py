@@ -31,7 +31,22 @@ class ExtenderSettings:
     host: str = setting("127.0.0.1", flag="--host", kind=TEXT, help="address to listen on")
     port: int = setting(8888, flag="--port", kind=PORT, help="port of prioritize, preempt, /metrics and the probes")
     max_body_mib: int = setting(
-        32, flag="--max-body-mib", kind=POSITIVE_COUNT, help="largest request body accepted, in MiB (at most 1024)"
+        6,
+        flag="--max-body-mib",
+        kind=POSITIVE_COUNT,
+        help="largest request body accepted, in MiB (at most 1024; the default fits 15,000 node names and a pod)",
+    )
+    max_held_mib: int = setting(
+        12,
+        flag="--max-held-mib",
+        kind=POSITIVE_COUNT,
+        help="request body bytes held at once across all requests, in MiB (at least --max-body-mib); past it, 503",
+    )
+    client_timeout_s: float = setting(
+        10.0,
+        flag="--client-timeout",
+        kind=SECONDS,
+        help="seconds a client has to send a request's headers, and again its body; slower clients are cut",
     )
 
 

@@ -13,6 +13,7 @@ Pods do not run images here (KWOK fakes their containers), so objects are checke
 
 from __future__ import annotations
 
+import base64
 import shutil
 import ssl
 import subprocess
@@ -27,6 +28,8 @@ from typing import Any, cast
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.verification import PolicyBuilder, Store
 from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
@@ -250,6 +253,49 @@ def test_extender_tls_mounts_the_certificates_sets_the_flags_and_the_schedulers_
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
 
 
+def test_the_default_install_serves_https_with_a_generated_certificate_the_scheduler_trusts(
+    binaries: BinarySet, tmp_path: Path
+) -> None:
+    """HTTPS by default: the chart generates a CA and a certificate for the extender's Service into a Secret, the
+    extender serves it on every interface, the bundled scheduler trusts the CA (no client certificate) and the
+    probes ask over HTTPS. Plain HTTP only when asked for."""
+    objects = documents(render(binaries, VALUES / "defaults.yaml"))
+    [secret] = [d for d in objects if d["kind"] == "Secret"]
+    assert (secret["metadata"]["name"], secret["type"]) == ("lyra-extender-tls", "kubernetes.io/tls")
+    pem = {key: base64.b64decode(value) for key, value in secret["data"].items()}
+    ca = x509.load_pem_x509_certificate(pem["ca.crt"])
+    certificate = x509.load_pem_x509_certificate(pem["tls.crt"])
+    verifier = PolicyBuilder().store(Store([ca])).build_server_verifier(x509.DNSName("lyra-extender.lyra-system.svc"))
+    verifier.verify(certificate, [])  # raises unless the CA signed it for the Service's name
+    for key, value in pem.items():
+        (tmp_path / key).write_bytes(value)
+    ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")  # a pair
+
+    extender = deployment_named(objects, "lyra-extender")
+    pod = extender["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    flags = dict(arg.split("=", 1) for arg in container["args"] if arg.startswith("--") and "=" in arg)
+    assert flags["--host"] == "0.0.0.0"
+    assert mounted_from(pod, flags["--tls-cert-file"]) == ("lyra-extender-tls", "tls.crt")
+    assert mounted_from(pod, flags["--tls-key-file"]) == ("lyra-extender-tls", "tls.key")
+    assert "--client-ca-file" not in flags
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    [configmap] = [d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "lyra-scheduler"]
+    [stanza] = yaml.safe_load(configmap["data"]["config.yaml"])["extenders"]
+    assert stanza["urlPrefix"] == "https://lyra-extender.lyra-system.svc:8888"
+    assert stanza["enableHTTPS"] is True
+    assert list(stanza["tlsConfig"]) == ["caFile"]
+    scheduler_pod = deployment_named(objects, "lyra-scheduler")["spec"]["template"]["spec"]
+    assert mounted_from(scheduler_pod, stanza["tlsConfig"]["caFile"]) == ("lyra-extender-tls", "ca.crt")
+
+    plain = documents(render(binaries, VALUES / "defaults.yaml", "lyra-system", "extender.tls.enabled=false"))
+    assert not [d for d in plain if d["kind"] == "Secret"]
+    [configmap] = [d for d in plain if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "lyra-scheduler"]
+    [stanza] = yaml.safe_load(configmap["data"]["config.yaml"])["extenders"]
+    assert stanza["urlPrefix"] == "http://lyra-extender.lyra-system.svc:8888"
+    assert "tlsConfig" not in stanza
+
+
 def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     """Whether a label selector (matchLabels, matchExpressions with In) selects ``labels``."""
     if any(labels.get(key) != value for key, value in selector.get("matchLabels", {}).items()):
@@ -371,10 +417,10 @@ def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: Binar
         ("scheduler.image.tag=v1.29.0", "at '/scheduler/image/tag': 'v1.29.0' does not match pattern"),
         ("extender.port=0", "at '/extender/port': minimum: got 0, want 1"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
-        ("extender.tls.enabled=true", "at '/extender/tls/secretName': minLength: got 0, want 1"),
+        ("extender.tls.enabled=yes", "at '/extender/tls/enabled': got string, want boolean"),
         (
-            "extender.tls.enabled=true,extender.tls.secretName=lyra-extender-tls",
-            "extender.tls.clientSecretName: the bundled scheduler and the ServiceMonitor call the extender over TLS",
+            "extender.tls.clientCaConfigMap=lyra-extender-client-ca",
+            "extender.tls.clientSecretName: with extender.tls.clientCaConfigMap the extender serves only clients with",
         ),
     ],
 )
@@ -480,7 +526,9 @@ def test_install_creates_every_object(release: Release, kube_api: client.ApiClie
     config = core.read_namespaced_config_map(release.account("scheduler"), release.namespace)
     scheduler = yaml.safe_load(config.data["config.yaml"])
     assert scheduler["profiles"] == [{"schedulerName": BUNDLED_SCHEDULER_NAME}]
-    assert scheduler["extenders"][0]["urlPrefix"] == f"http://{release.name}-extender.{release.namespace}.svc:8888"
+    assert scheduler["extenders"][0]["urlPrefix"] == f"https://{release.name}-extender.{release.namespace}.svc:8888"
+    tls = core.read_namespaced_secret(release.account("extender-tls"), release.namespace)
+    assert sorted(tls.data) == ["ca.crt", "tls.crt", "tls.key"]
     for component in ("operator", "extender", "scheduler"):  # no single point: each keeps a replica through drains
         budget = client.PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget(
             release.account(component), release.namespace
@@ -694,16 +742,20 @@ def localized(text: str, mounts: dict[str, str]) -> str:
 
 def bundled_scheduler_command(
     objects: list[dict[str, Any]], name: str, kubeconfig: Path, *, extender_url: str, mounts: dict[str, str],
-    directory: Path,
+    directory: Path, server_name: str | None = None,
 ) -> list[str]:  # fmt: skip
     """The cached kube-scheduler with the chart's KubeSchedulerConfiguration (its ConfigMap ``name``, files it names
     under the Deployment's mounts made local), connecting as the chart's scheduler ServiceAccount (what the pod's
     in-cluster credentials would be: client, authentication and authorization delegation) and calling the extender
-    at ``extender_url`` instead of its Service."""
+    at ``extender_url`` instead of its Service; with ``server_name``, checking the extender's certificate against
+    that name (the Service's, which the chart's URL holds) rather than the local address."""
     configmap = next(d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name)
     config = yaml.safe_load(localized(configmap["data"]["config.yaml"], mounts))
     [extender] = config["extenders"]
     assert extender["urlPrefix"].partition("://")[0] == extender_url.partition("://")[0]
+    if server_name is not None:
+        assert extender["urlPrefix"].partition("://")[2].startswith(f"{server_name}:")
+        extender["tlsConfig"]["serverName"] = server_name
     extender["urlPrefix"] = extender_url
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     path = directory / "scheduler-config.yaml"
@@ -761,18 +813,36 @@ def tls_stand_ins(pki: Credentials) -> dict[tuple[str, str], Path]:
     }
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def generated_stand_ins(release: Release, api: client.ApiClient, directory: Path) -> dict[tuple[str, str], Path]:
+    """The Secret the chart generated at install (the extender's CA and certificate), as local files."""
+    name = release.account("extender-tls")
+    secret = client.CoreV1Api(api).read_namespaced_secret(name, release.namespace)
+    assert secret.type == "kubernetes.io/tls"
+    files = {}
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        path = directory / f"generated-{key}"
+        path.write_bytes(base64.b64decode(secret.data[key]))
+        files[(name, key)] = path
+    return files
+
+
+@pytest.mark.parametrize("tls", ["generated", "client-ca"])
 def test_the_bundled_scheduler_extender_and_operator_lend_and_reclaim_as_the_charts_service_accounts(
-    release: Release, kube_api: client.ApiClient, binaries: BinarySet, tmp_path: Path, tls: bool
+    release: Release, kube_api: client.ApiClient, binaries: BinarySet, tmp_path: Path, tls: str
 ) -> None:
     """The three components, each with its chart arguments (the scheduler: its ConfigMap) and its ServiceAccount's
     token: the bundled scheduler binds every pod the operator makes, calling the extender; nothing is forbidden.
-    With extender-tls.yaml, the scheduler calls the extender over HTTPS with the client certificate the chart mounts
-    (the Secrets stood in for by the local PKI), and the extender refuses a client without one."""
+    By default (``generated``) the scheduler calls the extender over HTTPS, checking its certificate (the one the
+    chart generated at install, read from the release's Secret) against the Service's name. With extender-tls.yaml
+    (``client-ca``), it also presents the client certificate the chart mounts (the Secrets stood in for by the local
+    PKI), and the extender refuses a client without one."""
     operator_port, extender_port = allocate_ports(2)
-    values_files = [VALUES / "scenario.yaml", *([VALUES / "extender-tls.yaml"] if tls else [])]
+    values_files = [VALUES / "scenario.yaml", *([VALUES / "extender-tls.yaml"] if tls == "client-ca" else [])]
     objects = rendered_release(release, binaries, values_files)
-    stand_ins = tls_stand_ins(release.cluster.credentials) if tls else {}
+    if tls == "client-ca":
+        stand_ins = tls_stand_ins(release.cluster.credentials)
+    else:
+        stand_ins = generated_stand_ins(release, kube_api, tmp_path)
     extender_mounts = local_mounts(deployment_named(objects, release.account("extender")), stand_ins, tmp_path)
     scheduler_mounts = local_mounts(deployment_named(objects, release.account("scheduler")), stand_ins, tmp_path)
     operator_args = local_arguments(
@@ -785,12 +855,16 @@ def test_the_bundled_scheduler_extender_and_operator_lend_and_reclaim_as_the_cha
         )
     ]
     assert f"--scheduler-name={BUNDLED_SCHEDULER_NAME}" in operator_args
-    extender = f"{'https' if tls else 'http'}://127.0.0.1:{extender_port}"
-    trusted = None
-    if tls:
+    extender = f"https://127.0.0.1:{extender_port}"
+    server_name = None
+    if tls == "client-ca":
         pki = release.cluster.credentials
         trusted = ssl.create_default_context(cafile=str(pki.ca_cert))
         trusted.load_cert_chain(pki.scheduler_client_cert, pki.scheduler_client_key)
+    else:
+        server_name = f"{release.account('extender')}.{release.namespace}.svc"
+        trusted = ssl.create_default_context(cafile=str(stand_ins[(release.account("extender-tls"), "ca.crt")]))
+        trusted.check_hostname = False  # the test's own calls go to 127.0.0.1; the scheduler checks server_name
     kubeconfigs = {
         component: token_kubeconfig(release, kube_api, component, tmp_path)
         for component in ("extender", "scheduler", "operator")
@@ -802,6 +876,7 @@ def test_the_bundled_scheduler_extender_and_operator_lend_and_reclaim_as_the_cha
         extender_url=extender,
         mounts=scheduler_mounts,
         directory=tmp_path,
+        server_name=server_name,
     )
     commands = {
         "extender": [sys.executable, "-m", "lyra", *extender_args, "--kubeconfig", str(kubeconfigs["extender"])],
@@ -820,7 +895,7 @@ def test_the_bundled_scheduler_extender_and_operator_lend_and_reclaim_as_the_cha
                 processes.append((subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT), log))
         try:
             wait_for(lambda: answers(f"{extender}/readyz", trusted), DEADLINE_S, "the extender to be ready")
-            if tls:
+            if tls == "client-ca":
                 anonymous = ssl.create_default_context(cafile=str(release.cluster.credentials.ca_cert))
                 assert not answers(f"{extender}/readyz", anonymous), "the extender served a client without certificate"
             wait_for(
@@ -929,10 +1004,14 @@ def test_upgrade_changes_the_operator_and_uninstall_keeps_training_jobs(
     release: Release, kube_api: client.ApiClient
 ) -> None:
     values = VALUES / "scenario.yaml"
+    core = client.CoreV1Api(kube_api)
+    generated = core.read_namespaced_secret(release.account("extender-tls"), release.namespace).data
     result = release.helm_command(
         "upgrade", RELEASE, str(CHART), "--values", str(values), "--set", "operator.headroom=1"
     )
     assert result.returncode == 0, result.stderr
+    # the extender's generated certificate is kept: the running scheduler still trusts it
+    assert core.read_namespaced_secret(release.account("extender-tls"), release.namespace).data == generated
     apps = client.AppsV1Api(kube_api)
     operator = apps.read_namespaced_deployment(release.account("operator"), release.namespace)
     assert "--headroom=1" in operator.spec.template.spec.containers[0].args

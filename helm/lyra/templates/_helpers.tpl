@@ -36,9 +36,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- ternary "https" "http" .Values.extender.tls.enabled -}}
 {{- end -}}
 
-{{/* The Secret of the extender's clients (CA, client certificate): required where a client calls it over TLS. */}}
-{{- define "lyra.extenderClientSecret" -}}
-{{- required "extender.tls.clientSecretName: the bundled scheduler and the ServiceMonitor call the extender over TLS and need a Secret with ca.crt, tls.crt and tls.key" .Values.extender.tls.clientSecretName -}}
+{{/* The Secret of the extender's serving certificate: extender.tls.secretName, or the one the chart generates. */}}
+{{- define "lyra.extenderTlsSecret" -}}
+{{- default (printf "%s-extender-tls" (include "lyra.fullname" .)) .Values.extender.tls.secretName -}}
+{{- end -}}
+
+{{/* The Secret whose ca.crt the extender's clients (the bundled scheduler, the ServiceMonitor) trust:
+clientSecretName's, which also holds their client certificate, else the serving certificate's. With a client CA
+the clients need a certificate: clientSecretName is required. */}}
+{{- define "lyra.extenderCaSecret" -}}
+{{- if .Values.extender.tls.clientCaConfigMap -}}
+{{- required "extender.tls.clientSecretName: with extender.tls.clientCaConfigMap the extender serves only clients with a certificate; the bundled scheduler and the ServiceMonitor need a Secret with ca.crt, tls.crt and tls.key" .Values.extender.tls.clientSecretName -}}
+{{- else -}}
+{{- default (include "lyra.extenderTlsSecret" .) .Values.extender.tls.clientSecretName -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Pod security shared by every container: non-root, read-only root filesystem, nothing to escalate to. */}}

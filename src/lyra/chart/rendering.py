@@ -1,7 +1,9 @@
 """``manifests/``, rendered from the chart with its default values (one source): ``helm template``'s output split by
 the template each object came from, so ``helm/lyra/templates/operator/rbac.yaml`` becomes
 ``manifests/operator/rbac.yaml``. The CRDs are not written here: ``manifests/crds`` is what ``lyra api crds``
-generates, and the chart's CRD templates hold the same documents (a test compares them)."""
+generates, and the chart's CRD templates hold the same documents (a test compares them). Nor is the extender's
+generated certificate (``extender/tls-secret.yaml``): a key pair made at each render belongs in no repository, so
+who applies ``manifests/`` creates the Secret ``lyra-extender-tls`` first (docs/operations.md, "Extender TLS")."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ HEADER = (
     "# do not edit by hand. The namespace must exist: kubectl create namespace {namespace}\n"
 )
 #: Rendered but not written to manifests/ (see the module docstring).
-SKIPPED = ("crds/",)
+SKIPPED = ("crds/", "extender/tls-secret.yaml")
 
 
 class RenderError(RuntimeError):

@@ -56,7 +56,8 @@ def crd_templates() -> dict[str, str]:
 def scheduler_configmap() -> str:
     """The bundled kube-scheduler's KubeSchedulerConfiguration: one profile named ``scheduler.name``, leader election
     on a Lease in the release's namespace, and (with the extender enabled) Lyra's extender stanza, over HTTPS with
-    the client credentials of ``extender.tls.clientSecretName`` when ``extender.tls.enabled``."""
+    trusting the CA of the extender's certificate when ``extender.tls.enabled`` (the default), and presenting the
+    client certificate of ``extender.tls.clientSecretName`` when it is set."""
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -71,11 +72,16 @@ def scheduler_configmap() -> str:
     url = '{{ include "lyra.extenderUrl" . }}'
     client = Path(values.SCHEDULER_EXTENDER_CLIENT_DIR)
     tls = ExtenderClientTls(ca_file=client / "ca.crt", cert_file=client / "tls.crt", key_file=client / "tls.key")
+    ca_only = ExtenderClientTls(ca_file=client / "ca.crt")
     body = (
         _indent(_dump(config), 4)
         + "{{- if .Values.extender.enabled }}\n"
         + "{{- if .Values.extender.tls.enabled }}\n"
+        + "{{- if .Values.extender.tls.clientSecretName }}\n"
         + _indent(_dump({"extenders": [extender_stanza(url, tls)]}), 4)
+        + "{{- else }}\n"
+        + _indent(_dump({"extenders": [extender_stanza(url, ca_only)]}), 4)
+        + "{{- end }}\n"
         + "{{- else }}\n"
         + _indent(_dump({"extenders": [extender_stanza(url)]}), 4)
         + "{{- end }}\n"

@@ -167,25 +167,18 @@ SCHEDULER_EXTENDER_CLIENT_DIR = "/etc/lyra-scheduler/extender-client"
 class ExtenderTls(Strict):
     """HTTPS between kube-scheduler and the extender (docs/operations.md, "Extender TLS")."""
 
-    model_config = ConfigDict(
-        **Strict.model_config,
-        # tls.enabled needs the serving certificate's Secret: refused by the schema, naming secretName.
-        json_schema_extra={
-            "if": {"properties": {"enabled": {"const": True}}, "required": ["enabled"]},
-            "then": {"properties": {"secretName": {"minLength": 1}}},
-        },
-    )
-
     enabled: bool = Field(
-        False,
+        True,
         description="serve HTTPS (--tls-cert-file, --tls-key-file); the bundled scheduler then calls it with "
-        "enableHTTPS and a tlsConfig",
+        "enableHTTPS and a tlsConfig. false: plain HTTP, which anything reaching the Service can read and send",
     )
     secret_name: str = Field(
         "",
         alias="secretName",
-        description="Secret (type kubernetes.io/tls: tls.crt, tls.key) with the extender's serving certificate, valid "
-        "for <release>-extender.<namespace>.svc; required with tls.enabled",
+        description="Secret (type kubernetes.io/tls: tls.crt, tls.key and, unless clientSecretName is set, ca.crt) "
+        "with the extender's serving certificate, valid for <release>-extender.<namespace>.svc. Empty: the chart "
+        "generates a CA and a certificate (10 years) into the Secret <release>-extender-tls at install and keeps "
+        "them across upgrades",
     )
     client_ca_config_map: str = Field(
         "",
@@ -199,8 +192,8 @@ class ExtenderTls(Strict):
         alias="clientSecretName",
         description="Secret with ca.crt (the CA of the extender's certificate) and tls.crt, tls.key (a client "
         "certificate the client CA signed), as cert-manager writes it: mounted into the bundled scheduler for its "
-        "tlsConfig and named in the ServiceMonitor's; required with tls.enabled and the bundled scheduler or the "
-        "ServiceMonitor",
+        "tlsConfig and named in the ServiceMonitor's; required with clientCaConfigMap and the bundled scheduler or "
+        "the ServiceMonitor. Empty: they trust the ca.crt of the serving certificate's Secret and present none",
     )
 
 

@@ -3,9 +3,11 @@
 It serves ``prioritize`` and ``preempt`` (it refuses no node: Lyra's hard rules are the state taints and the pods'
 node affinity, which kube-scheduler checks itself) over HTTP, or HTTPS with ``--tls-cert-file`` and
 ``--tls-key-file`` (and, with ``--client-ca-file``, only to clients presenting a certificate that CA signed, as
-kube-scheduler does with its extender ``tlsConfig``), on ``--host``:``--port`` (by default where the local
-cluster's kube-scheduler calls it, :func:`lyra.settings.local_extender_url`), with ``/healthz``, ``/readyz`` (ready
-once its node and pod cache has synced) and ``/metrics``. The kubeconfig comes from ``--kubeconfig``,
+kube-scheduler does with its extender ``tlsConfig``), on ``--host``:``--port`` (by default loopback, where the local
+cluster's kube-scheduler calls it, :func:`lyra.settings.local_extender_url`; the chart serves HTTPS on every
+interface), with ``/healthz``, ``/readyz`` (ready once its node and pod cache has synced) and ``/metrics``. Memory
+and time per client are bounded: ``--max-body-mib`` per request, ``--max-held-mib`` across requests (503 past it),
+``--client-timeout`` for a request's headers and again its body. The kubeconfig comes from ``--kubeconfig``,
 ``$KUBECONFIG``, ``~/.kube/config`` or, inside a pod, the service account. Exit codes: 0 stopped cleanly, 1 it could
 not start, 2 bad input.
 """
@@ -90,6 +92,12 @@ def run_extender(args: argparse.Namespace) -> int:
             return _bad(f"--host must be an IP address or a host name, got {args.host!r}")
     if not 1 <= args.max_body_mib <= 1024:
         return _bad(f"--max-body-mib must be between 1 and 1024, got {args.max_body_mib}")
+    if not args.max_body_mib <= args.max_held_mib <= 4096:
+        return _bad(
+            f"--max-held-mib must be between --max-body-mib ({args.max_body_mib}) and 4096, got {args.max_held_mib}"
+        )
+    if not 1 <= args.client_timeout_s <= 300:
+        return _bad(f"--client-timeout must be between 1 and 300 seconds, got {args.client_timeout_s:g}")
     if args.kubeconfig is not None and not args.kubeconfig.is_file():
         return _bad(f"--kubeconfig {args.kubeconfig}: no such file")  # bad input (2), before any connection
     tls_problem = _tls_problem(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
@@ -99,7 +107,8 @@ def run_extender(args: argparse.Namespace) -> int:
     import uvicorn
 
     from lyra.cli.kube_client import KubeconfigError, api_client
-    from lyra.extender.app import BodyRecorder, create_app
+    from lyra.extender.app import MIB, BodyRecorder, create_app
+    from lyra.extender.serving import server_config
     from lyra.extender.watch import WatchedView
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -116,22 +125,23 @@ def run_extender(args: argparse.Namespace) -> int:
     source.start()
     app = create_app(
         source,
-        max_body_bytes=args.max_body_mib * 1024 * 1024,
+        max_body_bytes=args.max_body_mib * MIB,
+        max_held_bytes=args.max_held_mib * MIB,
+        body_timeout_s=args.client_timeout_s,
         recorder=recorder,
         preempt_across_namespaces=args.preempt_across_namespaces,
     )
     try:
-        uvicorn.run(
+        config = server_config(
             app,
             host=args.host,
             port=args.port,
-            log_level="warning",
-            access_log=False,
-            ssl_certfile=args.tls_cert_file,
-            ssl_keyfile=args.tls_key_file,
-            ssl_ca_certs=args.client_ca_file,
-            ssl_cert_reqs=ssl.CERT_REQUIRED if args.client_ca_file is not None else ssl.CERT_NONE,
+            client_timeout_s=args.client_timeout_s,
+            tls_cert_file=args.tls_cert_file,
+            tls_key_file=args.tls_key_file,
+            client_ca_file=args.client_ca_file,
         )
+        uvicorn.Server(config).run()
     except OSError as error:
         print(f"lyra extender: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return EXIT_FAILED

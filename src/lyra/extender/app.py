@@ -13,14 +13,21 @@ Every verb reads the current :class:`~lyra.extender.view.ClusterView` (never the
 core (:func:`lyra.core.placement.score_nodes`). Both modes of the protocol are served: with ``nodeCacheCapable`` the
 request names the nodes and the view supplies them; without it the request carries the Node objects.
 
-Bad bodies get a 4xx with a message and never a 500: a body over ``max_body_bytes`` is refused (413) before it is
-read whole, JSON that does not parse or does not match the protocol gets 400 or 422. Until the view has synced,
-``/readyz`` says 503 and ``prioritize`` scores nothing (no preference is better than one from an empty view).
+Bad bodies get a 4xx with a message and never a 500: a body over ``max_body_bytes`` is refused (413) while it
+streams in, chunked or not, JSON that does not parse or does not match the protocol gets 400 or 422, and a body that
+does not arrive within ``body_timeout_s`` gets 408. Memory stays bounded across requests too: the bytes of all the
+bodies being read or answered at once may not exceed ``max_held_bytes`` (503 past it, as kube-scheduler's
+``ignorable`` extender is then skipped for that pod). Parsing happens on the event loop, bounded in time by the body
+cap: the largest body parses in a fraction of a second (docs/security.md, "The extender's memory and time"). Error
+answers close the connection, so a body left unread is never read. Until the view has synced, ``/readyz`` says 503
+and ``prioritize`` scores nothing (no preference is better than one from an empty view).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -34,7 +41,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from pydantic import BaseModel, ValidationError
 
 from lyra.api.convert import PodFacts, node_view
-from lyra.api.objects import Node
+from lyra.api.objects import MAX_NODES, Node
 from lyra.core.model import LoanState
 from lyra.core.placement import NodeView, PodRequest, PodRole, score_nodes
 from lyra.extender.view import ClusterView
@@ -47,9 +54,24 @@ from lyra.extender.wire import (
     MetaVictims,
 )
 
-#: Largest request body accepted. kube-scheduler sends full Node objects only without nodeCacheCapable; 5,000
-#: nodes of a few KiB each stay well below this.
-DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+MIB = 1024 * 1024
+#: What kube-scheduler sends with ``nodeCacheCapable`` (how Lyra configures it): the pod, and node names only. A pod
+#: is at most what an API server stores, etcd's default request limit (``--max-request-bytes``, 1.5 MiB).
+POD_ALLOWANCE_BYTES = 1536 * 1024
+#: One entry of ``NodeNames``: a name of at most 253 characters, its quotes and a comma. ``preempt`` sends at most
+#: max(100, 10%) of the nodes as candidates (kube-scheduler's MinCandidateNodes defaults), each with its victims'
+#: UIDs (47 bytes each): 1,500 candidates at ``MAX_NODES`` fit with 48 victims each.
+NODE_ENTRY_BYTES = 256
+#: Largest body accepted by default: the pod and ``MAX_NODES`` (15,000) names, 5.2 MB, rounded up to whole MiB.
+#: A real request at 5,000 nodes with 40-character names is about 220 KiB. Without ``nodeCacheCapable`` the full
+#: Node objects (a few KiB each) need ``--max-body-mib`` raised.
+DEFAULT_MAX_BODY_MIB = math.ceil((POD_ALLOWANCE_BYTES + MAX_NODES * NODE_ENTRY_BYTES) / MIB)
+DEFAULT_MAX_BODY_BYTES = DEFAULT_MAX_BODY_MIB * MIB
+#: Body bytes held at once across all requests: two largest bodies. kube-scheduler sends one request at a time per
+#: active scheduler, so only a flood reaches it.
+DEFAULT_MAX_HELD_MIB = 2 * DEFAULT_MAX_BODY_MIB
+#: Seconds a client has to send a request's headers, and again its body (kube-scheduler's ``httpTimeout`` is 5 s).
+DEFAULT_CLIENT_TIMEOUT_S = 10
 NOT_SYNCED = "the Lyra extender has not synced its node and pod cache yet"
 
 
@@ -106,22 +128,79 @@ class BadBodyError(Exception):
         self.message = message
 
 
-async def _read_json(request: Request, limit: int) -> Any:
+class HeldBytes:
+    """The request body bytes held at once, across requests: each request takes what it reads (or what its
+    ``Content-Length`` declares, before reading) and gives it back when answered. Used from the event loop only;
+    ``peak`` is the most ever held."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        self.peak = max(self.peak, self.held)
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
+class _Taken:
+    """What one request has taken from :class:`HeldBytes`, given back once in ``finally``."""
+
+    def __init__(self, held: HeldBytes) -> None:
+        self.held = held
+        self.size = 0
+
+    def take(self, size: int) -> None:
+        if not self.held.take(size):
+            raise BadBodyError(
+                503, f"the extender holds {self.held.held} bytes of other requests (at most {self.held.limit}): retry"
+            )
+        self.size += size
+
+    def release(self) -> None:
+        self.held.give(self.size)
+        self.size = 0
+
+
+async def _read_body(request: Request, limit: int, taken: _Taken) -> bytes:
+    """The body, refused (413) as soon as it is over ``limit``, declared or streamed, chunked or not."""
     declared = request.headers.get("content-length")
+    reserved = 0
     if declared is not None:
         if not declared.isdigit():
             raise BadBodyError(400, "Content-Length is not a number")
         if int(declared) > limit:
             raise BadBodyError(413, f"request body of {declared} bytes is over the limit of {limit} bytes")
+        reserved = int(declared)
+        taken.take(reserved)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
             raise BadBodyError(413, f"request body is over the limit of {limit} bytes")
+        if size > reserved:
+            taken.take(size - max(reserved, size - len(chunk)))
         chunks.append(chunk)
+    body = b"".join(chunks)
+    chunks.clear()
+    return body
+
+
+async def _read_json(request: Request, limit: int, taken: _Taken, timeout_s: float) -> Any:
     try:
-        return json.loads(b"".join(chunks))
+        async with asyncio.timeout(timeout_s):
+            body = await _read_body(request, limit, taken)
+    except TimeoutError:
+        raise BadBodyError(408, f"request body not received within {timeout_s:g} s") from None
+    try:
+        return json.loads(body)
     except (ValueError, RecursionError) as error:
         raise BadBodyError(400, f"request body is not JSON: {error}") from None
 
@@ -279,8 +358,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{answer}"}}},
             },
             "400": {"description": "not JSON, or not a JSON object", **error},
+            "408": {"description": "body not received in time", **error},
             "413": {"description": "body over the size limit", **error},
             "422": {"description": "JSON that does not match the protocol", **error},
+            "503": {"description": "too many request bytes held at once", **error},
         }
     app.openapi_schema = document
     return document
@@ -290,6 +371,8 @@ def create_app(
     source: ViewSource,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_held_bytes: int = DEFAULT_MAX_HELD_MIB * MIB,
+    body_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S,
     recorder: BodyRecorder | None = None,
     preempt_across_namespaces: bool = False,
 ) -> FastAPI:
@@ -297,14 +380,18 @@ def create_app(
     metrics = ExtenderMetrics(registry)
     app = FastAPI(title="Lyra scheduler extender", version="v1", docs_url=None, redoc_url=None)
     app.state.registry = registry
+    held = HeldBytes(max_held_bytes)
+    app.state.held = held
 
     def verb(
         name: str, handler: Callable[[dict[str, Any], ClusterView], object]
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
+            taken = _Taken(held)
+            headers: dict[str, str] = {}
             try:
-                data = await _read_json(request, max_body_bytes)
+                data = await _read_json(request, max_body_bytes, taken, body_timeout_s)
                 if not isinstance(data, dict):
                     raise BadBodyError(400, "request body must be a JSON object")
                 if recorder is not None:
@@ -313,13 +400,18 @@ def create_app(
                 outcome, status, body = "ok", 200, answer
             except BadBodyError as bad:
                 outcome, status, body = "bad-request", bad.status, {"Error": bad.message}
+                if bad.status in (408, 413, 503):
+                    outcome = "refused" if bad.status == 503 else outcome
+                    headers["Connection"] = "close"  # the rest of the body is never read
             except ValidationError as error:
                 outcome, status, body = "bad-request", 422, {"Error": _validation_message(error)}
+            finally:
+                taken.release()
             metrics.requests.labels(name, outcome).inc()
             metrics.latency.labels(name).observe(time.perf_counter() - started)
             if isinstance(body, EncodedJson):
                 return Response(bytes(body), status_code=status, media_type="application/json")
-            return JSONResponse(body, status_code=status)
+            return JSONResponse(body, status_code=status, headers=headers)
 
         return endpoint
 

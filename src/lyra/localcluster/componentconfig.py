@@ -106,11 +106,12 @@ class Layout:
 
 @dataclass(frozen=True, slots=True)
 class ExtenderClientTls:
-    """How kube-scheduler calls an ``https`` extender: the CA it trusts and the client certificate it presents."""
+    """How kube-scheduler calls an ``https`` extender: the CA it trusts and the client certificate it presents (none
+    when the extender checks no client)."""
 
     ca_file: Path
-    cert_file: Path
-    key_file: Path
+    cert_file: Path | None = None
+    key_file: Path | None = None
 
 
 def extender_stanza(url: str, tls: ExtenderClientTls | None = None) -> dict[str, Any]:
@@ -130,11 +131,9 @@ def extender_stanza(url: str, tls: ExtenderClientTls | None = None) -> dict[str,
     }
     if tls is not None:
         extender["enableHTTPS"] = True
-        extender["tlsConfig"] = {
-            "caFile": str(tls.ca_file),
-            "certFile": str(tls.cert_file),
-            "keyFile": str(tls.key_file),
-        }
+        extender["tlsConfig"] = {"caFile": str(tls.ca_file)}
+        if tls.cert_file is not None and tls.key_file is not None:
+            extender["tlsConfig"] |= {"certFile": str(tls.cert_file), "keyFile": str(tls.key_file)}
     return extender
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from lyra.chart.values import Extender as ChartExtender
 from lyra.cli import extender_commands, main
+from lyra.extender.app import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_MAX_BODY_MIB, DEFAULT_MAX_HELD_MIB
 from lyra.localcluster.componentconfig import DEFAULT_EXTENDER_URL
 from lyra.settings import ExtenderSettings
 
@@ -19,6 +20,10 @@ CASES = [
     (["--host", ""], "--host must be an IP address or a host name"),
     (["--max-body-mib", "0"], "argument --max-body-mib: expected a number >= 1, got 0"),
     (["--max-body-mib", "2048"], "--max-body-mib must be between 1 and 1024"),
+    (["--max-held-mib", "2"], "--max-held-mib must be between --max-body-mib (6) and 4096, got 2"),
+    (["--max-held-mib", "0"], "argument --max-held-mib: expected a number >= 1, got 0"),
+    (["--client-timeout", "0.5"], "--client-timeout must be between 1 and 300 seconds, got 0.5"),
+    (["--client-timeout", "nan"], "argument --client-timeout: expected seconds"),
     (["--kubeconfig", "/nonexistent/kubeconfig"], "no such file"),
     (["--tls-cert-file", "/nonexistent/cert.pem"], "--tls-cert-file and --tls-key-file go together"),
     (["--client-ca-file", "/nonexistent/ca.pem"], "--client-ca-file needs --tls-cert-file and --tls-key-file"),
@@ -45,8 +50,11 @@ def test_the_flags_defaults_are_the_settings_and_the_local_cluster_calls_there()
     commands = parser.add_subparsers()
     extender_commands.register(commands)
     parsed = commands.choices["extender"].parse_args([])
-    assert (parsed.host, parsed.port, parsed.max_body_mib) == ("127.0.0.1", 8888, 32)
-    assert ExtenderSettings() == ExtenderSettings(parsed.host, parsed.port, parsed.max_body_mib)
+    assert (parsed.host, parsed.port, parsed.max_body_mib) == ("127.0.0.1", 8888, DEFAULT_MAX_BODY_MIB)
+    assert (parsed.max_held_mib, parsed.client_timeout_s) == (DEFAULT_MAX_HELD_MIB, DEFAULT_CLIENT_TIMEOUT_S)
+    assert ExtenderSettings() == ExtenderSettings(
+        parsed.host, parsed.port, parsed.max_body_mib, parsed.max_held_mib, parsed.client_timeout_s
+    )
     assert DEFAULT_EXTENDER_URL == "http://127.0.0.1:8888"
     assert ChartExtender().port == 8888
 

@@ -71,7 +71,7 @@ BAD_VALUES = [
     ({"image": {"pullPolicy": "Sometimes"}}, "image/pullPolicy", "is not one of"),
     ({"extender": {"resources": {"limits": {"memory": "lots"}}}}, "extender/resources/limits/memory", "does not match"),
     ({"monitoring": {"serviceMonitor": {"interval": "30 seconds"}}}, "monitoring/serviceMonitor/interval", "match"),
-    ({"extender": {"tls": {"enabled": True}}}, "extender/tls/secretName", "should be non-empty"),
+    ({"extender": {"tls": {"enabled": "yes"}}}, "extender/tls/enabled", "not of type 'boolean'"),
     ({"extender": {"tls": {"secretName": 1}}}, "extender/tls/secretName", "not of type 'string'"),
 ]
 
@@ -112,7 +112,10 @@ def test_the_bundled_scheduler_calls_the_extender_with_the_local_clusters_stanza
     template = (CHART / "templates" / "scheduler" / "configmap.yaml").read_text()
     body = template.split("config.yaml: |\n", 1)[1]
     common, _, branches = body.partition("{{- if .Values.extender.tls.enabled }}\n")
-    over_tls, _, plain = branches.partition("{{- else }}\n")
+    over_tls, _, plain = branches.rpartition("{{- else }}\n")
+    with_client, _, ca_only = over_tls.removeprefix("{{- if .Values.extender.tls.clientSecretName }}\n").partition(
+        "{{- else }}\n"
+    )
 
     def parsed(text: str) -> dict[str, Any]:
         document: dict[str, Any] = yaml.safe_load(
@@ -124,7 +127,9 @@ def test_the_bundled_scheduler_calls_the_extender_with_the_local_clusters_stanza
     client = Path(values.SCHEDULER_EXTENDER_CLIENT_DIR)
     tls = ExtenderClientTls(client / "ca.crt", client / "tls.crt", client / "tls.key")
     assert parsed(plain)["extenders"] == [extender_stanza(url)]
-    assert parsed(over_tls)["extenders"] == [extender_stanza(url, tls)]
+    assert parsed(with_client)["extenders"] == [extender_stanza(url, tls)]
+    assert parsed(ca_only)["extenders"] == [extender_stanza(url, ExtenderClientTls(client / "ca.crt"))]
+    assert parsed(ca_only)["extenders"][0]["tlsConfig"] == {"caFile": str(client / "ca.crt")}
     assert scheduler_config(Path("k"), "http://x")["extenders"] == [extender_stanza("http://x")]
     assert parsed(common)["profiles"] == [{"schedulerName": "{{ .Values.scheduler.name }}"}]
 
