@@ -31,6 +31,7 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,6 +45,7 @@ from lyra.api.convert import PodFacts, node_view
 from lyra.api.objects import MAX_NODES, Node
 from lyra.core.model import LoanState
 from lyra.core.placement import NodeView, PodRequest, PodRole, score_nodes
+from lyra.exposition import exporter_registry
 from lyra.extender.view import ClusterView
 from lyra.extender.wire import (
     ExtenderArgs,
@@ -104,7 +106,31 @@ REQUESTS_METRIC = "lyra_extender_requests_total"
 REQUEST_SECONDS_METRIC = "lyra_extender_request_seconds"
 
 
+class Verb(StrEnum):
+    """The extender's verbs, as kube-scheduler calls them and as the metrics label them."""
+
+    PRIORITIZE = "prioritize"
+    PREEMPT = "preempt"
+
+
+class Outcome(StrEnum):
+    """How a request ended: answered; a bad body (400, 408, 413, 422); refused for lack of room (503)."""
+
+    OK = "ok"
+    BAD_REQUEST = "bad-request"
+    REFUSED = "refused"
+
+
+#: kube-scheduler's default extender timeout (``httpTimeout: 5s``): the latency buckets reach it, so a slow extender's
+#: answers are told apart up to where the scheduler gives up on them.
+SCHEDULER_TIMEOUT_S = 5.0
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, SCHEDULER_TIMEOUT_S)
+
+
 class ExtenderMetrics:
+    """The extender's request counter and latency histogram; every (verb, outcome) exists at zero from the start, so
+    the first refusal of each kind shows in ``rate()``."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             REQUESTS_METRIC.removesuffix("_total"),
@@ -116,9 +142,13 @@ class ExtenderMetrics:
             REQUEST_SECONDS_METRIC,
             "Time to answer an extender request, by verb",
             ["verb"],
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        for verb in Verb:
+            self.latency.labels(verb.value)
+            for outcome in Outcome:
+                self.requests.labels(verb.value, outcome.value)
 
 
 class BadBodyError(Exception):
@@ -376,7 +406,7 @@ def create_app(
     recorder: BodyRecorder | None = None,
     preempt_across_namespaces: bool = False,
 ) -> FastAPI:
-    registry = CollectorRegistry()
+    registry = exporter_registry()
     metrics = ExtenderMetrics(registry)
     app = FastAPI(title="Lyra scheduler extender", version="v1", docs_url=None, redoc_url=None)
     app.state.registry = registry
@@ -384,7 +414,7 @@ def create_app(
     app.state.held = held
 
     def verb(
-        name: str, handler: Callable[[dict[str, Any], ClusterView], object]
+        name: Verb, handler: Callable[[dict[str, Any], ClusterView], object]
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
@@ -397,18 +427,18 @@ def create_app(
                 if recorder is not None:
                     recorder.record(name, data)
                 answer = handler(data, source.current())
-                outcome, status, body = "ok", 200, answer
+                outcome, status, body = Outcome.OK, 200, answer
             except BadBodyError as bad:
-                outcome, status, body = "bad-request", bad.status, {"Error": bad.message}
+                outcome, status, body = Outcome.BAD_REQUEST, bad.status, {"Error": bad.message}
                 if bad.status in (408, 413, 503):
-                    outcome = "refused" if bad.status == 503 else outcome
+                    outcome = Outcome.REFUSED if bad.status == 503 else outcome
                     headers["Connection"] = "close"  # the rest of the body is never read
             except ValidationError as error:
-                outcome, status, body = "bad-request", 422, {"Error": _validation_message(error)}
+                outcome, status, body = Outcome.BAD_REQUEST, 422, {"Error": _validation_message(error)}
             finally:
                 taken.release()
-            metrics.requests.labels(name, outcome).inc()
-            metrics.latency.labels(name).observe(time.perf_counter() - started)
+            metrics.requests.labels(name.value, outcome.value).inc()
+            metrics.latency.labels(name.value).observe(time.perf_counter() - started)
             if isinstance(body, EncodedJson):
                 return Response(bytes(body), status_code=status, media_type="application/json")
             return JSONResponse(body, status_code=status, headers=headers)
@@ -423,8 +453,8 @@ def create_app(
         args = ExtenderPreemptionArgs.model_validate(data)
         return _preempt(args, view, across_namespaces=preempt_across_namespaces).model_dump()
 
-    app.add_api_route("/prioritize", verb("prioritize", do_prioritize), methods=["POST"])
-    app.add_api_route("/preempt", verb("preempt", do_preempt), methods=["POST"])
+    app.add_api_route(f"/{Verb.PRIORITIZE}", verb(Verb.PRIORITIZE, do_prioritize), methods=["POST"])
+    app.add_api_route(f"/{Verb.PREEMPT}", verb(Verb.PREEMPT, do_preempt), methods=["POST"])
 
     async def healthz() -> Response:
         return Response("ok\n", media_type="text/plain")

@@ -20,17 +20,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    GCCollector,
-    PlatformCollector,
-    ProcessCollector,
-    disable_created_metrics,
-    generate_latest,
-)
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
+from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -39,6 +32,7 @@ from lyra.api import conditions, names
 from lyra.api.resources import JobPhase, TrainingJobStatus
 from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
+from lyra.exposition import exporter_registry
 from lyra.operator.actions import Decision, DeletePod, PatchStatus, SetNodeState
 from lyra.operator.commit import APPLIED
 from lyra.operator.observe import World, parse_time
@@ -339,18 +333,6 @@ class _StateCollector(Collector):
 
 
 _STATE_SPECS = (SERVERS, GPUS, TRAINING_JOBS, TRAINING_WORKERS)
-
-
-def exporter_registry() -> CollectorRegistry:
-    """A registry with the process's own metrics (``process_*``: CPU, resident memory, open files; ``python_*``:
-    garbage collections, version), which every exporter of Lyra's carries, and no ``*_created`` series: a counter's
-    or histogram's creation time is a second series per labelled child that no dashboard or alert reads."""
-    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
-    registry = CollectorRegistry(auto_describe=True)
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    return registry
 
 
 class OperatorMetrics:

@@ -207,6 +207,12 @@ def test_metrics_count_requests_by_verb_and_outcome(api: TestClient) -> None:
     text = api.get("/metrics").text
     assert 'lyra_extender_requests_total{outcome="ok",verb="prioritize"} 1.0' in text
     assert 'lyra_extender_requests_total{outcome="bad-request",verb="prioritize"} 1.0' in text
+    # every verb and outcome exists from the start (the first refusal shows in rate()); the process's own metrics;
+    # no *_created series; latency buckets up to kube-scheduler's 5 s timeout
+    assert 'lyra_extender_requests_total{outcome="refused",verb="preempt"} 0.0' in text
+    assert 'lyra_extender_request_seconds_bucket{le="5.0",verb="preempt"} 0.0' in text
+    assert "process_resident_memory_bytes" in text
+    assert "_created" not in text
 
 
 json_values = st.recursive(
