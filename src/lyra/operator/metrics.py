@@ -18,13 +18,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
 from prometheus_client import generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from lyra import __version__
@@ -139,6 +139,26 @@ ACTIONS = MetricSpec(
     "ApplyDeployment, Emit) and outcome (applied, refused, deferred, held, skipped)",
     ("kind", "outcome"),
 )
+WATCH_LISTS = MetricSpec(
+    "lyra_watch_lists_total",
+    COUNTER,
+    "Full LISTs each watch cache made, by cache: the first, and one after each 410 Gone (a watch that fell too far "
+    "behind the API server); a steady climb means watches keep expiring",
+    ("cache",),
+)
+WATCH_ERRORS = MetricSpec(
+    "lyra_watch_errors_total",
+    COUNTER,
+    "Errors that ended a watch cache's LIST or watch, by cache (the network, the API server, 410 Gone); each is "
+    "retried with backoff, resuming from the last version seen",
+    ("cache",),
+)
+WATCH_EVENTS = MetricSpec(
+    "lyra_watch_events_total",
+    COUNTER,
+    "Watch events each cache applied (bookmarks included), by cache",
+    ("cache",),
+)
 LEADER = MetricSpec("lyra_leader", GAUGE, "1 while this operator holds the leader Lease and acts, else 0")
 BUILD_INFO = MetricSpec("lyra_build_info", GAUGE, "Always 1; the operator's version as a label", ("version",))
 
@@ -158,6 +178,9 @@ METRICS: tuple[MetricSpec, ...] = (
     PASSES,
     PASS_DURATION,
     ACTIONS,
+    WATCH_LISTS,
+    WATCH_ERRORS,
+    WATCH_EVENTS,
     LEADER,
     BUILD_INFO,
 )
@@ -335,6 +358,36 @@ class _StateCollector(Collector):
 _STATE_SPECS = (SERVERS, GPUS, TRAINING_JOBS, TRAINING_WORKERS)
 
 
+class WatchCounts(Protocol):
+    """What a watch cache counts (:class:`lyra.kubewatch.cache.WatchCache`)."""
+
+    lists: int
+    errors: int
+    events: int
+
+
+class _WatchCollector(Collector):
+    """The watch caches' own counts, read at each scrape (every replica: a standby watches too)."""
+
+    def __init__(self) -> None:
+        self.caches: Mapping[str, WatchCounts] = {}
+
+    def describe(self) -> Iterable[Metric]:
+        return [CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels) for spec in _WATCH]
+
+    def collect(self) -> Iterator[Metric]:
+        caches = dict(self.caches)
+        counts = {name: (cache.lists, cache.errors, cache.events) for name, cache in caches.items()}
+        for index, spec in enumerate(_WATCH):
+            family = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
+            for name in sorted(counts):
+                family.add_metric([name], counts[name][index])
+            yield family
+
+
+_WATCH = (WATCH_LISTS, WATCH_ERRORS, WATCH_EVENTS)
+
+
 class OperatorMetrics:
     """The operator's metrics in their own registry (:meth:`exposition` is what ``/metrics`` serves)."""
 
@@ -345,10 +398,12 @@ class OperatorMetrics:
         self._may_write: Callable[[], bool] = lambda: True
         self._state = _StateCollector(self.acts)
         self.registry.register(self._state)
+        self._watches = _WatchCollector()
+        self.registry.register(self._watches)
         self._counters = {
             spec.name: PromCounter(spec.name.removesuffix("_total"), spec.help, spec.labels, registry=self.registry)
             for spec in METRICS
-            if spec.kind == COUNTER
+            if spec.kind == COUNTER and spec not in _WATCH  # the caches count those themselves
         }
         self._histograms = {
             spec.name: PromHistogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=self.registry)
@@ -365,6 +420,10 @@ class OperatorMetrics:
         self._leader = PromGauge(LEADER.name, LEADER.help, registry=self.registry)
         self._leader.set_function(lambda: 1.0 if self.acts() else 0.0)
         PromGauge(BUILD_INFO.name, BUILD_INFO.help, BUILD_INFO.labels, registry=self.registry).labels(version).set(1)
+
+    def watch(self, caches: Mapping[str, WatchCounts]) -> None:
+        """Export the counts of these watch caches (by cache name)."""
+        self._watches.caches = caches
 
     def follow(self, may_write: Callable[[], bool]) -> None:
         """Between passes, leadership is what the Lease's fence says at the scrape

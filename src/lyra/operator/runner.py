@@ -315,6 +315,7 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     reconciler.after_first_pass = heap.freeze_survivors  # the caches and the first readings: long-lived
     caches = cluster.caches or ClusterCaches.on_api(cluster.api)
     cluster.caches = caches
+    reconciler.metrics.watch(caches.caches)
     debug = caches.versions if options.debug_endpoints else None
     server = (
         serve(

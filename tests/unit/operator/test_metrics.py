@@ -322,3 +322,21 @@ def test_the_exposition_carries_the_process_metrics_and_no_created_series() -> N
     assert exported["process_resident_memory_bytes"][0][1] > 0
     assert "python_gc_collections_total" in exported
     assert "_created" not in text
+
+
+def test_the_watch_caches_counts_are_exported_per_cache() -> None:
+    """LISTs, errors and events of each watch cache, read at the scrape: a climbing LIST count says watches expire."""
+
+    class Counts:
+        def __init__(self, lists: int, errors: int, events: int) -> None:
+            self.lists, self.errors, self.events = lists, errors, events
+
+    metrics = OperatorMetrics()
+    caches = {"nodes": Counts(1, 0, 40), "pods": Counts(3, 2, 900)}
+    metrics.watch(caches)
+    exported = samples(metrics.exposition())
+
+    assert exported["lyra_watch_lists_total"] == [({"cache": "nodes"}, 1.0), ({"cache": "pods"}, 3.0)]
+    assert exported["lyra_watch_errors_total"] == [({"cache": "nodes"}, 0.0), ({"cache": "pods"}, 2.0)]
+    caches["pods"].lists = 4
+    assert samples(metrics.exposition())["lyra_watch_lists_total"][1] == ({"cache": "pods"}, 4.0)
