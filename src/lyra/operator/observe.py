@@ -379,7 +379,7 @@ def read_world(
     pod_records = readings.pods.read(pods, _read_pod, unreadable)
     node_records: list[NodeRecord] = []
     misread: list[MisreadNode] = []
-    occupied = {p.node for p in pod_records if p.holds_gpus}
+    occupied = _Occupied(pod_records)
     for reading in node_readings:
         record, held = _with_health(reading, now, memory, occupied)
         if record is not None:
@@ -563,12 +563,25 @@ def _shown_quantity(resources: Mapping[str, object]) -> str:
     return repr(value[:20]) if isinstance(value, str) else repr(value)
 
 
+class _Occupied:
+    """The nodes where GPU pods run, worked out only if a pass asks (a node that never read well reads badly)."""
+
+    def __init__(self, pods: list[PodRecord]) -> None:
+        self._pods = pods
+        self._nodes: set[str] | None = None
+
+    def holds(self, node: str) -> bool:
+        if self._nodes is None:
+            self._nodes = {p.node for p in self._pods if p.holds_gpus}
+        return node in self._nodes
+
+
 def _node_ref(reading: _NodeReading) -> ObjectRef:
     return reading.ref if reading.ref is not None else ObjectRef("Node", "", reading.record.name)
 
 
 def _with_health(
-    reading: _NodeReading, now: float, memory: HealthMemory, occupied: set[str]
+    reading: _NodeReading, now: float, memory: HealthMemory, occupied: _Occupied
 ) -> tuple[NodeRecord | None, MisreadNode | None]:
     """The node's record with its health at ``now`` (``None``: it is in no plan) and, when its reading is malformed,
     how it is held. A malformed reading is held with the node's last good one; a node never read well is held out
@@ -580,7 +593,7 @@ def _with_health(
     else:
         good = memory.last_good(record.name)
         if good is None:
-            if record.name not in occupied:
+            if not occupied.holds(record.name):
                 return None, None
             since = memory.first_seen(record.name, now)
             return None, MisreadNode(_node_ref(reading), reading.misread, since, held=False)
