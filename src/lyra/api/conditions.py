@@ -64,6 +64,8 @@ RECLAIM_FORCED: Final = "ReclaimForced"
 RECLAIMED: Final = "Reclaimed"
 #: A node the operator could not read and leaves out of its pass.
 LEFT_OUT: Final = "LeftOut"
+#: A node whose reading is malformed (no whole number of GPUs, no GPU type), held as unhealthy.
+MISREAD: Final = "Misread"
 
 # Reasons on any object the operator writes: the API refused a write (Warning Event), and the ``Applied`` condition
 # True again once writes go through.

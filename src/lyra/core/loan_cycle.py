@@ -5,7 +5,10 @@ From each inference server's state, since when it is idle or reclaiming and what
 type and the time, :func:`plan_loan_cycle` returns the servers' new states, the transitions that led there and the
 evictions a reclaim causes. The adapters only apply them. Its steps, in order:
 
-1. **Serve or idle** (per GPU type): a server running inference replicas is ``serving``; so are empty servers up to
+1. **Serve or idle** (per GPU type): a ``loaned`` server that runs inference replicas (one scheduled onto it in the
+   moment it was lent) is called back at once: it becomes ``reclaiming``, so replicas never live on a loaned server,
+   and serves again once its training work has left (step 3). A server running inference replicas is ``serving``;
+   so are empty servers up to
    the servers inference needs, those already serving first (a burst of new replicas then packs onto them instead of
    spreading over idle ones), then idle ones in the reverse of the lend order; the other empty servers are
    ``idle``. A server becomes idle "since now".
@@ -53,7 +56,7 @@ class Transition(enum.StrEnum):
     SERVE = "serve"  # idle -> serving: it runs replicas, or is kept for the replicas inference needs
     IDLE = "idle"  # serving -> idle: it runs no replica and inference does not need it
     LEND = "lend"  # idle -> loaned
-    RECLAIM = "reclaim"  # loaned -> reclaiming
+    RECLAIM = "reclaim"  # loaned -> reclaiming: inference needs it, or a replica was scheduled onto it
     RETURN = "return"  # reclaiming -> serving: no training left on it
     FORCE = "force"  # stays reclaiming: its deadline has passed, its training pods go without grace
 
@@ -273,6 +276,9 @@ class _Turn:
     # -- 1. serve or idle ----------------------------------------------------------------------------------------
 
     def serve_or_idle(self, gpu_type: str, needed: int) -> None:
+        for server in self.of_type(gpu_type, LoanState.LOANED):
+            if server.replicas > 0:  # scheduled in the moment it was lent: it serves again, its training leaves
+                self.change(server.name, Transition.RECLAIM, "runs inference replicas: called back from its loan")
         pool = self.of_type(gpu_type, LoanState.SERVING, LoanState.IDLE)
         busy = [s for s in pool if s.replicas > 0]
         empty = serve_order(s for s in pool if s.replicas == 0)

@@ -45,7 +45,7 @@ from lyra.operator.actions import (
 from lyra.operator.caches import ClusterCaches, list_once
 from lyra.operator.isolation import TRANSIENT_STATUSES, Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
-from lyra.operator.observe import HealthMemory, Readings, World, format_time, read_world
+from lyra.operator.observe import HealthMemory, ObjectRef, Readings, World, format_time, read_world
 
 log = logging.getLogger("lyra.operator")
 
@@ -224,19 +224,32 @@ class Cluster:
             log.warning("%s failed: %s", describe(event), _reason(error))
 
     def report_left_out(self, world: World, now: float) -> None:
-        """Log every object the pass could not read, and post an Event on each node it leaves out (nodes have no
-        status of Lyra's to say it in)."""
+        """Log every object the pass could not read and every node held for a malformed reading, and post an Event
+        on each such node (nodes have no status of Lyra's to say it in)."""
         for item in world.unreadable:
             log.warning("skipped %s %s: %s", item.ref.kind, item.ref.key, item.reason)
-            said = (item.ref.key, item.reason)
-            if item.ref.kind != "Node" or now - self._posted.get(said, -EVENT_REPEAT_S) < EVENT_REPEAT_S:
-                continue
-            self._posted = {k: t for k, t in self._posted.items() if now - t < EVENT_REPEAT_S}
-            self._posted[said] = now
-            try:
-                self._event(Emit(item.ref, "Warning", conditions.LEFT_OUT, f"node {item.ref.name} {item.reason}"), now)
-            except ApiException as error:
-                log.warning("posting Event LeftOut on node %s failed: %s", item.ref.name, _reason(error))
+            if item.ref.kind == "Node":
+                self._post_on_node(item.ref, conditions.LEFT_OUT, f"node {item.ref.name} {item.reason}", now)
+        for misread in world.misread:
+            how = "with its last good reading" if misread.held else "out of every plan, its workers kept"
+            message = (
+                f"node {misread.ref.name} {misread.why}; held as unhealthy since {format_time(misread.since)}, {how}, "
+                "until it reads well or --node-grace has passed (then it is lost)"
+            )
+            log.warning("%s", message)
+            self._post_on_node(misread.ref, conditions.MISREAD, message, now, key=misread.why)
+
+    def _post_on_node(self, ref: ObjectRef, reason: str, message: str, now: float, *, key: str | None = None) -> None:
+        """A Warning Event on a node, at most once every :data:`EVENT_REPEAT_S` for the same node and cause."""
+        said = (ref.key, key if key is not None else message)
+        if now - self._posted.get(said, -EVENT_REPEAT_S) < EVENT_REPEAT_S:
+            return
+        self._posted = {k: t for k, t in self._posted.items() if now - t < EVENT_REPEAT_S}
+        self._posted[said] = now
+        try:
+            self._event(Emit(ref, "Warning", reason, message), now)
+        except ApiException as error:
+            log.warning("posting Event %s on node %s failed: %s", reason, ref.name, _reason(error))
 
     @property
     def fence(self) -> Callable[[], bool] | None:

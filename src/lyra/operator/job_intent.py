@@ -60,6 +60,8 @@ class JobIntents:
                 continue  # a finishing job's last workers hold their GPUs until they exit; nothing to decide
             if job.status.phase is JobPhase.QUEUED and self.training.held_back(job):
                 continue  # its pods would be refused again: it is not given GPUs until its retry is due
+            if any(p.node in self.training.unknown_nodes for p in job.bound_live()):
+                continue  # workers on a node nothing says the size of: the job is kept as it is, its GPUs held
             placed = [
                 p
                 for p in job.bound_live()

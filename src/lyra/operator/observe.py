@@ -7,9 +7,14 @@ reason, and the decision goes on without it.
 
 Health is read here too (docs/reliability.md, "Node and pod health"): a node is unhealthy while its Ready condition
 is not True, while it carries the node-lifecycle controller's ``unreachable`` or ``not-ready`` taint, or while its
-allocatable GPUs are below its capacity (a device plugin restarting). Kubernetes records since when for the first
-two (the condition's transition time, the NoExecute taint's ``timeAdded``); what has no time of its own (a dip in
-allocatable GPUs) is dated by :class:`HealthMemory`, from when a running operator first saw it. Ownership is by UID:
+allocatable GPUs are below its capacity (a device plugin restarting), and while its reading is malformed: no whole
+number of GPUs above 0 (``0`` allocatable and capacity after a kubelet reset, ``8Gi``, ``1k``) or an empty GPU product
+label. Such a node is held with its last good reading (:class:`HealthMemory`): unhealthy, so it takes no new work and
+is not lent, and lost only past the grace like any other; one this operator never read well is held out of every plan
+but known (:class:`MisreadNode`), so its workers are not taken for gone either. Kubernetes records since when for the
+first two (the condition's transition time, the NoExecute taint's ``timeAdded``); what has no time of its own (a dip
+in allocatable GPUs, a malformed reading) is dated by :class:`HealthMemory`, from when a running operator first saw
+it. Ownership is by UID:
 a worker pod whose controller reference is not the TrainingJob of its name (an earlier run, deleted and re-created,
 or a pod orphaned by a deletion that kept its dependants) is nobody's worker, listed in :attr:`World.stale`.
 """
@@ -242,6 +247,22 @@ class Unreadable:
 
 
 @dataclass(frozen=True, slots=True)
+class MisreadNode:
+    """A node of one of Lyra's pools whose reading is malformed (``why``), unhealthy since ``since``. ``held``: it is
+    in :attr:`World.nodes` with the last reading this operator saw well; otherwise nothing says what it holds (the
+    operator never read it well: it started meanwhile), and it is in no plan, while its workers are kept for the grace
+    (:class:`lyra.operator.training_pass.TrainingPass`)."""
+
+    ref: ObjectRef
+    why: str
+    since: float
+    held: bool
+
+    def lost(self, now: float, grace_s: float) -> bool:
+        return now - self.since >= grace_s
+
+
+@dataclass(frozen=True, slots=True)
 class World:
     """Everything one decision reads, at one instant ``now`` (seconds since the epoch). Sorted by key."""
 
@@ -251,6 +272,8 @@ class World:
     jobs: tuple[JobRecord, ...]
     services: tuple[ServiceRecord, ...]
     unreadable: tuple[Unreadable, ...] = ()
+    #: Nodes whose reading is malformed, held as unhealthy (:class:`MisreadNode`). Sorted by name.
+    misread: tuple[MisreadNode, ...] = ()
     #: Worker pods of an earlier run of a job: their job label names a TrainingJob that is not their controller.
     stale: tuple[PodRecord, ...] = field(default=(), init=False)
     _by_owner: Mapping[str, tuple[PodRecord, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -352,9 +375,23 @@ def read_world(
     services = list(services)
     memory = memory if memory is not None else HealthMemory()
     readings = readings if readings is not None else Readings()
-    node_records = [_with_health(r, now, memory) for r in readings.nodes.read(nodes, _read_node, unreadable)]
-    memory.forget_all_but({n.name for n in node_records if n.unhealthy_since is not None})
+    node_readings = readings.nodes.read(nodes, _read_node, unreadable)
     pod_records = readings.pods.read(pods, _read_pod, unreadable)
+    node_records: list[NodeRecord] = []
+    misread: list[MisreadNode] = []
+    occupied = _Occupied(pod_records)
+    for reading in node_readings:
+        record, held = _with_health(reading, now, memory, occupied)
+        if record is not None:
+            node_records.append(record)
+        if held is not None:
+            misread.append(held)
+        elif record is None and reading.misread and reading.record.gpus > 0:
+            unreadable.append(Unreadable(_node_ref(reading), reading.misread))  # a new node, not labelled yet
+    memory.forget_all_but(
+        {n.name for n in node_records if n.unhealthy_since is not None} | {m.ref.name for m in misread},
+        {r.record.name for r in node_readings},
+    )
     job_records = readings.jobs.read(jobs, _read_job, unreadable)
     service_uids = {}
     for raw in services:
@@ -382,6 +419,7 @@ def read_world(
         jobs=tuple(sorted(job_records, key=lambda j: j.ref.key)),
         services=tuple(sorted(service_records, key=lambda s: s.ref.key)),
         unreadable=tuple(sorted(unreadable, key=lambda u: (u.ref.kind, u.ref.key))),
+        misread=tuple(sorted(misread, key=lambda m: m.ref.name)),
     )
 
 
@@ -416,17 +454,31 @@ def _first_error(error: ValidationError) -> str:
 
 class HealthMemory:
     """When a running operator first saw each node unhealthy, for what the API dates nowhere (a dip in allocatable
-    GPUs, a health taint without ``timeAdded`` on a node that reports Ready). Lost on restart: a new operator starts
-    the clock again, which only delays dropping the node."""
+    GPUs, a health taint without ``timeAdded`` on a node that reports Ready, a malformed reading), and each node's
+    last good reading (GPU type and GPUs), which a node whose reading turns malformed is held with. Lost on restart: a
+    new operator starts the clock again, which only delays dropping the node, and knows no good reading of a node that
+    reads badly when it starts (:class:`MisreadNode`)."""
 
     def __init__(self) -> None:
         self._first_seen: dict[str, float] = {}
+        self._good: dict[str, tuple[str, int]] = {}
 
     def first_seen(self, node: str, now: float) -> float:
         return self._first_seen.setdefault(node, now)
 
-    def forget_all_but(self, nodes: set[str]) -> None:
-        self._first_seen = {name: since for name, since in self._first_seen.items() if name in nodes}
+    def read_well(self, node: str, gpu_type: str, gpus: int) -> None:
+        if self._good.get(node) != (gpu_type, gpus):
+            self._good[node] = (gpu_type, gpus)
+
+    def last_good(self, node: str) -> tuple[str, int] | None:
+        """The GPU type and GPUs ``node`` last read well with, or ``None``."""
+        return self._good.get(node)
+
+    def forget_all_but(self, unhealthy: set[str], present: set[str] | None = None) -> None:
+        """Keep the first sightings of the ``unhealthy`` nodes only, and the good readings of the ``present`` ones."""
+        self._first_seen = {name: since for name, since in self._first_seen.items() if name in unhealthy}
+        if present is not None and not self._good.keys() <= present:
+            self._good = {name: good for name, good in self._good.items() if name in present}
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +491,9 @@ class _NodeReading:
     tainted: tuple[Taint, ...]
     allocatable: int
     capacity: int
+    #: Why the reading is malformed ("" when it is not): then ``record`` has 0 GPUs or no GPU type.
+    misread: str = ""
+    ref: ObjectRef | None = None
 
 
 def _read_node(raw: Mapping[str, Any]) -> tuple[_NodeReading | None, Unreadable | None]:
@@ -453,8 +508,6 @@ def _read_node(raw: Mapping[str, Any]) -> tuple[_NodeReading | None, Unreadable 
         return None, None
     allocatable = node_gpus(node)
     gpus = max(allocatable, node_capacity_gpus(node))
-    if gpus <= 0:
-        return None, None
     product = labels.get(names.GPU_PRODUCT_LABEL, "")
     ref = ObjectRef("Node", "", node.metadata.name, node.metadata.uid)
     if gpus > MAX_GPUS_PER_SERVER:
@@ -463,8 +516,15 @@ def _read_node(raw: Mapping[str, Any]) -> tuple[_NodeReading | None, Unreadable 
             "have (time-slicing replicas?); left out of every plan"
         )
         return None, Unreadable(ref, why)
+    misread = []
+    if gpus <= 0:
+        shown = [_shown_quantity(node.status.allocatable), _shown_quantity(node.status.capacity)]
+        misread.append(
+            f"reads {names.GPU_RESOURCE} allocatable {shown[0]} and capacity {shown[1]}: no whole number of GPUs"
+        )
     if not product:
-        return None, Unreadable(ref, f"has no {names.GPU_PRODUCT_LABEL} label (GPU feature discovery sets it)")
+        has = "an empty" if names.GPU_PRODUCT_LABEL in labels else "no"
+        misread.append(f"has {has} {names.GPU_PRODUCT_LABEL} label (GPU feature discovery sets it)")
     pool = Pool.TRAINING if pool_label == names.POOL_TRAINING else Pool.INFERENCE
     state: LoanState | None = None
     raw_state = labels.get(names.STATE_LABEL)
@@ -492,15 +552,59 @@ def _read_node(raw: Mapping[str, Any]) -> tuple[_NodeReading | None, Unreadable 
     )
     ready = next((c for c in node.status.conditions if c.type == names.NODE_READY_CONDITION), None)
     tainted = tuple(t for t in node.spec.taints if t.key in names.HEALTH_TAINTS)
-    return _NodeReading(record, ready, tainted, allocatable, gpus), None
+    return _NodeReading(record, ready, tainted, allocatable, gpus, "; ".join(misread), ref), None
 
 
-def _with_health(reading: _NodeReading, now: float, memory: HealthMemory) -> NodeRecord:
-    """The node's record with its health at ``now``."""
+def _shown_quantity(resources: Mapping[str, object]) -> str:
+    """How a node's ``nvidia.com/gpu`` quantity reads, for a message (``"8Gi"``, ``0``, ``absent``)."""
+    if names.GPU_RESOURCE not in resources:
+        return "absent"
+    value = resources[names.GPU_RESOURCE]
+    return repr(value[:20]) if isinstance(value, str) else repr(value)
+
+
+class _Occupied:
+    """The nodes where GPU pods run, worked out only if a pass asks (a node that never read well reads badly)."""
+
+    def __init__(self, pods: list[PodRecord]) -> None:
+        self._pods = pods
+        self._nodes: set[str] | None = None
+
+    def holds(self, node: str) -> bool:
+        if self._nodes is None:
+            self._nodes = {p.node for p in self._pods if p.holds_gpus}
+        return node in self._nodes
+
+
+def _node_ref(reading: _NodeReading) -> ObjectRef:
+    return reading.ref if reading.ref is not None else ObjectRef("Node", "", reading.record.name)
+
+
+def _with_health(
+    reading: _NodeReading, now: float, memory: HealthMemory, occupied: _Occupied
+) -> tuple[NodeRecord | None, MisreadNode | None]:
+    """The node's record with its health at ``now`` (``None``: it is in no plan) and, when its reading is malformed,
+    how it is held. A malformed reading is held with the node's last good one; a node never read well is held out
+    of every plan while GPU pods run on it (``occupied``: the nodes where some do), and is no node of Lyra's
+    otherwise (a node whose device plugin or feature discovery has not reported yet)."""
+    record = reading.record
+    if not reading.misread:
+        memory.read_well(record.name, record.gpu_type, record.gpus)
+    else:
+        good = memory.last_good(record.name)
+        if good is None:
+            if not occupied.holds(record.name):
+                return None, None
+            since = memory.first_seen(record.name, now)
+            return None, MisreadNode(_node_ref(reading), reading.misread, since, held=False)
+        record = replace(record, gpu_type=good[0], gpus=good[1])
     unhealthy_since, health = _node_health(reading, now, memory)
+    held = None
+    if reading.misread:
+        held = MisreadNode(_node_ref(reading), reading.misread, memory.first_seen(record.name, now), held=True)
     if unhealthy_since is None:
-        return reading.record
-    return replace(reading.record, unhealthy_since=unhealthy_since, health=health)
+        return record, held
+    return replace(record, unhealthy_since=unhealthy_since, health=health), held
 
 
 def _node_health(reading: _NodeReading, now: float, memory: HealthMemory) -> tuple[float | None, str]:
@@ -518,6 +622,8 @@ def _node_health(reading: _NodeReading, now: float, memory: HealthMemory) -> tup
         since = min(added) if added else not_ready_since
         since = since if since is not None else memory.first_seen(name, now)
         problems.append((since, f"tainted {', '.join(sorted({t.key for t in tainted}))}"))
+    if reading.misread:
+        problems.append((memory.first_seen(name, now), reading.misread))
     if reading.allocatable < reading.capacity:
         problems.append(
             (

@@ -81,9 +81,22 @@ class TrainingPass:
         self.lost_nodes = {n.name: n.health for n in world.nodes if n.lost(now, config.node_grace_s)}
         #: Nodes that take no new work: every unhealthy one.
         self.unhealthy_nodes = {n.name: n.health for n in world.nodes if not n.healthy}
-        self.known_nodes = {n.name for n in world.nodes} | {
-            u.ref.name for u in world.unreadable if u.ref.kind == "Node"
-        }
+        #: Nodes whose reading is malformed and that this operator never read well: in no plan, and their workers
+        #: kept, until they read well or the grace has passed (then they are lost).
+        self.unknown_nodes: set[str] = set()
+        for misread in world.misread:
+            if misread.held:
+                continue  # in world.nodes with its last good reading, unhealthy
+            self.unhealthy_nodes[misread.ref.name] = misread.why
+            if misread.lost(now, config.node_grace_s):
+                self.lost_nodes[misread.ref.name] = misread.why
+            else:
+                self.unknown_nodes.add(misread.ref.name)
+        self.known_nodes = (
+            {n.name for n in world.nodes}
+            | {u.ref.name for u in world.unreadable if u.ref.kind == "Node"}
+            | {m.ref.name for m in world.misread}
+        )
         #: Worker indices still held by pods of an earlier run of each job (their names are not reused meanwhile).
         self.stale_indices: dict[str, set[int]] = defaultdict(set)
         for pod in world.stale:

@@ -123,6 +123,37 @@ def test_a_reclaim_never_waits_and_an_empty_loaned_server_returns_in_the_same_tu
     assert cycle.reclaiming_since == {"l1": 1000.0}
 
 
+def test_a_loaned_server_that_runs_a_replica_is_called_back_and_serves_again() -> None:
+    # A replica scheduled onto l1 in the moment it was lent. Without training on it, it serves again in the same
+    # turn; with training, that leaves first (scaled in here), then it returns. Demand 1 is met by a alone: the call
+    # back is not inference asking for servers, and l2 stays lent.
+    cycle = turn([server("a", SERVING), server("l1", LOANED, replicas=1), server("l2", LOANED)], 1, jobs=[])
+    assert moves(cycle) == [("l1", "reclaim"), ("l1", "return")]
+    assert states(cycle) == {"a": "serving", "l1": "serving", "l2": "loaned"}
+    assert cycle.settled
+    busy = [server("a", SERVING), server("l1", LOANED, replicas=1, hosts_training=True), server("l2", LOANED)]
+    cycle = turn(busy, 1, jobs=[job("e").gpus(1).workers(1, 4).on({"t0": 1, "l1": 2})])
+    assert moves(cycle) == [("l1", "reclaim")]
+    assert states(cycle)["l1"] == "reclaiming"
+    assert {k: dict(v) for k, v in cycle.evictions.scaled_in.items()} == {"e": {"l1": 2}}
+    after = [server("a", SERVING), server("l1", RECLAIMING, replicas=1, reclaim_started=1000.0), server("l2", LOANED)]
+    assert moves(turn(after, 1, now=1005.0)) == [("l1", "return")]
+
+
+def test_a_replica_on_a_reclaiming_server_changes_nothing_and_an_empty_loaned_server_stays_lent() -> None:
+    cycle = turn(
+        [
+            server("a", SERVING),
+            server("r1", RECLAIMING, replicas=1, reclaim_started=990.0, hosts_training=True),
+            server("l2", LOANED),
+        ],
+        1,
+        jobs=[],
+    )
+    assert moves(cycle) == []
+    assert states(cycle) == {"a": "serving", "r1": "reclaiming", "l2": "loaned"}
+
+
 def test_demand_beyond_the_pool_is_a_shortfall() -> None:
     cycle = turn([server("a", SERVING), server("l1", LOANED)], 4, jobs=[])
     loans = cycle.balances[T4].loans
