@@ -89,6 +89,12 @@ def inference_service(name: str, replicas: int, gpus: int = 1, **spec: Any) -> d
     }
 
 
+def replica_set(service: str) -> dict[str, Any]:
+    """The controller reference of a replica of ``service``: its Deployment's ReplicaSet (named after it)."""
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{service}-5d8f9", "uid": f"rs-{service}",
+            "controller": True}  # fmt: skip
+
+
 def _matches(term: dict[str, Any], labels: dict[str, str]) -> bool:
     return all(labels.get(e["key"]) in e["values"] for e in term.get("matchExpressions", []))
 
@@ -191,7 +197,10 @@ class FakeCluster:
                 else:
                     pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         elif isinstance(action, SetPodRole):
-            self.pods[action.ref.key]["metadata"]["labels"]["lyra.dev/role"] = action.role
+            labels = self.pods[action.ref.key]["metadata"]["labels"]
+            labels["lyra.dev/role"] = action.role
+            if action.owner is not None and action.owner.kind == "TrainingJob":
+                labels["lyra.dev/job"] = action.owner.name
         elif isinstance(action, CreatePod):
             if action.ref.key not in self.pods:
                 body = copy.deepcopy(dict(action.manifest))
@@ -249,6 +258,7 @@ class FakeCluster:
                     "namespace": action.ref.namespace,
                     "uid": f"replica-{name}",
                     "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "ownerReferences": [replica_set(action.ref.name)],
                 },
                 "spec": template["spec"],
                 "status": {"phase": "Pending"},
