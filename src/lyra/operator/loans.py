@@ -191,8 +191,8 @@ class LoanBook:
             self.changes.emit(
                 ObjectRef("Node", "", node),
                 conditions.RECLAIM_FORCED,
-                f"{len(holding)} GPU pods other than inference replicas still here {self.config.reclaim_deadline_s:g} s "
-                "after the reclaim began; deleted without grace",
+                f"{len(holding)} GPU pods other than inference replicas still here "
+                f"{self.config.reclaim_deadline_s:g} s after the reclaim began; deleted without grace",
                 warning=True,
             )
             return  # the node keeps the reason it is reclaiming for

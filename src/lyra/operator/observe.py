@@ -609,9 +609,7 @@ def _read_pod(raw: Mapping[str, Any]) -> tuple[PodRecord | None, Unreadable | No
     return record, None
 
 
-def _owned(
-    pod: PodRecord, jobs: Mapping[str, JobRecord], services: set[str]
-) -> tuple[PodRecord, bool]:
+def _owned(pod: PodRecord, jobs: Mapping[str, JobRecord], services: set[str]) -> tuple[PodRecord, bool]:
     """The pod as its owner's UID says (module docstring), and whether it is a worker of an earlier run of a job."""
     if pod.role is PodRole.INFERENCE:
         if pod.owner in services:

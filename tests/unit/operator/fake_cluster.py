@@ -192,7 +192,8 @@ class FakeCluster:
         elif isinstance(action, DeletePod):
             pod = self.pods.get(action.ref.key)
             if pod is not None:
-                if action.grace_seconds == 0 or not pod["spec"].get("nodeName"):
+                held = bool(pod["metadata"].get("finalizers"))  # the API server only marks a pod with finalizers
+                if (action.grace_seconds == 0 or not pod["spec"].get("nodeName")) and not held:
                     del self.pods[action.ref.key]
                 else:
                     pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -303,12 +304,15 @@ class FakeCluster:
             deployment["status"] = {"replicas": deployment["spec"]["replicas"], "readyReplicas": len(ready)}
 
     def finish_terminations(self, *, except_on: Iterable[str] = ()) -> None:
-        """Terminating pods are gone, but those on the ``except_on`` nodes (no kubelet there to confirm)."""
+        """Terminating pods are gone, but those on the ``except_on`` nodes (no kubelet there to confirm) and those
+        with finalizers (nobody removes them)."""
         dead = set(except_on)
         for key in [
             k
             for k, p in self.pods.items()
-            if "deletionTimestamp" in p["metadata"] and p["spec"].get("nodeName") not in dead
+            if "deletionTimestamp" in p["metadata"]
+            and p["spec"].get("nodeName") not in dead
+            and not p["metadata"].get("finalizers")
         ]:
             del self.pods[key]
         self.schedule()

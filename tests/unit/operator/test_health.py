@@ -493,7 +493,9 @@ def test_a_worker_orphaned_by_its_jobs_deletion_is_not_the_new_runs() -> None:
     assert world.pods_of("ml/again") == ()
     assert [p.role for p in world.pods] == [PodRole.UNMANAGED], "it holds its GPUs, as any GPU pod Lyra does not manage"
     settle(cluster)
-    new = [p for p in cluster.workers("again") if p["metadata"].get("ownerReferences", [{}])[0].get("uid") == "uid-again-2"]
+    new = [
+        p for p in cluster.workers("again") if p["metadata"].get("ownerReferences", [{}])[0].get("uid") == "uid-again-2"
+    ]
     assert [p["metadata"]["name"] for p in new] == ["again-w1"], "the orphan's name is not reused"
     assert new[0]["spec"]["nodeName"] == "a1", "the orphan's GPUs are held"
 
