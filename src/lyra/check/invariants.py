@@ -11,8 +11,8 @@ stable identifier (:class:`Invariant`):
 ``inference-placement``
     An inference replica holds only a serving or idle inference node (never a loaned or reclaiming one).
 ``training-placement``
-    A training worker (role base or flexible) holds only a training node or a loaned or reclaiming inference node
-    (never a serving or idle one, never a node outside the pools).
+    A training worker holds only a training node or a loaned or reclaiming inference node (never a serving or idle
+    one, never a node outside the pools), whatever its labels say.
 ``partial-gang``
     No job has some but fewer than ``minWorkers`` running base workers once its run (``status.startedAt``, else its
     creation) is older than the gang timeout. A job whose workers are completing (one has Succeeded) is not partial.
@@ -20,10 +20,18 @@ stable identifier (:class:`Invariant`):
     A job never has more live workers (not terminating, not finished) than its ``status.workers.target`` or its
     ``spec.maxWorkers``.
 ``job-accounted``
-    Every TrainingJob has a ``status.phase``; every worker names its job (``lyra.dev/job``), that job exists, and the
-    job is the worker's controller owner (kind, name and UID).
+    Every TrainingJob has a ``status.phase``; every worker's controller, a TrainingJob, exists with the worker's
+    owner UID (not an earlier run of that name, not a deleted job).
+``worker-labels``
+    A live worker carries the labels its owner gives it: ``lyra.dev/role`` base or flexible and ``lyra.dev/job`` its
+    job's name (a worker stripped of them, or relabelled, by its namespace: the operator writes them back).
 ``reclaim-deadline``
     No node is ``reclaiming`` longer than the reclaim deadline since ``lyra.dev/reclaim-started`` (nor without it).
+
+Pods are judged by their owner, never by the labels a tenant may edit on its own pods: a *worker* is a pod whose
+controller reference is a TrainingJob (``lyra.dev``), labelled or not; an *inference replica* is a pod labelled
+``lyra.dev/role=inference`` whose controller is a ReplicaSet (its InferenceService's Deployment's). Any other pod,
+labelled as a worker or not (a tenant's own, another team's GPU pod), is not Lyra's and is not judged.
 
 A pod *holds* a node when it is bound there and not finished (a terminating pod holds it until it is gone). The
 operator restores these invariants within one pass after anything disturbs them (a lost worker, a status written
@@ -64,6 +72,7 @@ class Invariant(enum.StrEnum):
     PARTIAL_GANG = "partial-gang"
     WORKERS_OVER_LIMIT = "workers-over-limit"
     JOB_ACCOUNTED = "job-accounted"
+    WORKER_LABELS = "worker-labels"
     RECLAIM_DEADLINE = "reclaim-deadline"
 
 
@@ -176,6 +185,33 @@ class _Pod:
     owners: tuple[Mapping[str, Any], ...]
 
     @property
+    def controller(self) -> Mapping[str, Any]:
+        """The owner reference marked ``controller`` (empty when there is none)."""
+        return next((o for o in self.owners if o.get("controller") is True), {})
+
+    @property
+    def owner_job(self) -> str | None:
+        """The name of the TrainingJob that is the pod's controller, ``None`` when its controller is none."""
+        controller = self.controller
+        if controller.get("kind") == names.TRAINING_JOB_KIND and _group(controller) == names.GROUP:
+            return _text(controller.get("name"))
+        return None
+
+    @property
+    def is_worker(self) -> bool:
+        return self.owner_job is not None
+
+    @property
+    def is_replica(self) -> bool:
+        controller = self.controller
+        return (
+            self.role == names.ROLE_INFERENCE
+            and controller.get("kind") == "ReplicaSet"
+            and _group(controller) == "apps"
+            and not self.is_worker
+        )
+
+    @property
     def holds_node(self) -> bool:
         return bool(self.node) and self.phase not in _FINISHED
 
@@ -186,6 +222,12 @@ class _Pod:
     @property
     def running(self) -> bool:
         return self.live and bool(self.node) and self.phase == _RUNNING
+
+
+def _group(reference: Mapping[str, Any]) -> str:
+    """The API group of an owner reference (``""`` for the core group)."""
+    version = _text(reference.get("apiVersion"))
+    return version.split("/")[0] if "/" in version else ""
 
 
 def _read_pod(raw: Mapping[str, Any]) -> _Pod:
@@ -225,11 +267,12 @@ def check(
         node = _check_node(raw, now, limits, found)
         known[node.name] = node
     workers: dict[tuple[str, str], list[_Pod]] = {}
-    read_pods = [_read_pod(raw) for raw in raw_pods]
+    read_pods = [pod for pod in (_read_pod(raw) for raw in raw_pods) if pod.is_worker or pod.is_replica]
     for pod in read_pods:
         _check_placement(pod, known, found)
-        if pod.role in _TRAINING_ROLES:
-            workers.setdefault((pod.namespace, pod.job), []).append(pod)
+        job = pod.owner_job
+        if job is not None:
+            workers.setdefault((pod.namespace, job), []).append(pod)
     job_keys: set[tuple[str, str]] = set()
     for raw in raw_jobs:
         key = (_meta(raw, "namespace"), _meta(raw, "name"))
@@ -237,14 +280,31 @@ def check(
         _check_job(raw, workers.get(key, []), now, limits, found)
     for (namespace, job), pods_of_job in workers.items():
         if (namespace, job) in job_keys:
+            for pod in pods_of_job:
+                _check_labels(pod, job, found)
             continue
         for pod in pods_of_job:
             if pod.terminating:
                 continue  # being removed (garbage collection of a deleted job's workers)
-            why = f"names TrainingJob {job!r}, which does not exist" if job else f"has no {names.JOB_LABEL} label"
+            why = f"is owned by TrainingJob {job!r}, which does not exist"
             found.append(_on_pod(Invariant.JOB_ACCOUNTED, pod, f"worker {why}"))
     violations = sorted(set(found), key=lambda v: (v.invariant.value, v.kind, v.namespace, v.name, v.message))
-    return Report(nodes=len(raw_nodes), pods=len(raw_pods), jobs=len(raw_jobs), violations=tuple(violations))
+    return Report(nodes=len(raw_nodes), pods=len(read_pods), jobs=len(raw_jobs), violations=tuple(violations))
+
+
+def _check_labels(pod: _Pod, job: str, found: list[Violation]) -> None:
+    """A live worker's labels say what its owner does: a role and its job's name."""
+    if not pod.live:
+        return
+    wrong = []
+    if pod.role not in _TRAINING_ROLES:
+        wrong.append(f"{names.ROLE_LABEL}={_shown(pod.role or None)} (not base or flexible)")
+    if pod.job != job:
+        wrong.append(f"{names.JOB_LABEL}={_shown(pod.job or None)} (not {job!r})")
+    if wrong:
+        found.append(
+            _on_pod(Invariant.WORKER_LABELS, pod, f"worker of TrainingJob {job!r} labelled {', '.join(wrong)}")
+        )
 
 
 def _on_pod(invariant: Invariant, pod: _Pod, message: str) -> Violation:
@@ -341,16 +401,17 @@ def _check_placement(pod: _Pod, known: Mapping[str, _Node], found: list[Violatio
     if not pod.holds_node:
         return
     node = known.get(pod.node)
-    if pod.role == names.ROLE_INFERENCE:
+    if pod.is_replica:
         allowed = node is not None and node.pool == names.POOL_INFERENCE and node.state in _INFERENCE_STATES
         if not allowed:
             found.append(_on_pod(Invariant.INFERENCE_PLACEMENT, pod, f"inference replica on {_where(node, pod.node)}"))
-    elif pod.role in _TRAINING_ROLES:
+    elif pod.is_worker:
         allowed = node is not None and (
             node.pool == names.POOL_TRAINING or (node.pool == names.POOL_INFERENCE and node.state in _TRAINING_STATES)
         )
         if not allowed:
-            found.append(_on_pod(Invariant.TRAINING_PLACEMENT, pod, f"{pod.role} worker on {_where(node, pod.node)}"))
+            role = pod.role if pod.role in _TRAINING_ROLES else "unlabelled"
+            found.append(_on_pod(Invariant.TRAINING_PLACEMENT, pod, f"{role} worker on {_where(node, pod.node)}"))
 
 
 def _check_job(
@@ -384,6 +445,7 @@ def _check_job(
                     f"worker of TrainingJob {name!r} (uid {uid}) is not owned by it (controller: {owner})",
                 )
             )
+    pods = [p for p in pods if p.controller.get("uid") == uid]  # this run's: an earlier run's is reported above
     live = [p for p in pods if p.live]
     target = _whole(_mapping(status.get("workers")).get("target"))
     maximum = _whole(spec.get("maxWorkers"))

@@ -1,7 +1,7 @@
 """`lyra check`: the invariants Lyra's operator keeps (:mod:`lyra.check.invariants`), checked against a cluster.
 
-Lists every node, every pod with a ``lyra.dev/role`` label and every TrainingJob (read-only, paged), checks them and
-prints the violations: a line each by default, a JSON document (:class:`lyra.cli.check_report.CheckReport`) with
+Lists every node, every pod and every TrainingJob (read-only, paged), checks them (Lyra's pods, told by their owner)
+and prints the violations: a line each by default, a JSON document (:class:`lyra.cli.check_report.CheckReport`) with
 ``--json``. Exit codes: 0 no violation, 3 at least one violation, 1 the cluster could not be read, 2 bad input.
 
 It shares no code with the operator it checks (an import-linter contract in ``pyproject.toml``).
@@ -33,9 +33,9 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "check",
         help="check the invariants Lyra keeps on a cluster (exit 3 on a violation)",
         description="Check that node labels, taints and loan states agree, every pod is where Lyra's rules allow, "
-        "gangs are whole, workers within their target and maxWorkers, every TrainingJob accounted for and no "
-        "reclaim past its deadline. Read-only. Exit codes: 0 clean, 3 a violation, 1 the cluster could not be "
-        "read, 2 bad input.",
+        "gangs are whole, workers within their target and maxWorkers and labelled as their owner says, every "
+        "TrainingJob accounted for and no reclaim past its deadline. Read-only. Exit codes: 0 clean, 3 a "
+        "violation, 1 the cluster could not be read, 2 bad input.",
     )
     add_kubeconfig_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -73,7 +73,7 @@ def _raw(response: Any) -> Mapping[str, Any]:
 
 
 def check_cluster(api: client.ApiClient, now: float, limits: Limits) -> Report:
-    """List the cluster's nodes, Lyra's pods and TrainingJobs as raw JSON, and check them."""
+    """List the cluster's nodes, pods and TrainingJobs as raw JSON, and check them (Lyra's pods, told by owner)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -86,9 +86,9 @@ def check_cluster(api: client.ApiClient, now: float, limits: Limits) -> Report:
         return _raw(core.list_node(_preload_content=False, **more(token)))
 
     def pod_page(token: str | None) -> Mapping[str, Any]:
-        return _raw(
-            core.list_pod_for_all_namespaces(label_selector=names.ROLE_LABEL, _preload_content=False, **more(token))
-        )
+        # Every pod, not those labelled as Lyra's: a worker is its job's by its owner, and a tenant may strip its
+        # labels (the check judges such a worker, and leaves a tenant's pod labelled as Lyra's alone).
+        return _raw(core.list_pod_for_all_namespaces(_preload_content=False, **more(token)))
 
     def job_page(token: str | None) -> Mapping[str, Any]:
         return _raw(

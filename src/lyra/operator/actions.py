@@ -53,7 +53,8 @@ class DeletePod:
 
 @dataclass(frozen=True, slots=True)
 class SetPodRole:
-    """Workers are interchangeable: after a scale-in the lowest-indexed live workers carry the base role."""
+    """Workers are interchangeable: after a scale-in the lowest-indexed live workers carry the base role. The job
+    label (``owner``'s name) is written with the role, so a worker whose labels a tenant edited gets them back."""
 
     ref: ObjectRef
     role: str

@@ -328,8 +328,11 @@ class Cluster:
             log.info("pod %s deleted (%s, grace %d s)", action.ref.key, action.reason, action.grace_seconds)
             return _version_in(response)
         if isinstance(action, SetPodRole):
+            labels = {names.ROLE_LABEL: action.role}
+            if action.owner is not None and action.owner.kind == names.TRAINING_JOB_KIND:
+                labels[names.JOB_LABEL] = action.owner.name  # written back if a tenant removed or changed it
             response = self.core.patch_namespaced_pod(
-                action.ref.name, action.ref.namespace, {"metadata": {"labels": {names.ROLE_LABEL: action.role}}}, **raw
+                action.ref.name, action.ref.namespace, {"metadata": {"labels": labels}}, **raw
             )
             return _version_in(response)
         if isinstance(action, CreateService):

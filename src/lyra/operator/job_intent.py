@@ -31,12 +31,16 @@ class JobIntents:
         self.life = life
 
     def training_snapshot(self, states: Mapping[str, LoanState]) -> ClusterSnapshot:
-        return self.snapshot(states)[0]
+        return self.snapshot(states, allocating=False)[0]
 
-    def snapshot(self, states: Mapping[str, LoanState]) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
+    def snapshot(
+        self, states: Mapping[str, LoanState], *, allocating: bool = True
+    ) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
         """The core's view: servers in their loan states after this pass, running jobs where their workers are, and
         GPUs held by everything else (replicas, other GPU pods, leaving workers). A lost node is left out; an
-        unhealthy one is in it with all its GPUs its jobs' workers do not use held.
+        unhealthy one is in it with all its GPUs its jobs' workers do not use held. ``allocating``: the view the
+        allocation decides on, where a job whose workers are still leaving (:meth:`JobLives.leaving`) is left out
+        with all its GPUs held, so that it alone waits for them (the reclaims' view keeps it where it runs).
 
         A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
         out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
@@ -62,6 +66,8 @@ class JobIntents:
                 continue  # its pods would be refused again: it is not given GPUs until its retry is due
             if any(p.node in self.training.unknown_nodes for p in job.bound_live()):
                 continue  # workers on a node nothing says the size of: the job is kept as it is, its GPUs held
+            if allocating and self.life.leaving(job):
+                continue  # it waits for its own leaving workers; their GPUs (and its others') are held
             placed = [
                 p
                 for p in job.bound_live()

@@ -201,12 +201,18 @@ class JobLives:
             )
 
     def settled(self) -> bool:
-        """Allocation waits while workers are in flight (being placed, or leaving a healthy node): it decides on a
-        settled cluster. Pods stuck terminating on an unhealthy node (its kubelet cannot confirm) do not hold it up:
-        that node takes no new work anyway, and its GPUs stay counted as held."""
+        """Allocation waits while workers are in flight (being placed, or deleted by this pass): it decides on a
+        settled cluster. A worker still terminating holds up only its own job (:meth:`leaving`), never the others'
+        allocation: a pod that does not terminate (a finalizer, SIGTERM ignored under a long grace) is its job's
+        business, and its GPUs are counted as held on its node until it is gone."""
         for job in self.training.jobs.values():
             if job.status.phase is JobPhase.RUNNING and any(not p.node for p in job.live):
                 return False
-            if any(p.terminating and p.holds_gpus and self.training.plannable(p.node) for p in job.pods):
-                return False  # a pod leaving a dead node never finishes leaving: it concerns that node only
         return not self.training.changes.deletes()
+
+    def leaving(self, job: JobState) -> bool:
+        """Whether workers of ``job`` are still terminating on a node that takes work: the allocation leaves the job
+        as it is (not started, resized or preempted by it) until they are gone. Pods stuck terminating on an
+        unhealthy node (its kubelet cannot confirm) do not hold it: that node takes no new work anyway, and its GPUs
+        stay counted as held."""
+        return any(p.terminating and p.holds_gpus and self.training.plannable(p.node) for p in job.pods)

@@ -34,6 +34,9 @@ from lyra.operator.config import OperatorConfig
 from lyra.operator.observe import ObjectRef, PodRecord, World, format_time
 
 _TRAINING_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
+#: The grace a GPU pod that is not Lyra's (or an earlier run's worker) gets to leave a server reclaimed for inference
+#: (Kubernetes' default ``terminationGracePeriodSeconds``); past the reclaim deadline it is deleted without grace.
+FOREIGN_GRACE_S = 30
 
 
 class TrainingHooks(Protocol):
@@ -65,18 +68,6 @@ class LoanBook:
         self.changes = changes
         self.hooks = hooks
         self.now = world.now
-        # A lost node (unhealthy past the grace) serves nobody: the cycle plans inference without it, and leaves it be.
-        # So is a serving or idle server that runs GPU pods Lyra does not manage (another team's serving stack, a
-        # pod pinned to it): it is never lent, and its GPUs are not counted as room for Lyra's replicas. A loaned or
-        # reclaiming one stays in the cycle, so that it is reclaimed and returned as usual.
-        foreign = {p.node for p in world.pods if p.role is PodRole.UNMANAGED and p.gpus > 0 and p.holds_gpus}
-        self.inference_nodes = [
-            n
-            for n in world.nodes
-            if n.pool is Pool.INFERENCE
-            and not n.lost(world.now, config.node_grace_s)
-            and not (n.name in foreign and n.state not in (LoanState.LOANED, LoanState.RECLAIMING))
-        ]
         self.reasons: dict[str, str] = {}
         self.demand = dict(demand)
         self.users = users or {}
@@ -84,15 +75,38 @@ class LoanBook:
         #: The balance of each GPU type this pass, or why the loan cycle could not be planned.
         self.report: dict[str, LoanReport] = {}
         self.error: str | None = None
+        # What holds each node's GPUs, by owner UID (never by labels: lyra.operator.observe): inference replicas, the
+        # workers of the pass's jobs, and every other GPU pod (another team's, a tenant's own, an earlier run's).
         inference_on: dict[str, int] = defaultdict(int)
         self.training_on: dict[str, list[PodRecord]] = defaultdict(list)
+        self.others_on: dict[str, list[PodRecord]] = defaultdict(list)
+        stale = {p.ref.key for p in world.stale}
         for pod in world.pods:
             if not pod.holds_gpus:
                 continue
             if pod.role is PodRole.INFERENCE:
                 inference_on[pod.node] += 1
-            elif pod.role in _TRAINING_ROLES:
+            elif pod.role in _TRAINING_ROLES and pod.ref.key not in stale:
                 self.training_on[pod.node].append(pod)
+            elif pod.gpus > 0:
+                self.others_on[pod.node].append(pod)
+        # A lost node (unhealthy past the grace) serves nobody: the cycle plans inference without it, and leaves it be.
+        # A serving or idle server without replicas whose GPUs are taken by pods Lyra does not manage (another team's
+        # serving stack, a pod pinned to it) is left out too: it is never lent, and it is no room for Lyra's replicas.
+        # Such pods are cost, never demand: a server that runs replicas beside them stays in the cycle as serving
+        # (it counts for the replicas it holds, so they cause no reclaim), and is not lent while they hold it. A
+        # loaned or reclaiming one stays in the cycle, so that it is reclaimed (they are deleted) and returned.
+        self.inference_nodes = [
+            n
+            for n in world.nodes
+            if n.pool is Pool.INFERENCE
+            and not n.lost(world.now, config.node_grace_s)
+            and not (
+                self.others_on[n.name]
+                and not inference_on[n.name]
+                and n.state not in (LoanState.LOANED, LoanState.RECLAIMING)
+            )
+        ]
         self.servers: tuple[InferenceServer, ...] = tuple(
             InferenceServer(
                 node.name,
@@ -102,8 +116,10 @@ class LoanBook:
                 idle_since=node.idle_since if state is LoanState.IDLE else None,
                 reclaim_started=node.reclaim_started if state is LoanState.RECLAIMING else None,
                 replicas=inference_on[node.name],
-                hosts_training=bool(self.training_on[node.name]),
-                healthy=node.healthy,
+                # A reclaim is done when the server holds no GPU pod but inference replicas, whatever their labels.
+                hosts_training=bool(self.training_on[node.name] or self.others_on[node.name]),
+                # Never lent while pods Lyra does not manage hold some of its GPUs (the cycle lends healthy ones).
+                healthy=node.healthy and not self.others_on[node.name],
             )
             for node in self.inference_nodes
             for state in [node.state or (LoanState.SERVING if inference_on[node.name] else LoanState.IDLE)]
@@ -169,14 +185,14 @@ class LoanBook:
                 ObjectRef("Node", "", node), conditions.RETURNED, "training work has left; serving inference"
             )
         elif change.transition is Transition.FORCE:
-            holding = self.training_on[node]
+            holding = [*self.training_on[node], *self.others_on[node]]
             for pod in holding:
                 self.changes.delete(pod, 0, conditions.RECLAIM_FORCED)
             self.changes.emit(
                 ObjectRef("Node", "", node),
                 conditions.RECLAIM_FORCED,
-                f"{len(holding)} training pods still here {self.config.reclaim_deadline_s:g} s after the reclaim "
-                "began; deleted without grace",
+                f"{len(holding)} GPU pods other than inference replicas still here "
+                f"{self.config.reclaim_deadline_s:g} s after the reclaim began; deleted without grace",
                 warning=True,
             )
             return  # the node keeps the reason it is reclaiming for
@@ -188,13 +204,16 @@ class LoanBook:
     def evict(self, evictions: Evictions) -> None:
         """Training work leaves reclaiming servers: by scale-in where the job keeps its base, by preemption where it
         does not; workers of jobs the cycle does not see running (a job that stopped, or one left out of the core's
-        view) are deleted at once."""
+        view) are deleted at once, and every other GPU pod that is not an inference replica (a pod Lyra does not
+        manage, an earlier run's worker) with :data:`FOREIGN_GRACE_S`."""
         reclaiming = {n for n, s in self.states.items() if s is LoanState.RECLAIMING}
         leaving: dict[str, list[PodRecord]] = defaultdict(list)
         for node in sorted(reclaiming):
             for pod in self.training_on[node]:
                 if pod.is_live and pod.owner is not None:
                     leaving[pod.owner].append(pod)
+            for pod in self.others_on[node]:  # not Lyra's workers, not inference: they leave the server too
+                self.changes.delete(pod, 0 if pod.is_finished else FOREIGN_GRACE_S, conditions.RECLAIMED)
         for job_key, pods in sorted(leaving.items()):
             nodes = sorted({p.node for p in pods})
             reasons = sorted({self.reasons[n] for n in nodes if n in self.reasons})

@@ -14,9 +14,17 @@ is not lent, and lost only past the grace like any other; one this operator neve
 but known (:class:`MisreadNode`), so its workers are not taken for gone either. Kubernetes records since when for the
 first two (the condition's transition time, the NoExecute taint's ``timeAdded``); what has no time of its own (a dip
 in allocatable GPUs, a malformed reading) is dated by :class:`HealthMemory`, from when a running operator first saw
-it. Ownership is by UID:
-a worker pod whose controller reference is not the TrainingJob of its name (an earlier run, deleted and re-created,
-or a pod orphaned by a deletion that kept its dependants) is nobody's worker, listed in :attr:`World.stale`.
+it.
+
+Ownership is by UID, never by the labels a tenant may edit on its own pods (docs/security.md, "Pods are Lyra's by
+their owner"): a pod is a worker of a TrainingJob when its controller reference is that TrainingJob, UID included,
+whatever its ``lyra.dev/role`` and ``lyra.dev/job`` labels say (a worker stripped of them is still one, and its labels
+are written back); one whose controller is a TrainingJob of that name with another UID (an earlier run, deleted and
+re-created) is nobody's worker, listed in :attr:`World.stale`. A pod is an inference replica when its controller is a
+ReplicaSet of the InferenceService's Deployment (named after it) and it carries the replica labels the Deployment
+selects on (a pod stripped of them is released by its ReplicaSet). Every other pod (one labelled as a worker by a
+tenant, a worker orphaned by a deletion that kept its dependants, another team's GPU pod) is ``UNMANAGED``: it
+occupies its GPUs, and nothing else.
 """
 
 from __future__ import annotations
@@ -54,6 +62,10 @@ from lyra.operator.templates import template_problem
 _FINISHED = frozenset({"Succeeded", "Failed"})
 _Read = TypeVar("_Read")
 _WORKER_NAME = re.compile(r"-w(\d+)$")
+_WORKER_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
+#: Controller references as :func:`_read_pod` spells them (``<kind>.<API group>``; the core group is "").
+_TRAINING_JOB_CONTROLLER = f"{names.TRAINING_JOB_KIND}.{names.GROUP}"
+_REPLICA_SET_CONTROLLER = "ReplicaSet.apps"
 
 
 def parse_time(text: str | None) -> float | None:
@@ -171,6 +183,12 @@ class PodRecord:
     disruption: str = ""
     #: The waiting reason of a container that will not start by itself (``ImagePullBackOff`` ...), ``""`` if none.
     stuck: str = ""
+    #: The pod's controller reference as read (kind with its API group, name): what its ownership is judged on.
+    controller_kind: str = ""
+    controller_name: str = ""
+    #: Whether the pod's Lyra labels say what its owner does (for a worker: a base or flexible role and its job's
+    #: name); a worker whose labels were edited has them written back.
+    labelled: bool = True
 
     @property
     def is_finished(self) -> bool:
@@ -283,17 +301,21 @@ class World:
         versions = {job.ref: job.resource_version for job in self.jobs}
         versions.update({service.ref: service.resource_version for service in self.services})
         object.__setattr__(self, "_versions", versions)
-        job_uids = {job.ref.key: job.ref.uid for job in self.jobs if not job.deleting}
+        jobs = {job.ref.key: job for job in self.jobs}
+        services = {service.ref.key for service in self.services}
         by_owner: dict[str, list[PodRecord]] = {}
         stale: list[PodRecord] = []
-        for pod in self.pods:
+        pods: list[PodRecord] = []
+        for read in self.pods:
+            pod, earlier_run = _owned(read, jobs, services)
+            pods.append(pod)
             if pod.owner is None:
                 continue
-            uid = job_uids.get(pod.owner, "") if pod.role is not PodRole.INFERENCE else ""
-            if uid and pod.owner_uid != uid:
-                stale.append(pod)  # an earlier run's (or orphaned): not this job's worker, whatever its name says
+            if earlier_run:
+                stale.append(pod)  # an earlier run's: not this job's worker, whatever its name says
                 continue
             by_owner.setdefault(pod.owner, []).append(pod)
+        object.__setattr__(self, "pods", tuple(pods))
         object.__setattr__(self, "_by_owner", {owner: tuple(pods) for owner, pods in by_owner.items()})
         object.__setattr__(self, "stale", tuple(stale))
 
@@ -647,12 +669,25 @@ def _read_pod(raw: Mapping[str, Any]) -> tuple[PodRecord | None, Unreadable | No
     if role is PodRole.UNMANAGED and gpus == 0:
         return None, None
     labels = pod.metadata.labels
-    owner_name = labels.get(names.SERVICE_LABEL if role is PodRole.INFERENCE else names.JOB_LABEL)
-    owner = f"{pod.metadata.namespace}/{owner_name}" if owner_name and role is not PodRole.UNMANAGED else None
-    index: int | None = None
-    if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE):
-        index = worker_index(pod.metadata.name, labels)
     controller = pod.metadata.controller
+    kind = f"{controller.kind}.{controller.api_version.partition('/')[0]}" if controller is not None else ""
+    controller_name = controller.name if controller is not None else ""
+    owner: str | None = None
+    index: int | None = None
+    labelled = True
+    if kind == _TRAINING_JOB_CONTROLLER:  # a worker, or an earlier run's (told apart by UID in :class:`World`)
+        owner = f"{pod.metadata.namespace}/{controller_name}"
+        labelled = role in _WORKER_ROLES and labels.get(names.JOB_LABEL) == controller_name
+        role = role if role in _WORKER_ROLES else PodRole.TRAINING_FLEXIBLE
+        index = worker_index(pod.metadata.name, labels)
+    elif role is PodRole.INFERENCE and kind == _REPLICA_SET_CONTROLLER:
+        service = labels.get(names.SERVICE_LABEL, "")
+        if service and controller_name.startswith(f"{service}-"):  # the Deployment is named after its service
+            owner = f"{pod.metadata.namespace}/{service}"
+    if owner is None:
+        role = PodRole.UNMANAGED  # whatever its labels say: Lyra made no such pod
+    if role is PodRole.UNMANAGED and gpus == 0:
+        return None, None
     record = PodRecord(
         ref=ObjectRef("Pod", pod.metadata.namespace, pod.metadata.name, pod.metadata.uid),
         role=role,
@@ -673,8 +708,26 @@ def _read_pod(raw: Mapping[str, Any]) -> tuple[PodRecord | None, Unreadable | No
             ),
             "",
         ),
+        controller_kind=kind,
+        controller_name=controller_name,
+        labelled=labelled,
     )
     return record, None
+
+
+def _owned(pod: PodRecord, jobs: Mapping[str, JobRecord], services: set[str]) -> tuple[PodRecord, bool]:
+    """The pod as its owner's UID says (module docstring), and whether it is a worker of an earlier run of a job."""
+    if pod.role is PodRole.INFERENCE:
+        if pod.owner in services:
+            return pod, False
+    elif pod.owner is not None:
+        job = jobs.get(pod.owner)
+        if job is None or job.deleting:
+            return pod, False  # its job is gone or going: the garbage collector removes (or orphans) it
+        return pod, pod.owner_uid != job.ref.uid
+    else:
+        return pod, False
+    return replace(pod, role=PodRole.UNMANAGED, owner=None, index=None), False
 
 
 def _disruption(pod: ObservedPod) -> str:

@@ -7,6 +7,7 @@ core refuses. The parts that act on it, one responsibility each: :mod:`lyra.oper
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from lyra.operator.isolation import key_of
 from lyra.operator.observe import JobRecord, PodRecord, World, format_time
 
 FINISHED_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+#: A worker's name (:func:`lyra.operator.manifests.worker_name`): its job's name and index.
+_WORKER_NAME = re.compile(r"(.+)-w(\d+)")
 
 #: Why a pass preempts a job, by the names the training side uses (:class:`lyra.api.conditions.PreemptionCause`
 #: is the one enumeration; the report's ``preempted`` names its member).
@@ -97,11 +100,16 @@ class TrainingPass:
             | {u.ref.name for u in world.unreadable if u.ref.kind == "Node"}
             | {m.ref.name for m in world.misread}
         )
-        #: Worker indices still held by pods of an earlier run of each job (their names are not reused meanwhile).
+        #: Worker indices whose names are still taken by pods that are not the job's (an earlier run's, or any pod
+        #: of that name Lyra does not manage, such as a worker orphaned by a deletion): not reused meanwhile.
         self.stale_indices: dict[str, set[int]] = defaultdict(set)
         for pod in world.stale:
             if pod.owner is not None and pod.index is not None:
                 self.stale_indices[pod.owner].add(pod.index)
+        for pod in world.pods:
+            named = _WORKER_NAME.fullmatch(pod.ref.name) if pod.owner is None else None
+            if named is not None and f"{pod.ref.namespace}/{named[1]}" in self.jobs:
+                self.stale_indices[f"{pod.ref.namespace}/{named[1]}"].add(int(named[2]))
         #: Each job as the core models it (read with its object: :attr:`JobRecord.model`).
         self.models: dict[str, TrainingJob] = {}
         for key, job in list(self.jobs.items()):

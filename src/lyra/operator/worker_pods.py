@@ -118,10 +118,11 @@ class WorkerPods:
         return created
 
     def relabel(self, job: JobState, live: list[PodRecord]) -> None:
-        """The lowest-indexed live workers carry the base role; the rest are flexible."""
+        """The lowest-indexed live workers carry the base role; the rest are flexible. A worker whose labels were
+        edited (its role or job label removed or changed) has both written back."""
         ordered = sorted(live, key=lambda p: (p.index if p.index is not None else 1 << 30, p.ref.name))
         for position, pod in enumerate(ordered):
             want = PodRole.TRAINING_BASE if position < job.record.spec.min_workers else PodRole.TRAINING_FLEXIBLE
-            if pod.role is not want and pod.created is not None:
+            if (pod.role is not want or not pod.labelled) and pod.created is not None:
                 label = names.ROLE_BASE if want is PodRole.TRAINING_BASE else names.ROLE_FLEXIBLE
                 self.training.changes.actions.append(SetPodRole(pod.ref, label, job.record.ref, pod.node))

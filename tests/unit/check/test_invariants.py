@@ -62,11 +62,13 @@ def worker(
 
 
 def replica(name: str, node_name: str) -> dict[str, Any]:
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "chat-7c9f", "uid": "uid-rs", "controller": True}
     return {
         "metadata": {
             "name": name,
             "namespace": NAMESPACE,
             "labels": {names.ROLE_LABEL: names.ROLE_INFERENCE, names.SERVICE_LABEL: "chat"},
+            "ownerReferences": [owner],
         },
         "spec": {"nodeName": node_name},
         "status": {"phase": "Running"},
@@ -148,6 +150,11 @@ def _pod(objects: Objects, name: str) -> dict[str, Any]:
     return _named(objects, "pods", name)
 
 
+def _strip(pod: dict[str, Any]) -> None:
+    """``kubectl label pod ... lyra.dev/role- lyra.dev/job-``: what a tenant may do to its own pods."""
+    pod["metadata"]["labels"] = {}
+
+
 POD = "Pod"
 NODE = "Node"
 JOB = names.TRAINING_JOB_KIND
@@ -186,8 +193,13 @@ SCENARIOS: list[tuple[str, Callable[[Objects], None], tuple[str, str, str]]] = [
      ("job-accounted", JOB, f"{NAMESPACE}/waiting")),
     ("a worker owned by an earlier run of its job", lambda o: _pod(o, "train-w2")["metadata"]["ownerReferences"][0]
      .update(uid="uid-earlier"), ("job-accounted", POD, f"{W}2")),
-    ("a worker of a job that does not exist", lambda o: _pod(o, "train-w2")["metadata"]["labels"].update(
-        {names.JOB_LABEL: "gone"}), ("job-accounted", POD, f"{W}2")),
+    ("a worker of a job that does not exist", lambda o: _pod(o, "train-w2")["metadata"]["ownerReferences"][0]
+     .update(name="gone", uid="uid-gone"), ("job-accounted", POD, f"{W}2")),
+    ("a worker stripped of its labels", lambda o: _strip(_pod(o, "train-w2")), ("worker-labels", POD, f"{W}2")),
+    ("a worker whose role label is removed", lambda o: _pod(o, "train-w2")["metadata"]["labels"].pop(
+        names.ROLE_LABEL), ("worker-labels", POD, f"{W}2")),
+    ("a worker labelled with another job", lambda o: _pod(o, "train-w1")["metadata"]["labels"].update(
+        {names.JOB_LABEL: "waiting"}), ("worker-labels", POD, f"{W}1")),
     ("a node reclaiming past its deadline", lambda o: _named(o, "nodes", "t4-reclaiming")["metadata"].update(
         annotations={names.RECLAIM_STARTED_ANNOTATION: at(DEFAULT_RECLAIM_DEADLINE_S + 1)}),
      ("reclaim-deadline", NODE, "t4-reclaiming")),
@@ -226,8 +238,35 @@ def test_workers_completing_and_terminating_pods_are_not_violations() -> None:
     _pod(objects, "train-w1")["status"]["phase"] = "Succeeded"  # one base worker done: the job is completing
     _pod(objects, "train-w2")["metadata"]["deletionTimestamp"] = at(1)  # leaving: not live
     _job_status(objects)["workers"]["target"] = 1
-    _pod(objects, "train-w2")["metadata"]["labels"][names.JOB_LABEL] = "gone"  # a terminating orphan is going
+    _pod(objects, "train-w2")["metadata"]["ownerReferences"][0].update(name="gone")  # a terminating orphan is going
     assert run(objects) == []
+
+
+def test_a_tenants_pods_labelled_as_lyras_are_not_judged() -> None:
+    objects = clean_cluster()
+    tenant = {names.ROLE_LABEL: names.ROLE_BASE, names.JOB_LABEL: "nosuch"}
+    objects["pods"] += [
+        {"metadata": {"name": "mine", "namespace": "team", "labels": tenant}, "spec": {"nodeName": "t4-serving"},
+         "status": {"phase": "Running"}},
+        {"metadata": {"name": "fake-replica", "namespace": "team", "labels": {names.ROLE_LABEL: names.ROLE_INFERENCE}},
+         "spec": {"nodeName": "t4-loaned"}, "status": {"phase": "Running"}},
+        {"metadata": {"name": "train-w9", "namespace": NAMESPACE, "labels": {names.ROLE_LABEL: names.ROLE_BASE,
+         names.JOB_LABEL: "train"}}, "spec": {"nodeName": "train-0"}, "status": {"phase": "Running"}},
+    ]  # fmt: skip
+    report = check(nodes=objects["nodes"], pods=objects["pods"], jobs=objects["jobs"], now=NOW)
+    assert report.clean, report.violations
+    assert report.pods == 5, "judged: Lyra's pods (by owner) only"
+
+
+def test_a_stripped_worker_on_a_serving_server_is_caught() -> None:
+    objects = clean_cluster()
+    _strip(_pod(objects, "train-w2"))
+    _set_state_label(objects, "t4-reclaiming", "serving")  # a reclaim that reported itself complete
+    _taints(objects, "t4-reclaiming")[0]["value"] = "serving"
+    assert run(objects) == [("training-placement", POD, f"{W}2"), ("worker-labels", POD, f"{W}2")]
+    assert "unlabelled worker on inference node t4-reclaiming, which is serving" in str(
+        check(nodes=objects["nodes"], pods=objects["pods"], jobs=objects["jobs"], now=NOW).violations
+    )
 
 
 def test_a_terminating_worker_still_holds_its_node() -> None:

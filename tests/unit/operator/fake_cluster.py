@@ -89,6 +89,12 @@ def inference_service(name: str, replicas: int, gpus: int = 1, **spec: Any) -> d
     }
 
 
+def replica_set(service: str) -> dict[str, Any]:
+    """The controller reference of a replica of ``service``: its Deployment's ReplicaSet (named after it)."""
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{service}-5d8f9", "uid": f"rs-{service}",
+            "controller": True}  # fmt: skip
+
+
 def _matches(term: dict[str, Any], labels: dict[str, str]) -> bool:
     return all(labels.get(e["key"]) in e["values"] for e in term.get("matchExpressions", []))
 
@@ -186,12 +192,16 @@ class FakeCluster:
         elif isinstance(action, DeletePod):
             pod = self.pods.get(action.ref.key)
             if pod is not None:
-                if action.grace_seconds == 0 or not pod["spec"].get("nodeName"):
+                held = bool(pod["metadata"].get("finalizers"))  # the API server only marks a pod with finalizers
+                if (action.grace_seconds == 0 or not pod["spec"].get("nodeName")) and not held:
                     del self.pods[action.ref.key]
                 else:
                     pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         elif isinstance(action, SetPodRole):
-            self.pods[action.ref.key]["metadata"]["labels"]["lyra.dev/role"] = action.role
+            labels = self.pods[action.ref.key]["metadata"]["labels"]
+            labels["lyra.dev/role"] = action.role
+            if action.owner is not None and action.owner.kind == "TrainingJob":
+                labels["lyra.dev/job"] = action.owner.name
         elif isinstance(action, CreatePod):
             if action.ref.key not in self.pods:
                 body = copy.deepcopy(dict(action.manifest))
@@ -249,6 +259,7 @@ class FakeCluster:
                     "namespace": action.ref.namespace,
                     "uid": f"replica-{name}",
                     "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "ownerReferences": [replica_set(action.ref.name)],
                 },
                 "spec": template["spec"],
                 "status": {"phase": "Pending"},
@@ -293,12 +304,15 @@ class FakeCluster:
             deployment["status"] = {"replicas": deployment["spec"]["replicas"], "readyReplicas": len(ready)}
 
     def finish_terminations(self, *, except_on: Iterable[str] = ()) -> None:
-        """Terminating pods are gone, but those on the ``except_on`` nodes (no kubelet there to confirm)."""
+        """Terminating pods are gone, but those on the ``except_on`` nodes (no kubelet there to confirm) and those
+        with finalizers (nobody removes them)."""
         dead = set(except_on)
         for key in [
             k
             for k, p in self.pods.items()
-            if "deletionTimestamp" in p["metadata"] and p["spec"].get("nodeName") not in dead
+            if "deletionTimestamp" in p["metadata"]
+            and p["spec"].get("nodeName") not in dead
+            and not p["metadata"].get("finalizers")
         ]:
             del self.pods[key]
         self.schedule()

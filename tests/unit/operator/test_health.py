@@ -11,6 +11,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lyra.core.placement import PodRole
 from lyra.operator.actions import CreatePod, Decision, DeletePod
 from lyra.operator.commit import APPLIED, DEFERRED, Cluster, Outcome
 from lyra.operator.decide import OperatorConfig, decide
@@ -481,15 +482,22 @@ def test_a_409_on_creating_a_pod_that_is_already_this_runs_is_success() -> None:
 
 
 def test_a_worker_orphaned_by_its_jobs_deletion_is_not_the_new_runs() -> None:
-    cluster = FakeCluster([node("a0", "training", A100)])
-    cluster.add_job(training_job("again", 1, 1))
+    cluster = FakeCluster([node("a0", "training", A100), node("a1", "training", A100)])
+    cluster.add_job(training_job("again", 1, 1, gpusPerWorker=8))
     settle(cluster)
     for pod in cluster.pods.values():
         del pod["metadata"]["ownerReferences"]  # deleted with propagationPolicy Orphan: the reference is removed
     recreate(cluster, "again", "uid-again-2")
     world = cluster.world()
-    assert [p.ref.key for p in world.stale] == ["ml/again-w0"]
+    assert world.stale == (), "an orphan is no worker of Lyra's (its labels are no proof): it is not deleted"
     assert world.pods_of("ml/again") == ()
+    assert [p.role for p in world.pods] == [PodRole.UNMANAGED], "it holds its GPUs, as any GPU pod Lyra does not manage"
+    settle(cluster)
+    new = [
+        p for p in cluster.workers("again") if p["metadata"].get("ownerReferences", [{}])[0].get("uid") == "uid-again-2"
+    ]
+    assert [p["metadata"]["name"] for p in new] == ["again-w1"], "the orphan's name is not reused"
+    assert new[0]["spec"]["nodeName"] == "a1", "the orphan's GPUs are held"
 
 
 def test_a_job_being_deleted_is_left_to_the_garbage_collector() -> None:

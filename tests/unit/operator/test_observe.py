@@ -60,6 +60,10 @@ def test_an_unreadable_job_is_reported_and_the_rest_is_read(broken: dict[str, An
     assert read.unreadable[0].reason.startswith(reason)
 
 
+#: A worker's controller reference: its TrainingJob (Lyra knows its pods by it, never by their labels).
+JOB_BERT = {"apiVersion": "lyra.dev/v1alpha1", "kind": "TrainingJob", "name": "bert", "uid": "u", "controller": True}
+
+
 def test_a_workers_index_is_its_label_or_for_an_older_operators_pod_its_name() -> None:
     made = manifests.worker_pod(
         namespace="ml", job="bert", job_uid="u", index=4, role=names.ROLE_FLEXIBLE, template={}, gpus_per_worker=1,
@@ -74,6 +78,7 @@ def test_a_workers_index_is_its_label_or_for_an_older_operators_pod_its_name() -
         "metadata": {"name": "bert", "namespace": "ml", "labels": {"lyra.dev/role": "base", "lyra.dev/job": "bert"}}
     }
     for pod in (older, neither):
+        pod["metadata"]["ownerReferences"] = [JOB_BERT]
         pod["spec"] = {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}
         pod["status"] = {"phase": "Pending"}
     made["status"] = {"phase": "Pending"}
@@ -90,6 +95,7 @@ def test_pods_keep_role_owner_index_and_gpus() -> None:
             "name": "bert-w3",
             "namespace": "ml",
             "labels": {"lyra.dev/role": "flexible", "lyra.dev/job": "bert"},
+            "ownerReferences": [JOB_BERT],
         },
         "spec": {"nodeName": "t0", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "2"}}}]},
         "status": {"phase": "Running"},
