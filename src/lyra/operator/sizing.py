@@ -72,7 +72,12 @@ def desired_replicas(spec: InferenceServiceSpec) -> int:
     """``spec.replicas``, or with built-in sizing ``ceil(requestsPerSecond / perReplica)`` within the bounds."""
     if spec.sizing is None:
         return spec.replicas
-    wanted = math.ceil(spec.sizing.requests_per_second / spec.sizing.requests_per_second_per_replica - 1e-9)
+    ratio = spec.sizing.requests_per_second / spec.sizing.requests_per_second_per_replica
+    if math.isnan(ratio):
+        raise ValueError(f"spec.sizing: {spec.sizing.requests_per_second} requests per second is not a load")
+    if ratio >= spec.max_replicas:  # an infinite ratio included: the quotient of extremes never reaches math.ceil
+        return spec.max_replicas
+    wanted = math.ceil(ratio - 1e-9)
     return min(max(wanted, spec.min_replicas, 0), spec.max_replicas)
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from lyra.api import conditions
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
@@ -18,7 +20,7 @@ from lyra.operator.actions import PatchStatus
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.config import OperatorConfig
-from lyra.operator.isolation import key_of
+from lyra.operator.isolation import Undecidable, decide_alone, key_of
 from lyra.operator.observe import JobRecord, PodRecord, World, format_time
 
 FINISHED_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
@@ -30,6 +32,7 @@ PREEMPTED_BY_RECLAIM, PREEMPTED_BY_ALLOCATION, PREEMPTED_LOST_BASE = "reclaim", 
 PREEMPTED_NODE_LOST, PREEMPTED_BY_DISRUPTION = "node_lost", "disruption"
 
 log = logging.getLogger("lyra.operator")
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -115,6 +118,18 @@ class TrainingPass:
         self.changes.emit(job.record.ref, conditions.INVALID_SPEC, message, warning=True)
         self.refused.append(job)
 
+    def alone(self, job: JobState, what: str, step: Callable[[], T]) -> T | None:
+        """Run one job's part of the pass under the per-object isolation (:func:`lyra.operator.isolation.decide_alone`):
+        if it raises, what it decided is undone and the job fails alone (``InvalidSpec``, the error named), out of
+        the rest of the pass; the other jobs are decided as before. Returns the step's result, ``None`` if it raised."""
+        outcome = decide_alone(self.changes, job.record.ref, what, step)
+        if isinstance(outcome, Undecidable):
+            self.jobs.pop(job.key, None)
+            self.models.pop(job.key, None)
+            self.refuse(job, outcome.message)
+            return None
+        return outcome
+
     def plannable(self, node: str) -> bool:
         """Whether new work may be planned onto ``node``: it is known and healthy."""
         return node in self.known_nodes and node not in self.unhealthy_nodes
@@ -134,7 +149,7 @@ class TrainingPass:
 
     def write_statuses(self) -> None:
         for job in [*self.jobs.values(), *self.refused]:
-            self.write_status(job)
+            decide_alone(self.changes, job.record.ref, "writing the status", partial(self.write_status, job))
 
     def write_status(self, job: JobState) -> None:
         status = job.status.model_copy(update={"observed_generation": job.record.generation})
