@@ -438,8 +438,7 @@ def _own_namespace_terms(affinity: Mapping[str, Any]) -> dict[str, Any]:
     preferred = result.get("preferredDuringSchedulingIgnoredDuringExecution")
     if isinstance(preferred, list):
         result["preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {**w, "podAffinityTerm": own(w.get("podAffinityTerm"))} if isinstance(w, Mapping) else w
-            for w in preferred
+            {**w, "podAffinityTerm": own(w.get("podAffinityTerm"))} if isinstance(w, Mapping) else w for w in preferred
         ]
     return result
 
