@@ -50,7 +50,9 @@ MIN_SPEED = 1e-3
 MIN_GPU_MEMORY_GIB = 1 / 1024
 #: The least expected duration: a second.
 MIN_DURATION_S = 1
-INT64_MAX = 2**63 - 1
+#: The largest integer a bound may name where no smaller one means anything (counters, generations, seconds of a
+#: toleration): the API server holds a schema's bounds as float64, and 2**63 - 1 is not one (it reads as -2**63).
+MAX_SAFE_INTEGER = 2**53 - 1
 INT32_MAX = 2**31 - 1
 #: The largest work done a status records (reference worker-seconds): above a year of 100,000 workers at speed 1,000.
 MAX_WORK = 1e16
@@ -72,8 +74,14 @@ NAME_MESSAGE = (
     f"the name may have at most {MAX_OBJECT_NAME} characters: Lyra labels the pods it makes with it "
     f"(lyra.dev/job, lyra.dev/service) and a label value has at most {MAX_OBJECT_NAME}; choose a shorter name"
 )
-#: The CEL rule at each CRD's root that refuses a longer name at ``kubectl apply``.
-NAME_RULE = {"rule": f"self.metadata.name.size() <= {MAX_OBJECT_NAME}", "message": NAME_MESSAGE}
+#: The CEL rule at each CRD's root that refuses a longer name at ``kubectl apply``. Checked on create only (a name
+#: never changes): an object stored before the rule must still take the operator's status writes, which say why it
+#: is refused, and at the root every write changes ``self``, so the API server's ratcheting would not spare it.
+NAME_RULE: dict[str, Any] = {
+    "rule": f"oldSelf.hasValue() || self.metadata.name.size() <= {MAX_OBJECT_NAME}",
+    "optionalOldSelf": True,
+    "message": NAME_MESSAGE,
+}
 
 
 class _Wire(BaseModel):
@@ -83,7 +91,7 @@ class _Wire(BaseModel):
 
 
 #: A resource quantity, as Kubernetes writes it: a whole number or a string (``"2"``, ``"500m"``, ``"16Gi"``).
-Quantity = Annotated[int, Field(ge=0, le=INT64_MAX)] | Annotated[str, StringConstraints(max_length=64)]
+Quantity = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)] | Annotated[str, StringConstraints(max_length=64)]
 
 
 class _Open(BaseModel):
@@ -146,7 +154,7 @@ class Toleration(_Open):
     operator: str | None = Field(default=None, max_length=16)
     value: str | None = Field(default=None, max_length=63)
     effect: str | None = Field(default=None, max_length=32)
-    toleration_seconds: int | None = Field(default=None, ge=-INT64_MAX - 1, le=INT64_MAX)
+    toleration_seconds: int | None = Field(default=None, ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)
 
 
 class PodAffinityTerm(_Open):
@@ -290,7 +298,7 @@ class Condition(_Wire):
     reason: str = Field(max_length=1024)
     message: str = Field(default="", max_length=32768)
     last_transition_time: str = Field(description="RFC 3339 time of the last status change.", max_length=64)
-    observed_generation: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    observed_generation: int | None = Field(default=None, ge=0, le=MAX_SAFE_INTEGER)
 
 
 class WorkerCounts(_Wire):
@@ -310,8 +318,8 @@ class TrainingJobStatus(_Wire):
     queued_at: str | None = Field(default=None, max_length=64)
     started_at: str | None = Field(default=None, max_length=64)
     finished_at: str | None = Field(default=None, max_length=64)
-    preemptions: int = Field(default=0, ge=0, le=INT64_MAX)
-    scale_ins: int = Field(default=0, ge=0, le=INT64_MAX)
+    preemptions: int = Field(default=0, ge=0, le=MAX_SAFE_INTEGER)
+    scale_ins: int = Field(default=0, ge=0, le=MAX_SAFE_INTEGER)
     work_done: float = Field(
         default=0.0,
         ge=0,
@@ -321,7 +329,7 @@ class TrainingJobStatus(_Wire):
     work_as_of: str | None = Field(
         default=None, max_length=64, description="When workDone was last brought up to date."
     )
-    observed_generation: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    observed_generation: int | None = Field(default=None, ge=0, le=MAX_SAFE_INTEGER)
     conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
 
 
@@ -371,7 +379,7 @@ class InferenceServiceStatus(_Wire):
     servers_needed: int = Field(default=0, ge=0, le=MAX_WORKERS)
     selector: str = Field(default="", max_length=4096, description="Label selector of the replicas (for scaling).")
     gpu_type: str | None = Field(default=None, max_length=MAX_NAME, description="The GPU type the replicas run on.")
-    observed_generation: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    observed_generation: int | None = Field(default=None, ge=0, le=MAX_SAFE_INTEGER)
     conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
     reclaim: ReclaimWait | None = Field(
         default=None, description="Set while replicas wait for servers being reclaimed from training."
