@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -97,7 +97,27 @@ class TrainingPass:
                 del self.jobs[key]
                 self.refuse(job, job.record.refusal)
             else:
-                self.models[key] = job.record.model
+                self.models[key] = self.bounded(job, job.record.model)
+
+    def bounded(self, job: JobState, model: TrainingJob) -> TrainingJob:
+        """The job as the queue orders it: at most its namespace's priority bound (``--max-priority``), and the
+        ``PriorityBounded`` condition saying so (removed once it no longer applies)."""
+        bound = self.config.priority_bounds.bound_of(job.record.ref.namespace)
+        if bound is None or model.priority <= bound:
+            if any(c.type == conditions.PRIORITY_BOUNDED for c in job.status.conditions):
+                job.update(conditions=[c for c in job.status.conditions if c.type != conditions.PRIORITY_BOUNDED])
+            return model
+        job.status = set_condition(
+            job.status,
+            conditions.PRIORITY_BOUNDED,
+            True,
+            conditions.NAMESPACE_BOUND,
+            f"spec.priority {model.priority} is above {bound}, the highest namespace {job.record.ref.namespace} may "
+            f"use (--max-priority): the queue orders the job at {bound}",
+            now=self.changes.now,
+            generation=job.record.generation,
+        )
+        return replace(model, priority=bound)
 
     def refuse(self, job: JobState, message: str) -> None:
         """Fail a job whose spec the core cannot run (its pace cannot be computed either), and stop its workers."""

@@ -27,7 +27,9 @@ from lyra.operator import job_intent, services
 from lyra.operator.actions import ApplyDeployment, CreatePod
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.job_work import WorkLedger
+from lyra.operator.priority_bounds import PriorityBounds
 from lyra.operator.sizing import InferenceGpuCaps, desired_replicas
+from lyra.settings import DEFAULT_MAX_PRIORITY
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
 
@@ -247,6 +249,35 @@ def test_a_service_with_a_64_character_name_stored_before_the_rule_reclaims_noth
     assert ready["reason"] == "InvalidSpec"
     assert "metadata.name: the name may have at most 63 characters" in ready["message"]
     assert not [a for a in decision.of(ApplyDeployment) if a.ref.namespace == "tenant"]
+
+
+# -- priority bounds --------------------------------------------------------------------------------------------
+
+
+def test_a_namespaces_priority_bound_orders_its_jobs_and_says_so() -> None:
+    """Room for one base: the tenant's long job at priority 1,000,000 would go first; bounded at 0 (the default), the
+    neighbour's shorter job does, and the tenant's job carries ``PriorityBounded``."""
+    cluster = FakeCluster([node("a0", "training", A100)])
+    add_job(cluster, "tenant", training_job("first", 8, 8, duration=36_000, gpuTypes=[A100], priority=1_000_000))
+    add_job(cluster, "other", training_job("short", 8, 8, duration=60, gpuTypes=[A100]))
+    unbounded = copy.deepcopy(cluster)
+    unbounded.apply(decide(unbounded.world(), CONFIG))
+    assert unbounded.jobs["tenant/first"]["status"]["phase"] == "Running", "unbounded, the priority wins"
+    bounds = PriorityBounds.parse([], default=DEFAULT_MAX_PRIORITY)
+    config = OperatorConfig(gang_timeout_s=600, priority_bounds=bounds)
+    cluster.apply(decide(cluster.world(), config))
+    assert cluster.jobs["other/short"]["status"]["phase"] == "Running"
+    status = cluster.jobs["tenant/first"]["status"]
+    assert status["phase"] == "Queued"
+    bounded = condition(status, "PriorityBounded")
+    assert (bounded["status"], bounded["reason"]) == ("True", "NamespaceBound")
+    assert bounded["message"] == (
+        "spec.priority 1000000 is above 0, the highest namespace tenant may use (--max-priority): the queue orders "
+        "the job at 0"
+    )
+    trusted = OperatorConfig(gang_timeout_s=600, priority_bounds=PriorityBounds.parse(["tenant=1000000"], default=0))
+    cluster.apply(decide(cluster.world(), trusted))
+    assert not any(c["type"] == "PriorityBounded" for c in cluster.jobs["tenant/first"]["status"]["conditions"])
 
 
 # -- every number of both specs, at its extremes -----------------------------------------------------------------
