@@ -42,10 +42,12 @@ MAX_NAMESPACES = 64
 #: 253), a headless Service and the workers' host names (a hash of the job's name when it is longer than 50,
 #: :func:`lyra.operator.manifests.rendezvous_service_name`), a Deployment ``<service>``.
 MAX_OBJECT_NAME = 63
-#: The largest load of a service's built-in sizing, and the least a replica may serve, in requests per second.
+#: The largest load of a service's built-in sizing, and what a replica must serve more than, in requests per second.
+#: Fractional lower bounds are exclusive (``gt``): the API server compares a whole number (``0``) with a schema's
+#: ``minimum`` truncated to a whole number, so ``minimum: 0.001`` let ``0`` through, while an exclusive one refuses it.
 MAX_REQUESTS_PER_SECOND = 1e9
 MIN_REQUESTS_PER_REPLICA = 1e-3
-#: The least measured speed (relative to the reference GPU) and the least GPU memory a worker may need, in GiB.
+#: What a measured speed (relative to the reference GPU) and the GPU memory a worker needs (GiB) must be more than.
 MIN_SPEED = 1e-3
 MIN_GPU_MEMORY_GIB = 1 / 1024
 #: The least expected duration: a second.
@@ -60,7 +62,7 @@ MAX_WORK = 1e16
 
 GpuTypeName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME)]
 #: A measured speed relative to the reference GPU, within the core's bounds.
-Speed = Annotated[float, Field(ge=MIN_SPEED, le=1000)]
+Speed = Annotated[float, Field(gt=MIN_SPEED, le=1000)]
 
 
 def name_problem(name: str) -> str | None:
@@ -253,7 +255,7 @@ class TrainingJobSpec(_Wire):
     gpu_memory_gib: float | None = Field(
         default=None,
         alias="gpuMemoryGiB",
-        ge=MIN_GPU_MEMORY_GIB,
+        gt=MIN_GPU_MEMORY_GIB,
         le=1024,
         description="Memory one worker needs per GPU, in GiB.",
     )
@@ -340,7 +342,7 @@ class LoadSizing(_Wire):
         ge=0, le=MAX_REQUESTS_PER_SECOND, description="Current load, written by whatever measures it."
     )
     requests_per_second_per_replica: float = Field(
-        ge=MIN_REQUESTS_PER_REPLICA,
+        gt=MIN_REQUESTS_PER_REPLICA,
         le=MAX_REQUESTS_PER_SECOND,
         description="What one replica serves at its target latency.",
     )
