@@ -350,8 +350,8 @@ def extremes(schema: dict[str, Any]) -> list[Any]:
     return values
 
 
-TJ_FIELDS = numeric_fields(_spec_schema(names.TRAINING_JOB_KIND))
-IS_FIELDS = numeric_fields(_spec_schema(names.INFERENCE_SERVICE_KIND))
+TJ_SCHEMA, IS_SCHEMA = _spec_schema(names.TRAINING_JOB_KIND), _spec_schema(names.INFERENCE_SERVICE_KIND)
+TJ_FIELDS, IS_FIELDS = numeric_fields(TJ_SCHEMA), numeric_fields(IS_SCHEMA)
 
 
 def test_the_property_test_covers_every_numeric_field_of_both_specs() -> None:
@@ -381,11 +381,10 @@ def test_no_extreme_number_fails_a_pass_and_the_neighbours_are_decided(
     cluster = cluster_with_neighbours()
     job = training_job("hostile", 1, 2, gpuTypes=[A100])
     service = inference_service("hostile", 1, gpuType=T4)
-    tj_schema, is_schema = _spec_schema(names.TRAINING_JOB_KIND), _spec_schema(names.INFERENCE_SERVICE_KIND)
     for (path, _), value in job_fields:
-        with_value(job["spec"], tj_schema, path, value)
+        with_value(job["spec"], TJ_SCHEMA, path, value)
     for (path, _), value in service_fields:
-        with_value(service["spec"], is_schema, path, value)
+        with_value(service["spec"], IS_SCHEMA, path, value)
     add_job(cluster, "tenant", job)
     add_service(cluster, "tenant", service)
     for _ in range(2):  # the pass that decides, and the one after it: neither fails
