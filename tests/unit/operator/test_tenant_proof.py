@@ -392,3 +392,31 @@ def test_no_extreme_number_fails_a_pass_and_the_neighbours_are_decided(
     assert_neighbours_decided(cluster, started=False)
     for store, key in ((cluster.jobs, "tenant/hostile"), (cluster.services, "tenant/hostile")):
         assert store[key].get("status", {}).get("conditions"), "the hostile object is decided or refused, and says so"
+
+
+def test_a_job_whose_scale_in_for_a_reclaim_raises_fails_alone_and_the_reclaim_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lyra.operator.job_life import JobLives
+
+    def poisoned(self: JobLives, job_key: str, pods: list[Any], why: str) -> None:
+        raise ArithmeticError("no work left to fold")
+
+    cluster = FakeCluster([node(f"t{i}", "inference", T4) for i in range(4)])
+    add_job(cluster, "other", training_job("borrower", 1, 32, gpuTypes=[T4]))
+    add_service(cluster, "serve", inference_service("chat", 1, gpus=8, gpuType=T4))
+    for _ in range(3):
+        cluster.apply(decide(cluster.world(), CONFIG))
+        cluster.tick(31)
+    assert sum(cluster.state(n) == "loaned" for n in cluster.nodes) == 3
+    monkeypatch.setattr(JobLives, "scale_in", poisoned)
+    cluster.services["serve/chat"]["spec"]["replicas"] = 2  # one more server: a reclaim scales the borrower in
+    cluster.apply(decide(cluster.world(), CONFIG))
+    status = cluster.jobs["other/borrower"]["status"]
+    assert condition(status, "Running")["message"] == "scaling the job in failed: ArithmeticError: no work left to fold"
+    assert status["phase"] == "Failed"
+    assert sum(cluster.state(n) == "reclaiming" for n in cluster.nodes) == 1, "the reclaim is under way"
+    cluster.finish_terminations()
+    cluster.apply(decide(cluster.world(), CONFIG))
+    assert cluster.deployments["serve/chat"]["spec"]["replicas"] == 2
+    assert sum(cluster.state(n) in ("serving", "idle") for n in cluster.nodes) >= 2, "the server came back"
