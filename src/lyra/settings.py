@@ -15,6 +15,13 @@ POSITIVE_COUNT: Final = "positive count"
 TEXT: Final = "text"
 PORT: Final = "port"
 
+#: What the operator bounds per namespace unless the admin says otherwise (``lyra operator`` and the chart's values,
+#: docs/security.md): the inference GPUs every namespace not named may claim (``--inference-gpu-cap '*=64'``: eight
+#: servers of eight GPUs, the whole inference pool of the local cluster), and the highest ``spec.priority`` its
+#: TrainingJobs are queued at (``--max-priority '*=0'``: tenants' jobs compete on their expected durations).
+DEFAULT_INFERENCE_GPU_CAP: Final = 64
+DEFAULT_MAX_PRIORITY: Final = 0
+
 
 def setting(default: Any, *, flag: str, kind: str, help: str) -> Any:
     """A field with its default, its flag, how the flag is read (:data:`SECONDS`, :data:`COUNT`,

@@ -20,6 +20,8 @@ READY: Final = "Ready"
 APPLIED: Final = "Applied"
 #: An InferenceService's: whether its namespace's cap on inference GPUs cut its replicas (absent where no cap applies).
 CAPPED: Final = "Capped"
+#: A TrainingJob's: its spec.priority is above its namespace's bound (--max-priority), which orders it (absent if not).
+PRIORITY_BOUNDED: Final = "PriorityBounded"
 
 # Reasons on TrainingJobs (conditions and Events) and on the deletion of their workers.
 QUEUED: Final = "Queued"
@@ -40,6 +42,8 @@ STALE_RUN: Final = "StaleRun"
 JOB_FINISHED: Final = "JobFinished"
 REQUEUED: Final = "Requeued"
 FLEXIBLE_WORKER_UNPLACED: Final = "FlexibleWorkerUnplaced"
+#: A job ordered at its namespace's priority bound rather than its own spec.priority.
+NAMESPACE_BOUND: Final = "NamespaceBound"
 #: A job or service whose spec cannot be read or built (condition False, Warning Event; a job fails).
 INVALID_SPEC: Final = "InvalidSpec"
 

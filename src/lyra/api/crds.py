@@ -17,7 +17,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from lyra.api import names
-from lyra.api.resources import InferenceServiceSpec, InferenceServiceStatus, TrainingJobSpec, TrainingJobStatus
+from lyra.api.resources import (
+    NAME_RULE,
+    InferenceServiceSpec,
+    InferenceServiceStatus,
+    TrainingJobSpec,
+    TrainingJobStatus,
+)
 
 _DROPPED = ("title", "discriminator")
 HELM_RESOURCE_POLICY = "helm.sh/resource-policy"
@@ -100,6 +106,8 @@ def _resource_schema(spec: type[BaseModel], status: type[BaseModel], rules: list
     spec_schema["x-kubernetes-validations"] = rules
     return {
         "type": "object",
+        # The name is the value of the label on the object's pods: one Lyra cannot label is refused at the root.
+        "x-kubernetes-validations": [dict(NAME_RULE)],
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},

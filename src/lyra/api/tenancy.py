@@ -12,7 +12,10 @@ or raise them above other tenants' pods in kube-scheduler's preemption. Each suc
 * and whatever reaches :mod:`lyra.operator.manifests` is overridden anyway (defence in depth).
 
 What stays the tenant's: ``nodeSelector`` on keys that are not Lyra's (they can only narrow where a pod runs, as
-every node selector and affinity term must match), ``podAffinity`` and ``podAntiAffinity``, tolerations of other
+every node selector and affinity term must match), ``podAffinity`` and ``podAntiAffinity`` whose terms select pods of
+the object's own namespace (no ``namespaces``, no ``namespaceSelector``: those are refused, as they would let one
+tenant's pods repel or attract another's), ``topologySpreadConstraints`` (kube-scheduler counts only pods of the
+pod's own namespace for them), tolerations of other
 taints (by key), ``serviceAccountName`` (a ServiceAccount of the object's own namespace: creating a TrainingJob is
 creating pods in that namespace, and the namespace's PodSecurity and quotas apply to them).
 """
@@ -61,7 +64,39 @@ def _field_rule(field: str, why: str) -> Rule:
     return Rule(field, f"!has(self.{field})", f"{field} may not be set: {why}; remove it", lambda s: field in s)
 
 
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 _NODE_LABELS_CEL = " && ".join([f"!k.startsWith('{OWNED_PREFIX}')", *(f"k != '{k}'" for k in OWNED_NODE_LABELS)])
+
+
+def _reaching_terms(affinity: object) -> bool:
+    """Whether a podAffinity or podAntiAffinity (JSON) has a term that names namespaces or selects them."""
+    part = _mapping(affinity)
+    required = part.get(_REQUIRED)
+    preferred = part.get(_PREFERRED)
+    terms = [_mapping(t) for t in required] if isinstance(required, list) else []
+    if isinstance(preferred, list):
+        terms += [_mapping(_mapping(w).get("podAffinityTerm")) for w in preferred]
+    return any("namespaces" in t or "namespaceSelector" in t for t in terms)
+
+
+def _own_namespace_rule(field: str) -> Rule:
+    """Pod (anti-)affinity terms select pods of the object's own namespace only: a term with ``namespaces`` or a
+    ``namespaceSelector`` (``{}`` is every namespace) would let a tenant's pods keep another's off a node or out of a
+    zone, and a running pod's required anti-affinity also repels every pod it selects that comes after it."""
+    path = f"self.affinity.{field}"
+    no_namespaces = "!has({t}.namespaces) && !has({t}.namespaceSelector)"
+    cel = (
+        f"!has(self.affinity) || !has({path}) || "
+        f"((!has({path}.{_REQUIRED}) || {path}.{_REQUIRED}.all(t, {no_namespaces.format(t='t')})) && "
+        f"(!has({path}.{_PREFERRED}) || {path}.{_PREFERRED}.all(w, {no_namespaces.format(t='w.podAffinityTerm')})))"
+    )
+    message = (
+        f"affinity.{field} terms select pods of the object's own namespace only: remove namespaces and "
+        "namespaceSelector from its terms (they would reach other tenants' pods)"
+    )
+    return Rule(f"affinity.{field}", cel, message, lambda s: _reaching_terms(_mapping(s.get("affinity")).get(field)))
+
 
 RULES: Final = (
     _field_rule(
@@ -101,6 +136,8 @@ RULES: Final = (
         "podAffinity instead",
         lambda s: "nodeAffinity" in _mapping(s.get("affinity")),
     ),
+    _own_namespace_rule("podAffinity"),
+    _own_namespace_rule("podAntiAffinity"),
 )
 
 

@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lyra.api.resources import MAX_PRIORITY
 from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS
-from lyra.settings import ExtenderSettings
+from lyra.settings import DEFAULT_INFERENCE_GPU_CAP, DEFAULT_MAX_PRIORITY, ExtenderSettings
 from lyra.snapshot.document import MAX_GPU_TYPES, GpuTypeDocument, Name
 
 #: The upstream kube-scheduler the chart bundles: the same minor version the project builds and tests against.
@@ -140,11 +141,18 @@ class Operator(Strict):
     )
     http_port: Port = Field(8080, alias="httpPort", description="/metrics, /healthz and /readyz")
     inference_gpu_caps: dict[CappedNamespace, Annotated[int, Field(ge=0, le=MAX_CAP_GPUS)]] = Field(
-        default_factory=dict,
+        default_factory=lambda: {"*": DEFAULT_INFERENCE_GPU_CAP},
         alias="inferenceGpuCaps",
-        description="the GPUs each namespace's InferenceServices may claim together, e.g. {serving: 64, '*': 8} "
-        "(--inference-gpu-cap; '*': every namespace not named; empty: no cap; docs/security.md)",
+        description="the GPUs each namespace's InferenceServices may claim together, e.g. {serving: 256, '*': 8} "
+        "(--inference-gpu-cap; '*': every namespace not named, 64 unless set; docs/security.md)",
         json_schema_extra={"additionalProperties": False},  # a key that is no namespace is refused, not ignored
+    )
+    max_priorities: dict[CappedNamespace, Annotated[int, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]] = Field(
+        default_factory=lambda: {"*": DEFAULT_MAX_PRIORITY},
+        alias="maxPriorities",
+        description="the highest spec.priority each namespace's TrainingJobs are queued at, e.g. {research: 100, "
+        "'*': 0} (--max-priority; '*': every namespace not named, 0 unless set; docs/security.md)",
+        json_schema_extra={"additionalProperties": False},
     )
     gpu_catalog: Annotated[dict[Name, GpuTypeDocument], Field(max_length=MAX_GPU_TYPES)] = Field(
         default_factory=dict,

@@ -82,7 +82,15 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         default=[],
         metavar="NAMESPACE=GPUS",
         help="the GPUs a namespace's InferenceServices may claim together; services past it get fewer replicas and "
-        "Capped=True (repeatable; *=GPUS for every namespace not named; default: no cap)",
+        "Capped=True (repeatable; *=GPUS for every namespace not named, *=64 unless given; docs/security.md)",
+    )
+    parser.add_argument(
+        "--max-priority",
+        action="append",
+        default=[],
+        metavar="NAMESPACE=PRIORITY",
+        help="the highest spec.priority a namespace's TrainingJobs are queued at; jobs above it are ordered at it and "
+        "carry PriorityBounded=True (repeatable; *=PRIORITY for every namespace not named, *=0 unless given)",
     )
     add_gpu_catalog_argument(parser)
     parser.set_defaults(run=run_operator_command)
@@ -102,12 +110,18 @@ def run_operator_command(args: argparse.Namespace) -> int:
     if args.resync_s <= 0:
         print("lyra operator: --resync must be > 0 seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from lyra.operator.sizing import InferenceGpuCaps
+    from lyra.operator.priority_bounds import DEFAULT_MAX_PRIORITY, PriorityBounds
+    from lyra.operator.sizing import DEFAULT_INFERENCE_GPU_CAP, InferenceGpuCaps
 
     try:
-        caps = InferenceGpuCaps.parse(args.inference_gpu_cap)
+        caps = InferenceGpuCaps.parse(args.inference_gpu_cap, default=DEFAULT_INFERENCE_GPU_CAP)
     except ValueError as error:
         print(f"lyra operator: --inference-gpu-cap: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        bounds = PriorityBounds.parse(args.max_priority, default=DEFAULT_MAX_PRIORITY)
+    except ValueError as error:
+        print(f"lyra operator: --max-priority: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
     from lyra.cli.kube_client import KubeconfigError, api_client
@@ -125,6 +139,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     config = OperatorConfig(
         **settings_given(args, OperatorConfig),
         inference_gpu_caps=caps,
+        priority_bounds=bounds,
         gpus=args.gpu_catalog if args.gpu_catalog is not None else GpuCatalog(),
     )
     options = RunOptions(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from lyra.core.allocation import DEFAULT_SEARCH_BUDGET
 from lyra.core.gpus import GpuCatalog
+from lyra.operator.priority_bounds import PriorityBounds
 from lyra.operator.sizing import InferenceGpuCaps
 from lyra.settings import COUNT, POSITIVE_COUNT, SECONDS, TEXT, setting
 
@@ -63,6 +64,8 @@ class OperatorConfig:
     )
     #: The GPUs each namespace's InferenceServices may claim (``--inference-gpu-cap``); none: no cap.
     inference_gpu_caps: InferenceGpuCaps = field(default_factory=InferenceGpuCaps)
+    #: The highest priority each namespace's TrainingJobs are ordered at (``--max-priority``); none: their own.
+    priority_bounds: PriorityBounds = field(default_factory=PriorityBounds)
 
 
 @dataclass(frozen=True, slots=True)

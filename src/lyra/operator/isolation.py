@@ -29,9 +29,11 @@ them all). Durable state stays where a crash needs it: node labels, statuses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol, TypeVar
 
 from lyra.api import names
 from lyra.operator.actions import (
@@ -46,6 +48,9 @@ from lyra.operator.actions import (
     SetPodRole,
 )
 from lyra.operator.observe import ObjectRef
+
+log = logging.getLogger("lyra.operator")
+T = TypeVar("T")
 
 FIRST_DELAY_S = 10.0
 MAX_DELAY_S = 300.0
@@ -73,6 +78,33 @@ class Failure:
     attempts: int
     failed_at: float
     retry_at: float
+
+
+class Undoable(Protocol):
+    """What a pass has decided so far, marked and undone back to the mark (:class:`lyra.operator.changes.Changes`)."""
+
+    def mark(self) -> tuple[int, int]: ...
+    def undo(self, mark: tuple[int, int]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Undecidable:
+    """Deciding about one object raised: what it raised, worded for its status (the object's actions were undone)."""
+
+    message: str
+
+
+def decide_alone(changes: Undoable, ref: ObjectRef, what: str, step: Callable[[], T]) -> T | Undecidable:
+    """Run one object's part of a pass. Whatever it raises (a value no bound foresaw, a bug) stops that object only:
+    the actions it had added are undone, the error is logged with its traceback, and the caller reports it on the
+    object (``InvalidSpec``) while every other object's decision goes on in the same pass."""
+    mark = changes.mark()
+    try:
+        return step()
+    except Exception as error:
+        changes.undo(mark)
+        log.exception("%s %s: %s failed", ref.kind, ref.key, what)
+        return Undecidable(f"{what} failed: {type(error).__name__}: {error}")
 
 
 def key_of(ref: ObjectRef) -> str:

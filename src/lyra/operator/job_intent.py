@@ -5,9 +5,11 @@ crash between the two is completed by the next pass."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 
 from lyra.api import conditions
 from lyra.api.resources import JobPhase, WorkerCounts
@@ -20,6 +22,8 @@ from lyra.operator.job_life import JobLives
 from lyra.operator.job_work import WorkLedger
 from lyra.operator.observe import PodRecord, format_time
 from lyra.operator.training_pass import PREEMPTED_BY_ALLOCATION, JobState, TrainingPass
+
+log = logging.getLogger("lyra.operator")
 
 
 class JobIntents:
@@ -59,7 +63,7 @@ class JobIntents:
         )
         hosts = {s.name for s in servers if s.hosts_training}
         entries: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
-        for job in self.training.jobs.values():
+        for job in list(self.training.jobs.values()):
             if job.status.phase not in (JobPhase.RUNNING, JobPhase.QUEUED) or job.finishing:
                 continue  # a finishing job's last workers hold their GPUs until they exit; nothing to decide
             if job.status.phase is JobPhase.QUEUED and self.training.held_back(job):
@@ -68,19 +72,9 @@ class JobIntents:
                 continue  # workers on a node nothing says the size of: the job is kept as it is, its GPUs held
             if allocating and self.life.leaving(job):
                 continue  # it waits for its own leaving workers; their GPUs (and its others') are held
-            placed = [
-                p
-                for p in job.bound_live()
-                if job.status.phase is JobPhase.RUNNING
-                and p.node in hosts
-                and p.ref.key not in self.training.changes.deleted
-            ]
-            if len(placed) < job.record.spec.min_workers:
-                placed = []  # below its base the job holds GPUs but does not run
-            placement: dict[str, int] = defaultdict(int)
-            for pod in placed:
-                placement[pod.node] += 1
-            entries.append((self.work.core_job(job, placement, self.work.remaining_work(job)), job, placed))
+            entry = self.training.alone(job, "modelling the job", partial(self.entry, job, hosts))
+            if entry is not None:
+                entries.append(entry)
         snapshot, kept = self._consistent(servers, entries)
         counted = {p.ref.key for _, _, placed in kept for p in placed}
         held: dict[str, int] = defaultdict(int)
@@ -96,6 +90,22 @@ class JobIntents:
             if server.name in self.training.unhealthy_nodes:
                 held[server.name] = max(server.gpus - workers_on[server.name], held[server.name])
         return snapshot, dict(held), {core.name: job for core, job, _ in kept}
+
+    def entry(self, job: JobState, hosts: set[str]) -> tuple[TrainingJob, JobState, list[PodRecord]]:
+        """One job as the core's snapshot holds it, with the workers it counts as placed."""
+        placed = [
+            p
+            for p in job.bound_live()
+            if job.status.phase is JobPhase.RUNNING
+            and p.node in hosts
+            and p.ref.key not in self.training.changes.deleted
+        ]
+        if len(placed) < job.record.spec.min_workers:
+            placed = []  # below its base the job holds GPUs but does not run
+        placement: dict[str, int] = defaultdict(int)
+        for pod in placed:
+            placement[pod.node] += 1
+        return self.work.core_job(job, placement, self.work.remaining_work(job)), job, placed
 
     def _consistent(
         self, servers: tuple[Server, ...], entries: list[tuple[TrainingJob, JobState, list[PodRecord]]]
@@ -119,73 +129,119 @@ class JobIntents:
     def allocate(self, states: Mapping[str, LoanState]) -> None:
         try:
             snapshot, held, by_name = self.snapshot(states)
-            plan = allocate_workers(snapshot, held=held, search_budget=self.training.config.search_budget)
+            plan = self.allocation(snapshot, held, by_name)
         except InvalidClusterError as error:
             self.training.changes.report = replace(self.training.changes.report, allocation_error=str(error))
+            return
+        if plan is None:
             return
         self.training.changes.report = replace(self.training.changes.report, allocation=_allocation_report(plan))
         rooms: dict[int, dict[str, int]] = {}  # GPUs per worker -> workers each GPU type holds, empty
         for name, job in by_name.items():
-            workers = plan.workers.get(name, 0)
-            placement = dict(plan.placement.get(name, {}))
-            types = plan.gpu_types.get(name, ())
-            if workers == 0:
-                size = job.record.spec.gpus_per_worker
-                if size not in rooms:
-                    rooms[size] = empty_room(snapshot, size)
-                too_large = self.too_large(job, rooms[size])
-                reason = too_large or plan.queued.get(name, "waiting for GPUs")
-                kind = conditions.TOO_LARGE if too_large else conditions.QUEUED
-                job.status = set_condition(
-                    job.status,
-                    conditions.RUNNING,
-                    False,
-                    kind,
-                    reason,
-                    now=self.training.changes.now,
-                    generation=job.record.generation,
+            if job.key in self.training.jobs:
+                self.training.alone(
+                    job, "applying the allocation", partial(self.intend, job, name, plan, snapshot, rooms)
                 )
-                if job.status.phase is JobPhase.RUNNING:
-                    self.life.stop_job(
-                        job, JobPhase.QUEUED, conditions.PREEMPTED, f"preempted by the allocation: {reason}"
-                    )
-                    self.life.count_preemption(job, PREEMPTED_BY_ALLOCATION)
-                continue
-            target = WorkerCounts(
-                current=job.status.workers.current,
-                target=workers,
-                base=job.record.spec.min_workers,
-                flexible=workers - job.record.spec.min_workers,
+
+    def allocation(
+        self, snapshot: ClusterSnapshot, held: Mapping[str, int], by_name: Mapping[str, JobState]
+    ) -> AllocationPlan | None:
+        """``allocate_workers`` on the pass's snapshot. Should it raise anything but :class:`InvalidClusterError`
+        (a value no bound foresaw), each job is allocated alone on the same servers: those that raise alone fail
+        alone (``InvalidSpec``), and the others are allocated together again. ``None``: even they raise together
+        (no intent changes in this pass; the report says why)."""
+        budget = self.training.config.search_budget
+        try:
+            return allocate_workers(snapshot, held=held, search_budget=budget)
+        except InvalidClusterError:
+            raise
+        except Exception:
+            log.exception("the allocation failed; allocating each job alone to find the ones that fail it")
+        kept = []
+        for core in snapshot.jobs:
+            alone = replace(snapshot, jobs=(core,))
+            tried = self.training.alone(
+                by_name[core.name],
+                "allocating GPUs",
+                partial(allocate_workers, alone, held=held, search_budget=budget),
             )
-            if job.status.phase is JobPhase.QUEUED:
-                fields = self.work.fold_work(job)
-                fields.update(
-                    phase=JobPhase.RUNNING,
-                    started_at=format_time(self.training.changes.now),
-                    workers=target,
-                    placements=placement,
-                    gpu_type=types[0] if types else None,
-                )
-                job.update(**fields)
-                message = f"started {workers} workers on {', '.join(types)} ({_where(placement)})"
-                job.status = set_condition(
-                    job.status,
-                    conditions.RUNNING,
-                    True,
-                    conditions.STARTED,
-                    message,
-                    now=self.training.changes.now,
-                    generation=job.record.generation,
-                )
-                self.training.changes.emit(job.record.ref, conditions.STARTED, message)
-            elif workers != job.status.workers.target:  # the same count elsewhere is no reason to move workers
-                before = job.status.workers.target
-                fields = self.work.fold_work(job)
-                fields.update(workers=target, placements=placement)
-                job.update(**fields)
-                self.training.changes.emit(
-                    job.record.ref, conditions.RESIZED, f"workers {before} -> {workers} ({_where(placement)})"
-                )
+            if tried is not None:
+                kept.append(core)
+        try:
+            return allocate_workers(replace(snapshot, jobs=tuple(kept)), held=held, search_budget=budget)
+        except Exception as error:
+            log.exception("the allocation failed with every job that fails alone left out")
+            report = self.training.changes.report
+            self.training.changes.report = replace(report, allocation_error=f"{type(error).__name__}: {error}")
+            return None
+
+    def intend(
+        self,
+        job: JobState,
+        name: str,
+        plan: AllocationPlan,
+        snapshot: ClusterSnapshot,
+        rooms: dict[int, dict[str, int]],
+    ) -> None:
+        """One job's intent from the allocation's plan (``rooms``: the empty room per worker size, filled lazily)."""
+        workers = plan.workers.get(name, 0)
+        placement = dict(plan.placement.get(name, {}))
+        types = plan.gpu_types.get(name, ())
+        if workers == 0:
+            size = job.record.spec.gpus_per_worker
+            if size not in rooms:
+                rooms[size] = empty_room(snapshot, size)
+            too_large = self.too_large(job, rooms[size])
+            reason = too_large or plan.queued.get(name, "waiting for GPUs")
+            kind = conditions.TOO_LARGE if too_large else conditions.QUEUED
+            job.status = set_condition(
+                job.status,
+                conditions.RUNNING,
+                False,
+                kind,
+                reason,
+                now=self.training.changes.now,
+                generation=job.record.generation,
+            )
+            if job.status.phase is JobPhase.RUNNING:
+                self.life.stop_job(job, JobPhase.QUEUED, conditions.PREEMPTED, f"preempted by the allocation: {reason}")
+                self.life.count_preemption(job, PREEMPTED_BY_ALLOCATION)
+            return
+        target = WorkerCounts(
+            current=job.status.workers.current,
+            target=workers,
+            base=job.record.spec.min_workers,
+            flexible=workers - job.record.spec.min_workers,
+        )
+        if job.status.phase is JobPhase.QUEUED:
+            fields = self.work.fold_work(job)
+            fields.update(
+                phase=JobPhase.RUNNING,
+                started_at=format_time(self.training.changes.now),
+                workers=target,
+                placements=placement,
+                gpu_type=types[0] if types else None,
+            )
+            job.update(**fields)
+            message = f"started {workers} workers on {', '.join(types)} ({_where(placement)})"
+            job.status = set_condition(
+                job.status,
+                conditions.RUNNING,
+                True,
+                conditions.STARTED,
+                message,
+                now=self.training.changes.now,
+                generation=job.record.generation,
+            )
+            self.training.changes.emit(job.record.ref, conditions.STARTED, message)
+        elif workers != job.status.workers.target:  # the same count elsewhere is no reason to move workers
+            before = job.status.workers.target
+            fields = self.work.fold_work(job)
+            fields.update(workers=target, placements=placement)
+            job.update(**fields)
+            self.training.changes.emit(
+                job.record.ref, conditions.RESIZED, f"workers {before} -> {workers} ({_where(placement)})"
+            )
 
     def too_large(self, job: JobState, room: Mapping[str, int]) -> str | None:
         """Why ``job``'s base can never start on this cluster, even empty and with every server lent; or None.

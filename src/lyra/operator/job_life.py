@@ -6,6 +6,7 @@ earlier run of a job of the same name are deleted (with their UID as preconditio
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from lyra.api import conditions
 from lyra.api.resources import JobPhase, WorkerCounts
@@ -92,29 +93,33 @@ class JobLives:
 
     def lives(self) -> None:
         self.clean_stale()
-        for job in self.training.jobs.values():
-            spec, status = job.record.spec, job.status
-            if status.phase is JobPhase.QUEUED and status.queued_at is None:
-                job.update(queued_at=format_time(job.record.created or self.training.changes.now))
-            disrupted = [p for p in job.pods if p.disruption and not p.terminating]
-            for pod in disrupted:
-                if pod.is_finished:  # the kubelet left it Failed: its object goes, it is no failure of the job
-                    self.training.changes.delete(pod, 0, conditions.DISRUPTED)
-            if status.phase in FINISHED_PHASES:
-                for pod in job.live:  # a finished job keeps no worker running
-                    self.training.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.JOB_FINISHED)
-                continue
-            failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating and not p.disruption]
-            succeeded = [p for p in job.pods if p.phase == "Succeeded"]
-            if status.phase is JobPhase.RUNNING and failed:
-                self.stop_job(job, JobPhase.FAILED, conditions.WORKER_FAILED, f"worker {failed[0].ref.name} failed")
-            elif status.phase is JobPhase.RUNNING and succeeded and not job.live:
-                self.stop_job(job, JobPhase.SUCCEEDED, conditions.COMPLETED, f"{len(succeeded)} workers completed")
-            elif status.phase is JobPhase.QUEUED and job.live:
-                for pod in job.live:  # workers of a job that was re-queued (a crash came between status and pods)
-                    self.training.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.REQUEUED)
-            elif status.phase is JobPhase.RUNNING and not succeeded and not self.lose_workers(job, disrupted):
-                self.gang_watch(job)
+        for job in list(self.training.jobs.values()):
+            self.training.alone(job, "deciding the job's life", partial(self.life, job))
+
+    def life(self, job: JobState) -> None:
+        """One job's life in the pass (see the module docstring)."""
+        spec, status = job.record.spec, job.status
+        if status.phase is JobPhase.QUEUED and status.queued_at is None:
+            job.update(queued_at=format_time(job.record.created or self.training.changes.now))
+        disrupted = [p for p in job.pods if p.disruption and not p.terminating]
+        for pod in disrupted:
+            if pod.is_finished:  # the kubelet left it Failed: its object goes, it is no failure of the job
+                self.training.changes.delete(pod, 0, conditions.DISRUPTED)
+        if status.phase in FINISHED_PHASES:
+            for pod in job.live:  # a finished job keeps no worker running
+                self.training.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.JOB_FINISHED)
+            return
+        failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating and not p.disruption]
+        succeeded = [p for p in job.pods if p.phase == "Succeeded"]
+        if status.phase is JobPhase.RUNNING and failed:
+            self.stop_job(job, JobPhase.FAILED, conditions.WORKER_FAILED, f"worker {failed[0].ref.name} failed")
+        elif status.phase is JobPhase.RUNNING and succeeded and not job.live:
+            self.stop_job(job, JobPhase.SUCCEEDED, conditions.COMPLETED, f"{len(succeeded)} workers completed")
+        elif status.phase is JobPhase.QUEUED and job.live:
+            for pod in job.live:  # workers of a job that was re-queued (a crash came between status and pods)
+                self.training.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.REQUEUED)
+        elif status.phase is JobPhase.RUNNING and not succeeded and not self.lose_workers(job, disrupted):
+            self.gang_watch(job)
 
     def clean_stale(self) -> None:
         """Delete the pods of earlier runs of the jobs (each with its UID as precondition: never the new run's)."""

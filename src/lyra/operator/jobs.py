@@ -9,6 +9,7 @@ responsibility is a module of its own (:mod:`lyra.operator.training_pass` for wh
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from lyra.core.model import ClusterSnapshot, LoanState
 from lyra.operator.changes import Changes
@@ -67,10 +68,17 @@ class JobBook:
         return self.intent.training_snapshot(states)
 
     def scale_in(self, job_key: str, pods: list[PodRecord], why: str) -> None:
-        self.life.scale_in(job_key, pods, why)
+        """Scale a job in for a reclaim, under the per-object isolation (what raises fails that job alone, and its
+        workers leave the reclaimed servers with it)."""
+        job = self.training.jobs.get(job_key)
+        if job is not None:
+            self.training.alone(job, "scaling the job in", partial(self.life.scale_in, job_key, pods, why))
 
     def preempt(self, job_key: str, why: str) -> None:
-        self.life.preempt(job_key, why)
+        """Preempt a job for a reclaim, under the per-object isolation."""
+        job = self.training.jobs.get(job_key)
+        if job is not None:
+            self.training.alone(job, "preempting the job", partial(self.life.preempt, job_key, why))
 
     def running_workers(self, job_key: str) -> tuple[int, int] | None:
         return self.life.running_workers(job_key)

@@ -12,7 +12,8 @@ The scheduling fields of a pod are the operator's (:mod:`lyra.api.tenancy`): the
 templates that set them, and whatever a template still carries is overridden here: ``nodeName``, ``schedulerName``,
 ``priority`` and ``priorityClassName`` are dropped, tolerations without a key or of Lyra's taint are dropped,
 ``nodeSelector`` keys of Lyra's are dropped, ``affinity.nodeAffinity`` is Lyra's (``podAffinity`` and
-``podAntiAffinity`` are kept), and of the template's metadata only labels and annotations are kept, without Lyra's
+``podAntiAffinity`` are kept, their terms without ``namespaces`` and ``namespaceSelector``: they select pods of the
+pod's own namespace only), and of the template's metadata only labels and annotations are kept, without Lyra's
 keys.
 """
 
@@ -412,7 +413,34 @@ def _tenant_part(template: Mapping[str, Any]) -> tuple[dict[str, str], dict[str,
     }
     if selector:
         spec["nodeSelector"] = selector
+    affinity = dict(spec.get("affinity") or {})
+    for part in ("podAffinity", "podAntiAffinity"):
+        if isinstance(affinity.get(part), Mapping):
+            affinity[part] = _own_namespace_terms(affinity[part])
+    if affinity:
+        spec["affinity"] = affinity
     return tenants("labels"), tenants("annotations"), spec
+
+
+def _own_namespace_terms(affinity: Mapping[str, Any]) -> dict[str, Any]:
+    """Pod (anti-)affinity whose terms select pods of the pod's own namespace only: ``namespaces`` and
+    ``namespaceSelector`` removed from every term (:mod:`lyra.api.tenancy` refuses them; this is defence in depth)."""
+
+    def own(term: object) -> object:
+        if not isinstance(term, Mapping):
+            return term
+        return {k: v for k, v in term.items() if k not in ("namespaces", "namespaceSelector")}
+
+    result = dict(affinity)
+    required = result.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if isinstance(required, list):
+        result["requiredDuringSchedulingIgnoredDuringExecution"] = [own(t) for t in required]
+    preferred = result.get("preferredDuringSchedulingIgnoredDuringExecution")
+    if isinstance(preferred, list):
+        result["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {**w, "podAffinityTerm": own(w.get("podAffinityTerm"))} if isinstance(w, Mapping) else w for w in preferred
+        ]
+    return result
 
 
 def selector_of(service: str) -> str:

@@ -53,6 +53,7 @@ from lyra.api.resources import (
     InferenceServiceStatus,
     TrainingJobSpec,
     TrainingJobStatus,
+    name_problem,
 )
 from lyra.core.errors import InvalidClusterError
 from lyra.core.model import MAX_GPUS_PER_SERVER, LoanState, Pool, TrainingJob
@@ -228,13 +229,19 @@ class JobRecord:
 
     def __post_init__(self) -> None:
         model: TrainingJob | None = None
-        try:
-            model = training_job(self.ref.key, self.spec)
-        except InvalidClusterError as error:  # the API server accepted it (an older CRD?); the core does not
-            refusal = f"the spec cannot be run: {error}"
+        named = name_problem(self.ref.name)
+        if named is not None:  # stored before the CRD's rule on names: its pods could never be labelled
+            refusal = f"the worker pods cannot be made: {named}"
         else:
-            problem = template_problem(self.spec.template, "gpusPerWorker")
-            refusal = f"the worker pods cannot be built: {problem}" if problem is not None else ""
+            try:
+                model = training_job(self.ref.key, self.spec)
+            except InvalidClusterError as error:  # the API server accepted it (an older CRD?); the core does not
+                refusal = f"the spec cannot be run: {error}"
+            except Exception as error:  # whatever else the core raises stops this job only
+                refusal = f"the spec cannot be run: {type(error).__name__}: {error}"
+            else:
+                problem = template_problem(self.spec.template, "gpusPerWorker")
+                refusal = f"the worker pods cannot be built: {problem}" if problem is not None else ""
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "refusal", refusal)
 

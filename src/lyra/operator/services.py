@@ -27,16 +27,17 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from lyra.api import conditions
-from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, wire
+from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, name_problem, wire
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
 from lyra.operator.actions import ApplyDeployment, PatchStatus, ReclaimWaitReport
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
-from lyra.operator.isolation import key_of
+from lyra.operator.isolation import Undecidable, decide_alone, key_of
 from lyra.operator.observe import ServiceRecord, World, format_time_ms, parse_time
 from lyra.operator.sizing import (
     InferenceGpuCaps,
@@ -67,39 +68,61 @@ class ServiceBook:
         self.problems: dict[str, tuple[str, str]] = {}
 
     def plan(self) -> dict[str, int]:
-        """Statuses and Deployments of every service; returns the servers needed per inference GPU type."""
+        """Statuses and Deployments of every service; returns the servers needed per inference GPU type. Each
+        service is decided alone (:func:`lyra.operator.isolation.decide_alone`): one that raises gets no Deployment
+        and no servers, and says why (``InvalidSpec``); the others are decided in the same pass."""
         main_type = main_inference_type(self.world.nodes)
         demands: dict[str, Counter[int]] = defaultdict(Counter)  # per GPU type, replicas per size
         server_gpus = server_sizes(self.world.nodes)
-        types = server_gpus.keys()
         for service in self.world.services:
-            replicas = desired_replicas(service.spec)
-            gpu_type = service.spec.gpu_type or main_type
-            size = server_gpus.get(gpu_type, 0) if gpu_type else 0
-            if gpu_type is None or gpu_type not in types or service.spec.gpus_per_replica > size:
-                reason = (
-                    f"no inference server has GPU type {gpu_type}"
-                    if gpu_type not in types
-                    else f"{service.spec.gpus_per_replica} GPUs per replica exceed a {gpu_type} server ({size})"
-                )
-                self.service_status(service, replicas, gpu_type, 0, (conditions.NO_SERVERS, reason))
+            claimed = dict(self.cap_left)
+            outcome = decide_alone(
+                self.changes,
+                service.ref,
+                "sizing the service",
+                partial(self.plan_one, service, main_type, server_gpus),
+            )
+            if isinstance(outcome, Undecidable):
+                self.cap_left = claimed  # it claims nothing of its namespace's cap
+                self.problems.pop(service.ref.key, None)
+                self.service_status(service, 0, service.spec.gpu_type, 0, (conditions.INVALID_SPEC, outcome.message))
                 continue
-            built = self.build(service, gpu_type)
-            if isinstance(built, str):  # this service alone: no Deployment, no demand
-                self.service_status(service, 0, gpu_type, 0, (conditions.INVALID_SPEC, built))
-                continue
-            wanted, replicas = replicas, self.within_cap(service, replicas)
-            demands[gpu_type][service.spec.gpus_per_replica] += replicas
-            if replicas:
-                self.users[gpu_type].append(f"{service.ref.key} ({replicas} replicas)")
-            needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, server_gpus)
-            self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None, wanted=wanted)
-            self.deployment(service, replicas, built)
+            if outcome is not None:
+                gpu_type, replicas = outcome
+                demands[gpu_type][service.spec.gpus_per_replica] += replicas
+                if replicas:
+                    self.users[gpu_type].append(f"{service.ref.key} ({replicas} replicas)")
         demand = servers_needed(dict(demands), server_gpus)
-        for gpu_type in types:
+        for gpu_type in server_gpus:
             demand.setdefault(gpu_type, 0)
         self.changes.report = replace(self.changes.report, inference_servers_needed=dict(sorted(demand.items())))
         return demand
+
+    def plan_one(
+        self, service: ServiceRecord, main_type: str | None, server_gpus: Mapping[str, int]
+    ) -> tuple[str, int] | None:
+        """One service's status and Deployment; returns its GPU type and the replicas it claims (``None``: none, it
+        has a problem its status says)."""
+        replicas = desired_replicas(service.spec)
+        gpu_type = service.spec.gpu_type or main_type
+        size = server_gpus.get(gpu_type, 0) if gpu_type else 0
+        if gpu_type is None or gpu_type not in server_gpus or service.spec.gpus_per_replica > size:
+            reason = (
+                f"no inference server has GPU type {gpu_type}"
+                if gpu_type not in server_gpus
+                else f"{service.spec.gpus_per_replica} GPUs per replica exceed a {gpu_type} server ({size})"
+            )
+            self.service_status(service, replicas, gpu_type, 0, (conditions.NO_SERVERS, reason))
+            return None
+        built = self.build(service, gpu_type)
+        if isinstance(built, str):  # this service alone: no Deployment, no demand
+            self.service_status(service, 0, gpu_type, 0, (conditions.INVALID_SPEC, built))
+            return None
+        wanted, replicas = replicas, self.within_cap(service, replicas)
+        needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, server_gpus)
+        self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None, wanted=wanted)
+        self.deployment(service, replicas, built)
+        return gpu_type, replicas
 
     def within_cap(self, service: ServiceRecord, wanted: int) -> int:
         """The replicas the service may have: ``wanted``, or what its namespace's cap has left (services of a
@@ -153,6 +176,9 @@ class ServiceBook:
     def build(self, service: ServiceRecord, gpu_type: str) -> dict[str, Any] | str:
         """The Deployment the service wants (with 0 replicas, set by :meth:`deployment`), or why none can be made
         from its template (naming the field)."""
+        named = name_problem(service.ref.name)
+        if named is not None:  # stored before the CRD's rule on names: no Deployment could label its replicas
+            return f"the replicas cannot be made: {named}"
         problem = template_problem(service.spec.template, "gpusPerReplica")
         if problem is not None:
             return f"the replicas cannot be built: {problem}"
@@ -247,37 +273,46 @@ class ServiceBook:
     def follow_reclaims(self, reclaiming_since: Mapping[str, float]) -> None:
         """Start or end each service's reclaim record. ``reclaiming_since``: per GPU type, when the oldest reclaim
         under way in this pass (or begun and finished in it) began."""
-        now = self.changes.now
         for service in self.world.services:
-            status = self.statuses.get(service.ref.key)
-            if status is None or status.gpu_type is None:
-                continue
-            running = sum(
-                1
-                for pod in self.world.pods_of(service.ref.key)
-                if pod.role is PodRole.INFERENCE and pod.phase == "Running" and pod.node and not pod.terminating
-            )
-            record = status.reclaim
-            if record is None:
-                began = reclaiming_since.get(status.gpu_type)
-                if began is not None and running < status.replicas:
-                    record = ReclaimWait(started_at=format_time_ms(began), gpu_type=status.gpu_type)
-                    self.statuses[service.ref.key] = status.model_copy(update={"reclaim": record})
-                continue
-            if running < status.replicas:
-                continue
-            began = parse_time(record.started_at)
-            waited = max(now - began, 0.0) if began is not None else 0.0
-            self.changes.emit(
+            decide_alone(
+                self.changes,
                 service.ref,
-                conditions.RECLAIM_SERVED,
-                f"{running} of {status.replicas} replicas running {waited:.1f} s after the reclaim of "
-                f"{record.gpu_type} servers began",
+                "following the reclaim for the service",
+                partial(self.follow_reclaim, service, reclaiming_since),
             )
-            wait = ReclaimWaitReport(service.ref.key, record.gpu_type, round(waited, 3))
-            report = self.changes.report
-            self.changes.report = replace(report, reclaim_waits=(*report.reclaim_waits, wait))
-            self.statuses[service.ref.key] = status.model_copy(update={"reclaim": None})
+
+    def follow_reclaim(self, service: ServiceRecord, reclaiming_since: Mapping[str, float]) -> None:
+        """One service's reclaim record, started or ended."""
+        now = self.changes.now
+        status = self.statuses.get(service.ref.key)
+        if status is None or status.gpu_type is None:
+            return
+        running = sum(
+            1
+            for pod in self.world.pods_of(service.ref.key)
+            if pod.role is PodRole.INFERENCE and pod.phase == "Running" and pod.node and not pod.terminating
+        )
+        record = status.reclaim
+        if record is None:
+            began = reclaiming_since.get(status.gpu_type)
+            if began is not None and running < status.replicas:
+                record = ReclaimWait(started_at=format_time_ms(began), gpu_type=status.gpu_type)
+                self.statuses[service.ref.key] = status.model_copy(update={"reclaim": record})
+            return
+        if running < status.replicas:
+            return
+        began = parse_time(record.started_at)
+        waited = max(now - began, 0.0) if began is not None else 0.0
+        self.changes.emit(
+            service.ref,
+            conditions.RECLAIM_SERVED,
+            f"{running} of {status.replicas} replicas running {waited:.1f} s after the reclaim of "
+            f"{record.gpu_type} servers began",
+        )
+        wait = ReclaimWaitReport(service.ref.key, record.gpu_type, round(waited, 3))
+        report = self.changes.report
+        self.changes.report = replace(report, reclaim_waits=(*report.reclaim_waits, wait))
+        self.statuses[service.ref.key] = status.model_copy(update={"reclaim": None})
 
     def write_statuses(self) -> None:
         for service in self.world.services:

@@ -23,12 +23,22 @@ from dataclasses import dataclass
 from lyra.api.resources import InferenceServiceSpec
 from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS, Pool
 from lyra.operator.observe import NodeRecord
+from lyra.settings import DEFAULT_INFERENCE_GPU_CAP
+
+__all__ = ["DEFAULT_INFERENCE_GPU_CAP", "EVERY_OTHER_NAMESPACE", "InferenceGpuCaps", "namespace_problem"]
 
 #: The namespace entry of a cap that applies to every namespace not named.
 EVERY_OTHER_NAMESPACE = "*"
 #: The largest cap: every replica a service may have, at the largest size.
 MAX_CAP_GPUS = MAX_WORKERS * MAX_GPUS_PER_SERVER
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def namespace_problem(namespace: str) -> str | None:
+    """Why ``namespace`` cannot name a namespace in a per-namespace setting (``*``: every other one), or ``None``."""
+    if namespace == EVERY_OTHER_NAMESPACE or _NAMESPACE.fullmatch(namespace):
+        return None
+    return f"{namespace!r} is not a namespace name (nor {EVERY_OTHER_NAMESPACE} for all others)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,22 +54,25 @@ class InferenceGpuCaps:
             twice = sorted({n for n in names if names.count(n) > 1})
             raise ValueError(f"a namespace is capped twice: {', '.join(twice)}")
         for namespace, gpus in self.entries:
-            if namespace != EVERY_OTHER_NAMESPACE and not _NAMESPACE.fullmatch(namespace):
-                raise ValueError(f"{namespace!r} is not a namespace name (nor {EVERY_OTHER_NAMESPACE} for all others)")
+            problem = namespace_problem(namespace)
+            if problem is not None:
+                raise ValueError(problem)
             if not 0 <= gpus <= MAX_CAP_GPUS:
                 raise ValueError(f"the cap of {namespace} must be 0 to {MAX_CAP_GPUS} GPUs, not {gpus}")
         object.__setattr__(self, "entries", tuple(sorted(self.entries)))
 
     @classmethod
-    def parse(cls, settings: Iterable[str]) -> InferenceGpuCaps:
-        """From ``NAMESPACE=GPUS`` settings (``*=GPUS`` for every namespace not named); ValueError says what is
-        wrong with which."""
+    def parse(cls, settings: Iterable[str], *, default: int | None = None) -> InferenceGpuCaps:
+        """From ``NAMESPACE=GPUS`` settings (``*=GPUS`` for every namespace not named), with ``default`` for ``*``
+        when no setting names it; ValueError says what is wrong with which."""
         entries = []
         for setting in settings:
             namespace, equals, gpus = setting.partition("=")
             if not equals or not gpus.strip().isdigit():
                 raise ValueError(f"{setting!r} is not NAMESPACE=GPUS (a whole number of GPUs)")
             entries.append((namespace.strip(), int(gpus)))
+        if default is not None and EVERY_OTHER_NAMESPACE not in {n for n, _ in entries}:
+            entries.append((EVERY_OTHER_NAMESPACE, default))
         return cls(tuple(entries))
 
     def cap_of(self, namespace: str) -> int | None:
@@ -72,7 +85,12 @@ def desired_replicas(spec: InferenceServiceSpec) -> int:
     """``spec.replicas``, or with built-in sizing ``ceil(requestsPerSecond / perReplica)`` within the bounds."""
     if spec.sizing is None:
         return spec.replicas
-    wanted = math.ceil(spec.sizing.requests_per_second / spec.sizing.requests_per_second_per_replica - 1e-9)
+    ratio = spec.sizing.requests_per_second / spec.sizing.requests_per_second_per_replica
+    if math.isnan(ratio):
+        raise ValueError(f"spec.sizing: {spec.sizing.requests_per_second} requests per second is not a load")
+    if ratio >= spec.max_replicas:  # an infinite ratio included: the quotient of extremes never reaches math.ceil
+        return spec.max_replicas
+    wanted = math.ceil(ratio - 1e-9)
     return min(max(wanted, spec.min_replicas, 0), spec.max_replicas)
 
 

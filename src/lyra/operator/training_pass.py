@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, TypeVar
 
 from lyra.api import conditions
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
@@ -19,7 +21,7 @@ from lyra.operator.actions import PatchStatus
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.config import OperatorConfig
-from lyra.operator.isolation import key_of
+from lyra.operator.isolation import Undecidable, decide_alone, key_of
 from lyra.operator.observe import JobRecord, PodRecord, World, format_time
 
 FINISHED_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
@@ -35,6 +37,7 @@ PREEMPTED_NODE_LOST = conditions.PreemptionCause.NODE_LOST
 PREEMPTED_BY_DISRUPTION = conditions.PreemptionCause.DISRUPTION
 
 log = logging.getLogger("lyra.operator")
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -117,7 +120,27 @@ class TrainingPass:
                 del self.jobs[key]
                 self.refuse(job, job.record.refusal)
             else:
-                self.models[key] = job.record.model
+                self.models[key] = self.bounded(job, job.record.model)
+
+    def bounded(self, job: JobState, model: TrainingJob) -> TrainingJob:
+        """The job as the queue orders it: at most its namespace's priority bound (``--max-priority``), and the
+        ``PriorityBounded`` condition saying so (removed once it no longer applies)."""
+        bound = self.config.priority_bounds.bound_of(job.record.ref.namespace)
+        if bound is None or model.priority <= bound:
+            if any(c.type == conditions.PRIORITY_BOUNDED for c in job.status.conditions):
+                job.update(conditions=[c for c in job.status.conditions if c.type != conditions.PRIORITY_BOUNDED])
+            return model
+        job.status = set_condition(
+            job.status,
+            conditions.PRIORITY_BOUNDED,
+            True,
+            conditions.NAMESPACE_BOUND,
+            f"spec.priority {model.priority} is above {bound}, the highest namespace {job.record.ref.namespace} may "
+            f"use (--max-priority): the queue orders the job at {bound}",
+            now=self.changes.now,
+            generation=job.record.generation,
+        )
+        return replace(model, priority=bound)
 
     def refuse(self, job: JobState, message: str) -> None:
         """Fail a job whose spec the core cannot run (its pace cannot be computed either), and stop its workers."""
@@ -138,6 +161,18 @@ class TrainingPass:
         self.changes.emit(job.record.ref, conditions.INVALID_SPEC, message, warning=True)
         self.refused.append(job)
 
+    def alone(self, job: JobState, what: str, step: Callable[[], T]) -> T | None:
+        """Run one job's part of the pass under the per-object isolation (:func:`lyra.operator.isolation.decide_alone`):
+        if it raises, what it decided is undone and the job fails alone (``InvalidSpec``, the error named), out of
+        the rest of the pass; the other jobs are decided as before. Returns the step's result, ``None`` if it raised."""
+        outcome = decide_alone(self.changes, job.record.ref, what, step)
+        if isinstance(outcome, Undecidable):
+            self.jobs.pop(job.key, None)
+            self.models.pop(job.key, None)
+            self.refuse(job, outcome.message)
+            return None
+        return outcome
+
     def plannable(self, node: str) -> bool:
         """Whether new work may be planned onto ``node``: it is known and healthy."""
         return node in self.known_nodes and node not in self.unhealthy_nodes
@@ -157,7 +192,7 @@ class TrainingPass:
 
     def write_statuses(self) -> None:
         for job in [*self.jobs.values(), *self.refused]:
-            self.write_status(job)
+            decide_alone(self.changes, job.record.ref, "writing the status", partial(self.write_status, job))
 
     def write_status(self, job: JobState) -> None:
         status = job.status.model_copy(update={"observed_generation": job.record.generation})

@@ -13,6 +13,9 @@ from lyra.chart.values import Operator as ChartOperator
 from lyra.cli import main, operator_commands
 from lyra.cli.arguments import settings_given
 from lyra.operator.config import LoopSettings, OperatorConfig
+from lyra.operator.priority_bounds import PriorityBounds
+from lyra.operator.sizing import InferenceGpuCaps
+from lyra.settings import DEFAULT_INFERENCE_GPU_CAP, DEFAULT_MAX_PRIORITY
 
 
 @pytest.mark.parametrize(
@@ -23,6 +26,11 @@ from lyra.operator.config import LoopSettings, OperatorConfig
         (["--headroom", "-2"], "expected a number >= 0"),
         (["--search-budget", "0"], "expected a number >= 1"),
         (["--resync", "0"], "--resync must be > 0"),
+        (["--max-priority", "ml"], "--max-priority: 'ml' is not NAMESPACE=PRIORITY"),
+        (["--max-priority", "ml=high"], "is not NAMESPACE=PRIORITY"),
+        (["--max-priority", "ML=1"], "'ML' is not a namespace name"),
+        (["--max-priority", "ml=2000000"], "the bound of ml must be -1000000 to 1000000"),
+        (["--max-priority", "ml=1", "--max-priority", "ml=2"], "a namespace is bounded twice: ml"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,3 +143,9 @@ def test_the_charts_defaults_are_the_operators() -> None:
     )
     assert (chart.resync_seconds, chart.lease_duration_seconds) == (loop.resync_s, loop.lease_duration_s)
     assert chart.http_port == _operator_parser().parse_args([]).http_port
+    # Bounds on by default, the same in both: 64 inference GPUs and priority 0 for every namespace not named.
+    assert chart.inference_gpu_caps == {"*": DEFAULT_INFERENCE_GPU_CAP} == {"*": 64}
+    assert chart.max_priorities == {"*": DEFAULT_MAX_PRIORITY} == {"*": 0}
+    assert InferenceGpuCaps.parse([], default=DEFAULT_INFERENCE_GPU_CAP).cap_of("any") == 64
+    assert InferenceGpuCaps.parse(["*=8"], default=DEFAULT_INFERENCE_GPU_CAP).cap_of("any") == 8
+    assert PriorityBounds.parse(["research=100"], default=DEFAULT_MAX_PRIORITY).entries == (("*", 0), ("research", 100))

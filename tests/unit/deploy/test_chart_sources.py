@@ -148,7 +148,7 @@ def leaves(document: dict[str, Any], prefix: str = "") -> list[str]:
     return found
 
 
-UNTYPED_MAPS = ("nodeSelector", "affinity", "labels")
+UNTYPED_MAPS = ("nodeSelector", "affinity", "labels", "inferenceGpuCaps", "maxPriorities")  # keyed by names
 
 
 def test_the_alerts_table_in_the_operations_guide_names_exactly_the_charts_alerts() -> None:

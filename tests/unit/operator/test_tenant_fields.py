@@ -26,6 +26,10 @@ from .test_placement_rules import admitted, labels_and_taints, node_kinds
 
 CONTAINERS = [{"name": "main", "image": "x.invalid/a:1"}]
 STATE = names.STATE_TAINT
+REQUIRED, PREFERRED = (
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "preferredDuringSchedulingIgnoredDuringExecution",
+)
 
 #: (id, a pod spec's hostile setting, the field the refusal names).
 REFUSED: list[tuple[str, dict[str, Any], str]] = [
@@ -43,15 +47,35 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("node-affinity", {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "x", "operator": "Exists"}]}]}}}},
      "affinity.nodeAffinity"),
+    # Pod (anti-)affinity terms reaching other namespaces (issue 25: this one kept another namespace's pods Pending
+    # with 31 of 32 GPUs free): a term selects pods of the object's own namespace only.
+    ("anti-affinity-every-namespace", {"affinity": {"podAntiAffinity": {REQUIRED: [
+        {"labelSelector": {}, "namespaceSelector": {}, "topologyKey": "kubernetes.io/os"}]}}},
+     "affinity.podAntiAffinity"),
+    ("anti-affinity-named-namespace", {"affinity": {"podAntiAffinity": {PREFERRED: [
+        {"weight": 100, "podAffinityTerm": {"namespaces": ["serving"], "topologyKey": "kubernetes.io/hostname"}}]}}},
+     "affinity.podAntiAffinity"),
+    ("affinity-named-namespace", {"affinity": {"podAffinity": {REQUIRED: [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "namespaces": ["other"],
+         "topologyKey": "kubernetes.io/hostname"}]}}},
+     "affinity.podAffinity"),
+    ("affinity-namespace-selector", {"affinity": {"podAffinity": {PREFERRED: [
+        {"weight": 1, "podAffinityTerm": {"namespaceSelector": {"matchLabels": {"team": "b"}},
+                                          "topologyKey": "topology.kubernetes.io/zone"}}]}}},
+     "affinity.podAffinity"),
 ]  # fmt: skip
 
 #: What stays the tenant's: accepted, and kept in the pods.
 ALLOWED: list[tuple[str, dict[str, Any]]] = [
     ("a-zone-selector", {"nodeSelector": {"topology.kubernetes.io/zone": "eu-1a"}}),
     ("a-keyed-toleration", {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
-    ("pod-anti-affinity", {"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+    ("pod-anti-affinity", {"affinity": {"podAntiAffinity": {PREFERRED: [
         {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}),
     ("own-service-account", {"serviceAccountName": "trainer"}),
+    ("own-namespace-anti-affinity", {"affinity": {"podAntiAffinity": {REQUIRED: [
+        {"labelSelector": {"matchLabels": {"app": "trainer"}}, "topologyKey": "kubernetes.io/hostname"}]}}}),
+    ("topology-spread", {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "trainer"}}}]}),
 ]  # fmt: skip
 
 
@@ -134,7 +158,17 @@ HOSTILE = {
         "nodeSelector": {names.POOL_LABEL: names.POOL_INFERENCE, "topology.kubernetes.io/zone": "eu-1a"},
         "affinity": {
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}},
-            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [],
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {},
+                        "namespaceSelector": {},
+                        "namespaces": ["b"],
+                        "topologyKey": "kubernetes.io/os",
+                    }
+                ],
+            },
         },
         "serviceAccountName": "trainer",
     },
@@ -168,7 +202,10 @@ def test_the_operators_pods_carry_none_of_a_templates_lyra_fields(kind: str) -> 
     assert all(t["operator"] == "Equal" for t in ours), "only the operator's own, by value"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     assert spec["nodeSelector"] == {"topology.kubernetes.io/zone": "eu-1a"}
-    assert spec["affinity"]["podAntiAffinity"] == HOSTILE["spec"]["affinity"]["podAntiAffinity"]
+    assert spec["affinity"]["podAntiAffinity"] == {  # its terms select pods of the pod's own namespace only
+        "preferredDuringSchedulingIgnoredDuringExecution": [],
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}, "topologyKey": "kubernetes.io/os"}],
+    }
     assert spec["affinity"]["nodeAffinity"] != HOSTILE["spec"]["affinity"]["nodeAffinity"]
     assert spec["serviceAccountName"] == "trainer"
     assert set(metadata) <= {"name", "namespace", "labels", "annotations", "ownerReferences"}
