@@ -22,6 +22,7 @@ from lyra.cli import (
     cluster_commands,
     emulate_commands,
     extender_commands,
+    image_commands,
     operator_commands,
     plan_commands,
     report_commands,
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     api_commands.register(commands)
     chart_commands.register(commands)
     report_commands.register(commands)
+    image_commands.register(commands)
     return parser
 
 
