@@ -335,6 +335,10 @@ class ImageBuilder:
         cached = self._cached("base", key)
         if cached is not None:
             return cached
+        if os.geteuid() != 0:
+            raise ImageBuildError(
+                "the base filesystem is not cached and building it needs root (mmdebstrap --mode=root); run as root"
+            )
         mmdebstrap = self._tool(binaries.MMDEBSTRAP, "mmdebstrap")
         self.report(
             f"base: Debian {recipe.SUITE} {recipe.VARIANT} with {recipe.PYTHON_PACKAGE} by mmdebstrap (about a minute)"
@@ -543,6 +547,7 @@ class ImageBuilder:
     # -- plumbing ----------------------------------------------------------------------------------------------
 
     def _run(self, command: list[str], step: str, *, timeout: float = 900, env: Mapping[str, str] | None = None) -> str:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a", encoding="utf-8") as log:
             log.write(f"$ {shlex.join(command)}\n")
             log.flush()
