@@ -94,8 +94,9 @@ class Running:
 
     def pump(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line.rstrip("\n"))
+        with self.process.stdout:
+            for line in self.process.stdout:
+                self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
 
     def output(self) -> str:
@@ -120,6 +121,7 @@ class Running:
             code = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired as error:
             self.process.kill()
+            self.process.wait(timeout=30)
             raise VerifyError(f"the container did not exit within {timeout:g} s: {self.output()}") from error
         while (line := self.lines.get(timeout=timeout)) is not None:
             self.seen.append(line)
@@ -317,7 +319,16 @@ def _check_pause(daemon: Containerd, image: str, report: Reporter) -> None:
         )
 
     _wait(running, "the pause task to run")
-    daemon.ctr("task", "kill", "-s", "SIGTERM", "pause")
+
+    def stopped() -> bool:
+        # RUNNING comes before pause has set its handlers, and pid 1 ignores a signal it has no handler for (as
+        # the kubelet does, send it again until it goes)
+        if run.process.poll() is not None:
+            return True
+        daemon.ctr("task", "kill", "-s", "SIGTERM", "pause", check=False)
+        return False
+
+    _wait(stopped, "pause to exit on SIGTERM", timeout=30)
     code = run.finish(30)
     if code != 0:
         raise VerifyError(f"{image}: pause exited with {code} on SIGTERM")
