@@ -11,8 +11,6 @@ import shlex
 import tomllib
 from pathlib import Path
 
-import pytest
-
 from lyra.chart.values import NON_ROOT_UID
 from lyra.images import recipe
 
@@ -122,13 +120,12 @@ def test_both_recipes_run_lyra_as_the_charts_non_root_user() -> None:
     assert [f"{port}/tcp" for port in exposed.split()] == list(recipe.PORTS)
 
 
-@pytest.mark.parametrize(
-    "image",
-    [
+def test_the_dockerfiles_uv_is_pinned_to_the_one_ci_installs() -> None:
+    [image] = [
         args.split()[0].removeprefix("--from=")
         for word, args in instructions(DOCKERFILE)
-        if word == "COPY" and "--from=ghcr" in args
-    ],
-)
-def test_the_uv_image_the_dockerfile_copies_from_is_pinned(image: str) -> None:
-    assert re.fullmatch(r"ghcr\.io/astral-sh/uv:\d+\.\d+\.\d+", image)
+        if word == "COPY" and "astral-sh/uv" in args
+    ]
+    match = re.fullmatch(r"ghcr\.io/astral-sh/uv:(\d+\.\d+\.\d+)", image)
+    assert match, image
+    assert f'"uv=={match.group(1)}"' in (REPOSITORY / ".ci" / "run").read_text()
