@@ -4,7 +4,7 @@ Steps, each cached under ``<cache>/images`` (the binary cache's root, :mod:`lyra
 of its inputs, so a rebuild with nothing changed only checks keys and finds the archives already written:
 
 1. the base filesystem: ``mmdebstrap --variant=minbase`` of Debian bookworm with Python 3.11 (key: suite, variant,
-   packages, dpkg excludes, mirror, mmdebstrap's version), kept as one gzipped layer without device nodes;
+   packages, dpkg excludes, apt sources, mmdebstrap's version), kept as one gzipped layer without device nodes;
 2. Lyra's environment: the base unpacked in a work directory, the project's files (pyproject.toml, uv.lock,
    README.md, src/) and uv copied in, and ``uv sync --locked --no-dev --no-editable`` run in a chroot (in a private
    mount namespace, so its bind mounts of /dev, /proc and uv's cache vanish with it); the layer is /opt/lyra only,
@@ -325,7 +325,7 @@ class ImageBuilder:
                 "variant": recipe.VARIANT,
                 "packages": [recipe.PYTHON_PACKAGE],
                 "dpkg": list(recipe.DPKG_EXCLUDES),
-                "mirror": recipe.MIRROR,
+                "sources": list(recipe.SOURCES),
                 "mmdebstrap": binaries.MMDEBSTRAP_VERSION,
             }
         )
@@ -354,7 +354,7 @@ class ImageBuilder:
                 "--mode=root",
                 recipe.SUITE,
                 str(rootfs_tar),
-                recipe.MIRROR,
+                *recipe.SOURCES,
             ]
             # mmdebstrap runs its mmtarfilter (the dpkg excludes) from PATH
             path = f"{mmdebstrap.parent}{os.pathsep}{os.environ.get('PATH', recipe.SYSTEM_PATH)}"

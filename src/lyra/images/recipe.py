@@ -14,7 +14,12 @@ from typing import Final
 #: Debian release and mmdebstrap variant of the base filesystem (the Dockerfile: debian:bookworm-*-slim).
 SUITE: Final = "bookworm"
 VARIANT: Final = "minbase"
-MIRROR: Final = "http://deb.debian.org/debian"
+#: The base's apt sources: the release with its updates and security updates, as Debian's own images have them.
+SOURCES: Final = (
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian bookworm-updates main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+)
 #: Debian's Python 3.11, pinned like the Dockerfile's apt-get install.
 PYTHON_PACKAGE: Final = "python3=3.11.2-1+b1"
 PYTHON: Final = "/usr/bin/python3.11"

@@ -62,6 +62,9 @@ def apt_installs(steps: list[tuple[str, str]]) -> list[str]:
 
 def test_both_recipes_start_from_debian_bookworm() -> None:
     assert (recipe.SUITE, recipe.VARIANT) == ("bookworm", "minbase")
+    # with its updates and security updates, as the Docker base (Debian's image) has them
+    suites = {line.split()[2] for line in recipe.SOURCES}
+    assert suites == {"bookworm", "bookworm-updates", "bookworm-security"}
     for stage in stages():
         base = stage[0][1].split()[0]
         match = re.fullmatch(r"debian:(?:(\d+)(?:\.\d+)?|(\w+)-\d{8})-slim(@sha256:[0-9a-f]{64})?", base)
