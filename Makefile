@@ -92,6 +92,15 @@ bench: binaries ## Run the benchmarks and print the figures recorded in docs/ben
 simulate: install ## Compare every scheme on the shipped Philly trace and ServeGen load (docs/evaluation.md).
 	$(RUN) lyra simulate --scheme all --json out/simulate/results.json --out-dir out/simulate
 
+# Needs root (mmdebstrap, a chroot), apt and gcc; no container engine. docs/operations.md, "Build the images".
+.PHONY: image
+image: binaries ## Build Lyra's OCI images into dist/images/ (lyra, kube-scheduler, pause, demo workloads); cached.
+	$(RUN) lyra image build
+
+.PHONY: image-verify
+image-verify: image ## Import the images into a private containerd and run each once (lyra --help, the workloads).
+	$(RUN) lyra image verify
+
 .PHONY: cluster-up
 cluster-up: binaries ## Start the local control plane with fake GPU nodes (CLUSTER_FLAGS=--no-extender: no extender).
 	$(RUN) lyra cluster up $(CLUSTER_FLAGS)

@@ -39,7 +39,9 @@ class Strict(BaseModel):
 
 
 class Image(Strict):
-    repository: str = Field("lyra", min_length=1, description="image repository (build it from the Dockerfile)")
+    repository: str = Field(
+        "lyra", min_length=1, description="image repository (build it: `make image`, or the Dockerfile)"
+    )
     tag: str = Field("", description="image tag; empty: the chart's appVersion")
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", alias="pullPolicy", description="imagePullPolicy"
@@ -47,7 +49,9 @@ class Image(Strict):
 
 
 class SchedulerImage(Strict):
-    repository: str = Field(KUBE_SCHEDULER_IMAGE, min_length=1, description="upstream kube-scheduler image")
+    repository: str = Field(
+        KUBE_SCHEDULER_IMAGE, min_length=1, description="kube-scheduler image (upstream, or `make image`'s own build)"
+    )
     tag: str = Field(KUBE_SCHEDULER_TAG, pattern=r"^v1\.3[4-9]\.[0-9]+$", description="kube-scheduler v1.34 or later")
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", alias="pullPolicy", description="imagePullPolicy"

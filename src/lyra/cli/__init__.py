@@ -22,6 +22,7 @@ from lyra.cli import (
     cluster_commands,
     emulate_commands,
     extender_commands,
+    image_commands,
     nodes_commands,
     operator_commands,
     plan_commands,
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     chart_commands.register(commands)
     report_commands.register(commands)
     nodes_commands.register(commands)
+    image_commands.register(commands)
     return parser
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.plotting import missing_plotting
 
 DEFAULT_SINCE = "1h"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
@@ -114,6 +115,9 @@ def run_report(args: argparse.Namespace) -> int:
     from lyra.chart.dashboards import DASHBOARDS, RECLAIM_DEADLINE
     from lyra.cli.report_panels import PrometheusApi, PrometheusError, Window, write_report
 
+    if missing := missing_plotting("lyra report"):
+        print(f"lyra report: {missing}", file=sys.stderr)
+        return EXIT_FAILED
     out: Path = args.out_dir
     if out.exists() and not out.is_dir():
         print(f"lyra report: {out} is not a directory", file=sys.stderr)

