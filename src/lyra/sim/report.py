@@ -176,8 +176,8 @@ def format_counts(metrics: Mapping[str, SchemeMetrics]) -> list[str]:
     if not shown:
         return []
 
-    def split(window: float, tail: float, digits: int = 0) -> str:
-        return f"{window:.{digits}f} [{tail:.{digits}f}]"
+    def split(window: float, tail: float) -> str:
+        return f"{window:.0f} [{tail:.0f}]"
 
     def per_hour(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
