@@ -170,7 +170,7 @@ class ProgressBar:
 
 def run_simulate(args: argparse.Namespace) -> int:
     from lyra.sim.bursts import BurstError, with_bursts
-    from lyra.sim.calibration import calibrate, check_calibratable
+    from lyra.sim.calibration import CalibrationError, calibrate, check_calibratable, check_load_calibratable
     from lyra.sim.comparison import compare
     from lyra.sim.load import LoadError, read_load
     from lyra.sim.report import format_table, results_json, write_jobs_csv
@@ -198,8 +198,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         window = Window.of(trace, parse_start(args.start), args.days)
         if args.calibrate:
             check_calibratable(scenario)
+            check_load_calibratable(load, scenario.calibration.inference_utilisation)
     except (
         FileNotFoundError,
+        CalibrationError,
         TraceError,
         LoadError,
         ScenarioError,
@@ -235,10 +237,13 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"{training.gpu_type} (baseline usage {report.training_usage:.3f}), "
             f"{report.inference_servers} inference servers x {inference.gpus_per_server} "
             f"{inference.gpu_type}, {report.req_per_server:g} req/s per server "
-            f"(inference utilisation {report.inference_utilisation:.3f})"
+            f"(inference utilisation {report.inference_utilisation:.3f}; demand beyond the whole pool "
+            f"{report.inference_short_server_s:.0f} server-seconds a period, {report.inference_short_share:.3%})"
         )
         for problem in report.problems:
             print(f"warning: calibration missed its target: {problem}", file=sys.stderr)
+        for flag in report.flags:
+            print(f"WARNING: calibration result in doubt: {flag}")
 
     seen = _describe_load(recorded, load, scenario)
 

@@ -13,6 +13,18 @@ Calibration says when it misses a target, and why (:attr:`CalibrationReport.prob
 training server, one server more or less moving usage past the tolerance, a load idle in too many steps, or whole
 servers making the utilisation jump over the target.
 
+It also checks what it produced (:attr:`CalibrationReport.flags`), because reaching both targets can still mislead:
+
+* the inference shortfall the calibrated rate implies (demand beyond the whole pool, server-seconds over one period
+  of the load and share of its demand) is always reported, and flagged above :data:`SHORTFALL_TOLERANCE`: a
+  utilisation target met by asking more of the pool than it has is not the poster's inference cluster;
+* a baseline usage that is not monotone in the training servers tried (more servers, higher usage) is flagged: the
+  bisection assumes usage falls as servers are added, so its choice is the closest among the sizes it tried only.
+
+A load that is zero in :data:`ZERO_SHARE_LIMIT` or more of its steps is refused (:class:`CalibrationError`): the
+utilisation target would then have to come from the few steps with load, and the rate it picks says nothing about
+the pool (ServeGen's zero cells are collection gaps, not idle time).
+
 Only ``baseline`` runs during calibration: Lyra's numbers play no part in the sizes. It sizes pools of one server
 group each (one GPU type per pool); a scenario with several groups in a pool gives its sizes itself, and
 :func:`check_calibratable` refuses it with a message saying so.
@@ -35,6 +47,17 @@ from lyra.sim.workload import Window, build_workload
 #: A calibrated figure further than this from its target is reported as a miss, with the reason.
 TRAINING_TOLERANCE = 0.05
 INFERENCE_TOLERANCE = 0.02
+#: Inference demand beyond the whole pool, as a share of the demand's server-seconds, above which the calibrated
+#: rate is flagged.
+SHORTFALL_TOLERANCE = 0.01
+#: A load zero in this share of its steps or more cannot be calibrated (refused).
+ZERO_SHARE_LIMIT = 0.5
+#: A rise of baseline usage by more than this when servers are added is flagged as a non-monotone curve.
+MONOTONE_TOLERANCE = 0.001
+
+
+class CalibrationError(ValueError):
+    """The inputs cannot be calibrated meaningfully; the message says why and what to do instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +68,16 @@ class CalibrationReport:
     req_per_server: float
     inference_utilisation: float
     tried: tuple[tuple[int, float], ...]
+    #: Inference demand beyond the whole pool at the calibrated rate, over one period of the load: server-seconds
+    #: and share of the demanded server-seconds.
+    inference_short_server_s: float
+    inference_short_share: float
+    #: Share of the load's steps (one period) with no load.
+    load_zero_share: float
     #: Why a target was missed, one sentence each; empty when both were reached within their tolerance.
     problems: tuple[str, ...] = ()
+    #: What makes the result doubtful although it was produced (shortfall, non-monotone usage), one sentence each.
+    flags: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -55,8 +86,12 @@ class CalibrationReport:
             "inference_servers": self.inference_servers,
             "req_per_server": self.req_per_server,
             "inference_utilisation": self.inference_utilisation,
+            "inference_short_server_s": self.inference_short_server_s,
+            "inference_short_share": self.inference_short_share,
+            "load_zero_share": self.load_zero_share,
             "tried": [{"training_servers": n, "baseline_training_usage": u} for n, u in self.tried],
             "problems": list(self.problems),
+            "flags": list(self.flags),
         }
 
 
@@ -74,8 +109,10 @@ def calibrate(
     *,
     on_try: Callable[[int, float], None] | None = None,
 ) -> tuple[Scenario, CalibrationReport]:
-    """The scenario with calibrated sizes, and how they were found."""
+    """The scenario with calibrated sizes, and how they were found. Raises :class:`CalibrationError` (a
+    :class:`ValueError`) for a load that cannot be calibrated, :class:`ScenarioError` for a scenario."""
     check_calibratable(scenario)
+    check_load_calibratable(load, scenario.calibration.inference_utilisation)
     target = scenario.calibration.training_usage
     per_server = scenario.training.groups[0].gpus_per_server
     tried: dict[int, float] = {}
@@ -110,6 +147,9 @@ def calibrate(
     utilisation = inference_utilisation(load, servers, rate)
     problems = _training_problems(tried, best, target, per_server)
     problems += inference_problems(load, servers, utilisation, scenario.calibration.inference_utilisation)
+    short_s, short_share = inference_shortfall(load, servers, rate)
+    flags = non_monotone_usage(tried, best)
+    flags += shortfall_flags(load, servers, rate)
     report = CalibrationReport(
         training_servers=best,
         training_usage=tried[best],
@@ -117,9 +157,78 @@ def calibrate(
         req_per_server=rate,
         inference_utilisation=utilisation,
         tried=tuple(sorted(tried.items())),
+        inference_short_server_s=short_s,
+        inference_short_share=short_share,
+        load_zero_share=zero_share(load),
         problems=problems,
+        flags=flags,
     )
     return sized, report
+
+
+def zero_share(load: LoadSeries) -> float:
+    """Share of the steps of one period of ``load`` whose rate is zero."""
+    rates = _period_rates(load)
+    return sum(1 for r in rates if r <= 0) / len(rates)
+
+
+def check_load_calibratable(load: LoadSeries, target: float) -> None:
+    """Raise :class:`CalibrationError` for a load zero in :data:`ZERO_SHARE_LIMIT` of its steps or more."""
+    zero = zero_share(load)
+    if zero >= ZERO_SHARE_LIMIT:
+        steps = len(_period_rates(load))
+        raise CalibrationError(
+            f"--calibrate cannot size the inference pool from the load {load.path}: its rate is zero in {zero:.0%} "
+            f"of the {steps} steps of one period (calibration needs it under {ZERO_SHARE_LIMIT:.0%}), so an "
+            f"inference utilisation of {target} would have to come from the few steps with load, asking more of the "
+            "pool there than it has. Fill the gaps (zero cells of a recorded load are usually collection gaps), or "
+            "give inference.servers and inference.req_per_server in the scenario and drop --calibrate"
+        )
+
+
+def inference_shortfall(load: LoadSeries, servers: int, req_per_server: float) -> tuple[float, float]:
+    """Demand beyond the whole pool of ``servers`` over one period of ``load``: server-seconds, and their share of
+    the demanded server-seconds (0 for a load with no demand)."""
+    needed = [math.ceil(r / req_per_server - 1e-9) for r in _period_rates(load)]
+    demanded = math.fsum(needed) * load.step_s
+    short = math.fsum(max(0, n - servers) for n in needed) * load.step_s
+    return short, short / demanded if demanded else 0.0
+
+
+def shortfall_flags(load: LoadSeries, servers: int, req_per_server: float) -> tuple[str, ...]:
+    """A sentence when the calibrated rate leaves more than :data:`SHORTFALL_TOLERANCE` of the demand unmet."""
+    short, share = inference_shortfall(load, servers, req_per_server)
+    if share <= SHORTFALL_TOLERANCE:
+        return ()
+    period = len(_period_rates(load)) * load.step_s
+    return (
+        f"the calibrated {req_per_server:g} req/s per server leaves {share:.1%} of the inference demand beyond the "
+        f"whole pool of {servers} servers ({short:.0f} server-seconds over one {period / 3600:g}-hour period of the "
+        f"load, {short / (servers * period):.2f} times the pool's capacity): the utilisation target is met by asking "
+        "more of the pool than it has, so the inference figures describe an overloaded pool (the table's "
+        "'inf. short' column counts that shortfall)",
+    )
+
+
+def non_monotone_usage(tried: dict[int, float], best: int) -> tuple[str, ...]:
+    """A sentence when baseline usage rises (by more than :data:`MONOTONE_TOLERANCE`) as servers are added, among
+    the sizes tried."""
+    sizes = sorted(tried)
+    rises = [
+        (fewer, more)
+        for i, fewer in enumerate(sizes)
+        for more in sizes[i + 1 :]
+        if tried[more] > tried[fewer] + MONOTONE_TOLERANCE
+    ]
+    if not rises:
+        return ()
+    shown = "; ".join(f"{a} servers give {tried[a]:.3f}, {b} give {tried[b]:.3f}" for a, b in rises[:3])
+    more = f" (and {len(rises) - 3} more pairs)" if len(rises) > 3 else ""
+    return (
+        f"baseline training usage is not monotone in the training servers tried ({shown}{more}): the bisection "
+        f"assumes usage falls as servers are added, so {best} servers ({tried[best]:.3f}) is the closest to the "
+        "target among the sizes tried, not necessarily among all sizes",
+    )
 
 
 def check_calibratable(scenario: Scenario) -> None:

@@ -43,7 +43,7 @@ from lyra.sim.decisions import CoreDecisions
 from lyra.sim.driver import Decider
 from lyra.sim.jobs import JobRecord, QueueEntry, SimJob, Status, record_of
 from lyra.sim.load import LoadSeries
-from lyra.sim.loans import LoanKeeper
+from lyra.sim.loans import LoanKeeper, WindowCount
 from lyra.sim.queueing import BucketKey, JobQueue
 from lyra.sim.scenario import Scenario
 from lyra.sim.schemes import Admission, Scheme
@@ -85,8 +85,11 @@ class SimulationResult:
     demand_server_s: float
     timeline: Timeline
     allocator_calls: int
-    reclaims: int
-    reclaimed_servers: int
+    #: Loan-cycle counts inside the submit window and after it (the tail, while the last jobs finish).
+    reclaims: WindowCount
+    reclaimed_servers: WindowCount
+    #: Jobs scaled in (not preempted) because servers they ran on were reclaimed, one per job and reclaim.
+    scale_ins: WindowCount
     migrations: int
     wall_seconds: float
 
@@ -398,11 +401,16 @@ class Simulation:
         """Stop the job everywhere. Its workers exit during the grace period: no progress, their GPUs still taken;
         when it ends they are freed and the job re-enters the queue (its queuing time counts from now)."""
         job.progress(t)
+        inside = t < self.window.length_s
         if self.lose_work:
             lost = self.since_checkpoint(job, t)
             job.remaining += lost * job.rate
             job.lost_gpu_s += lost * job.workers * job.gpus_per_worker
+            if inside:
+                job.window_lost_gpu_s += lost * job.workers * job.gpus_per_worker
         job.preemptions += 1
+        if inside:
+            job.window_preemptions += 1
         job.restart_due = True
         if self.grace > 0:
             job.rate = 0.0
@@ -514,8 +522,9 @@ class Simulation:
             demand_server_s=cluster.demand_server_s,
             timeline=timeline,
             allocator_calls=self.decider.allocator_calls,
-            reclaims=loans.reclaims if loans is not None else 0,
-            reclaimed_servers=loans.reclaimed_servers if loans is not None else 0,
+            reclaims=loans.reclaims if loans is not None else WindowCount(),
+            reclaimed_servers=loans.reclaimed_servers if loans is not None else WindowCount(),
+            scale_ins=loans.scale_ins if loans is not None else WindowCount(),
             migrations=self.migrations,
             wall_seconds=wall,
         )

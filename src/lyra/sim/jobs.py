@@ -63,6 +63,8 @@ class SimJob:
         "submit",
         "version",
         "view",
+        "window_lost_gpu_s",
+        "window_preemptions",
         "wmax",
         "wmin",
         "workers",
@@ -97,6 +99,10 @@ class SimJob:
         self.preemptions = 0
         #: GPU-seconds of work that preemptions threw away (run since the last checkpoint, then redone).
         self.lost_gpu_s = 0.0
+        #: The part of ``preemptions`` and ``lost_gpu_s`` that happened inside the submit window (the rest is the
+        #: tail: preemptions of jobs still running after the window closed).
+        self.window_preemptions = 0
+        self.window_lost_gpu_s = 0.0
         self.resizes = 0
         self.migrations = 0
         self.restart_due = False
@@ -125,7 +131,9 @@ class SimJob:
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """What happened to one job. ``queue_s`` is all the time it waited with no worker (also after preemptions);
-    ``min_workers`` and ``max_workers`` count workers of ``gpus_per_worker`` GPUs."""
+    ``min_workers`` and ``max_workers`` count workers of ``gpus_per_worker`` GPUs. ``window_preemptions`` and
+    ``window_lost_gpu_s`` are the preemptions and the work they lost inside the submit window (``preemptions`` and
+    ``lost_gpu_s`` count the tail after it too)."""
 
     name: str
     submit_s: float
@@ -140,6 +148,8 @@ class JobRecord:
     migrations: int = 0
     lost_gpu_s: float = 0.0
     gpus_per_worker: int = 1
+    window_preemptions: int = 0
+    window_lost_gpu_s: float = 0.0
 
     @property
     def jct_s(self) -> float:
@@ -161,4 +171,6 @@ def record_of(job: SimJob) -> JobRecord:
         migrations=job.migrations,
         lost_gpu_s=job.lost_gpu_s,
         gpus_per_worker=job.gpus_per_worker,
+        window_preemptions=job.window_preemptions,
+        window_lost_gpu_s=job.window_lost_gpu_s,
     )

@@ -19,13 +19,29 @@ reclaimed servers return. This module only applies it:
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from lyra.core.loan_cycle import InferenceServer, LoanCycle, LoanSettings, Transition, plan_loan_cycle
 from lyra.core.model import ClusterSnapshot, LoanState
 from lyra.core.reclaim import ReclaimStrategy
 from lyra.sim.driver import Driver
 from lyra.sim.jobs import SimJob, Status
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCount:
+    """A count split at the end of the submit window: ``window`` inside it, ``tail`` after it (the tail lasts until
+    the last job finishes, and its length differs between schemes, so only ``window`` compares them)."""
+
+    window: int = 0
+    tail: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.window + self.tail
+
+    def added(self, n: int, *, inside: bool) -> WindowCount:
+        return WindowCount(self.window + n, self.tail) if inside else WindowCount(self.window, self.tail + n)
 
 
 class LoanKeeper:
@@ -57,8 +73,9 @@ class LoanKeeper:
             for s in cluster.inference_servers
         ]
         self.changed = True
-        self.reclaims = 0
-        self.reclaimed_servers = 0
+        self.reclaims = WindowCount()
+        self.reclaimed_servers = WindowCount()
+        self.scale_ins = WindowCount()
         #: The running jobs the last training snapshot holds, by name.
         self.by_name: dict[str, SimJob] = {}
         #: The last turn of the cycle.
@@ -82,7 +99,7 @@ class LoanKeeper:
             servers.append(record if record.hosts_training == hosts else replace(record, hosts_training=hosts))
         settings = self.settings
         if settings.strategy is ReclaimStrategy.RANDOM:
-            settings = replace(settings, seed=settings.seed + self.reclaims)
+            settings = replace(settings, seed=settings.seed + self.reclaims.total)
         cycle = plan_loan_cycle(servers, self.demand(), lambda: self.training(t), now=t, settings=settings)
         self.cycle = cycle
         self.servers = list(cycle.servers)  # sorted by name, as the layout is
@@ -114,9 +131,10 @@ class LoanKeeper:
         for name in lent:
             cluster.lend(index[name])
         reclaimed = cycle.changed(Transition.RECLAIM)
+        inside = t < cluster.window_s
         if reclaimed:
-            self.reclaims += 1
-            self.reclaimed_servers += len(reclaimed)
+            self.reclaims = self.reclaims.added(1, inside=inside)
+            self.reclaimed_servers = self.reclaimed_servers.added(len(reclaimed), inside=inside)
         evictions = cycle.evictions
         for name in evictions.preempted:
             sim.preempt(self.by_name[name], t)
@@ -128,6 +146,7 @@ class LoanKeeper:
                 for server_name in leaving:
                     placement.pop(index[server_name], None)
         if shrunk:
+            self.scale_ins = self.scale_ins.added(len(shrunk), inside=inside)
             sim.apply(shrunk, t)
         returned = set(cycle.changed(Transition.RETURN))
         for name in reclaimed:

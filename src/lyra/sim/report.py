@@ -85,8 +85,8 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
     baseline = metrics.get("baseline")
     header = (
         f"{'scheme':<18} {'queue mean/median/p95 (s)':>27} {'JCT mean/median/p95 (s)':>27} "
-        f"{'usage tr/all':>12} {'lent used':>9} {'preempt':>8} {'lost GPU-h':>10} {'inf. wait':>9} {'queue x':>8} "
-        f"{'JCT x':>6}"
+        f"{'usage tr/all':>12} {'lent used':>9} {'preempt':>8} {'lost GPU-h':>10} {'inf. short s / share':>20} "
+        f"{'inf. wait':>9} {'queue x':>8} {'JCT x':>6}"
     )
     lines = [header, "-" * len(header)]
     for name, m in metrics.items():
@@ -100,6 +100,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
                 lent_used=m.loaned_usage if name in SCHEMES and SCHEMES[name].loaning else None,
                 preemption=m.preemption_ratio,
                 lost=m.work_lost_gpu_h,
+                short=(m.inference_short_server_s, m.inference_short_share),
                 wait=m.reclaim_wait_share,
                 queue_ratio=r["queue_mean_reduction"],
                 jct_ratio=r["jct_mean_reduction"],
@@ -108,6 +109,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
     sentence = where_the_gain_comes_from(metrics)
     if sentence is not None:
         lines.append(sentence)
+    lines.extend(format_counts(metrics))
     if with_poster:
         lines.append("poster (Philly-like 15-day production trace, >50,000 jobs):")
         base = POSTER["baseline"]
@@ -121,6 +123,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
                     lent_used=None,
                     preemption=p["preemption_ratio"],
                     lost=None,
+                    short=None,
                     wait=None,
                     queue_ratio=base["queue_mean_s"] / p["queue_mean_s"],
                     jct_ratio=base["jct_mean_s"] / p["jct_mean_s"],
@@ -138,6 +141,7 @@ def _row(
     lent_used: float | None,
     preemption: float,
     lost: float | None,
+    short: tuple[float, float] | None,
     wait: float | None,
     queue_ratio: float | None,
     jct_ratio: float | None,
@@ -153,11 +157,47 @@ def _row(
     lent = "-" if lent_used is None else f"{lent_used:.1%}"
     lost_h = "-" if lost is None else f"{lost:.0f}"
     waited = "-" if wait is None else f"{wait:.3%}"
+    shortfall = "-" if short is None else f"{short[0]:.0f} / {short[1]:.3%}"
     return (
         f"{name:<18} {triple(queue):>27} {triple(jct):>27} "
-        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {lent:>9} {preemption:>7.2%} {lost_h:>10} {waited:>9} "
+        f"{usage[0]:>5.2f}/{usage[1]:<6.2f} {lent:>9} {preemption:>7.2%} {lost_h:>10} {shortfall:>20} {waited:>9} "
         f"{times(queue_ratio):>8} {times(jct_ratio):>6}"
     )
+
+
+def format_counts(metrics: Mapping[str, SchemeMetrics]) -> list[str]:
+    """The counts that compare schemes, inside the window with the tail after it in brackets, and the window's
+    preemptions and scale-ins per busy lent GPU-hour (exposure). Only schemes that lend or preempt; none: no lines."""
+    shown = {
+        name: m
+        for name, m in metrics.items()
+        if (name in SCHEMES and SCHEMES[name].loaning) or m.preemptions or m.preemptions_tail
+    }
+    if not shown:
+        return []
+
+    def split(window: float, tail: float) -> str:
+        return f"{window:.0f} [{tail:.0f}]"
+
+    def per_hour(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    header = (
+        f"{'counts: window [tail]':<22} {'reclaims':>13} {'servers recl.':>15} {'preempted jobs':>14} "
+        f"{'preemptions':>13} {'scale-ins':>13} {'lost GPU-h':>11} {'busy lent GPU-h':>15} "
+        f"{'preempt/h':>9} {'scale-in/h':>10}"
+    )
+    lines = [header]
+    for name, m in shown.items():
+        lines.append(
+            f"{name:<22} {split(m.reclaims, m.reclaims_tail):>13} "
+            f"{split(m.reclaimed_servers, m.reclaimed_servers_tail):>15} "
+            f"{split(m.preempted_jobs, m.preempted_jobs_tail):>14} {split(m.preemptions, m.preemptions_tail):>13} "
+            f"{split(m.scale_ins, m.scale_ins_tail):>13} {split(m.work_lost_gpu_h, m.work_lost_tail_gpu_h):>11} "
+            f"{m.busy_lent_gpu_h:>15.0f} {per_hour(m.preemptions_per_busy_lent_gpu_h):>9} "
+            f"{per_hour(m.scale_ins_per_busy_lent_gpu_h):>10}"
+        )
+    return lines
 
 
 def results_json(metrics: Mapping[str, SchemeMetrics], context: Mapping[str, Any]) -> str:

@@ -5,7 +5,18 @@ import random
 
 import pytest
 
-from lyra.sim.calibration import calibrate, inference_problems, inference_utilisation, req_per_server_for
+from lyra.sim.calibration import (
+    SHORTFALL_TOLERANCE,
+    CalibrationError,
+    calibrate,
+    check_load_calibratable,
+    inference_problems,
+    inference_shortfall,
+    inference_utilisation,
+    non_monotone_usage,
+    req_per_server_for,
+    shortfall_flags,
+)
 from lyra.sim.load import LoadSeries
 from lyra.sim.workload import Window
 from tests.unit.sim.builders import scenario, trace
@@ -72,3 +83,85 @@ def test_a_trace_too_small_for_one_server_is_reported() -> None:
     assert report.training_servers == 1
     assert any("one server of 8 GPUs is already more than the trace keeps busy" in p for p in report.problems)
     assert report.as_dict()["problems"] == list(report.problems)
+
+
+# --- calibration checks what it produced: the shortfall, a load it refuses, a non-monotone usage curve ---------
+
+
+def test_a_load_zero_in_half_of_its_steps_is_refused_with_the_reason() -> None:
+    jobs = trace((0.0, 3600.0, 8))
+    load = LoadSeries("<half idle>", 3600.0, (100.0, 0.0) * 12)
+    with pytest.raises(CalibrationError) as refused:
+        calibrate(jobs, load, scenario(), Window(0, 86_400))
+    message = str(refused.value)
+    assert "its rate is zero in 50% of the 24 steps of one period" in message
+    assert "drop --calibrate" in message
+
+
+def test_a_load_with_load_in_most_steps_is_not_refused() -> None:
+    check_load_calibratable(LoadSeries("<t>", 3600.0, (100.0,) * 13 + (0.0,) * 11), 0.4)
+
+
+def test_the_shortfall_beyond_the_pool_is_computed_and_a_large_one_is_flagged() -> None:
+    # Four idle steps, five quiet ones and a spike: 0.40 of a pool of 10 needs 40 server-steps from the six steps
+    # with load. At the rate chosen (about 10/6 req/s) the quiet steps take 6 servers each and the spike its whole
+    # pool, while it asks for about 60: some 50 server-steps beyond the pool.
+    load = LoadSeries("<spiky>", 3600.0, (0.0,) * 4 + (10.0,) * 5 + (100.0,))
+    rate = req_per_server_for(load, 10, 0.4)
+    assert inference_utilisation(load, 10, rate) == pytest.approx(0.4)
+    assert math.ceil(10.0 / rate - 1e-9) == 6
+    spike = math.ceil(100.0 / rate - 1e-9)
+    assert spike in (60, 61)
+    short, share = inference_shortfall(load, 10, rate)
+    assert short == pytest.approx((spike - 10) * 3600.0)
+    assert share == pytest.approx((spike - 10) / (5 * 6 + spike))
+    (flag,) = shortfall_flags(load, 10, rate)
+    assert f"leaves {share:.1%} of the inference demand beyond the whole pool of 10 servers" in flag
+    assert f"{short:.0f} server-seconds over one 10-hour period of the load, {short / 36_000 / 10:.2f} times" in flag
+
+
+def test_a_calibration_reports_its_shortfall_and_flags_it() -> None:
+    jobs = trace((0.0, 20_000.0, 8), (100.0, 20_000.0, 8))
+    load = LoadSeries("<spiky>", 3600.0, ((0.0,) * 4 + (10.0,) * 5 + (100.0,)) * 2 + (10.0,) * 4)
+    _, report = calibrate(jobs, load, scenario(), Window(0, 86_400))
+    short, share = inference_shortfall(load, report.inference_servers, report.req_per_server)
+    assert share > SHORTFALL_TOLERANCE
+    assert (report.inference_short_server_s, report.inference_short_share) == (short, share)
+    assert report.load_zero_share == pytest.approx(8 / 24)
+    assert any("beyond the whole pool" in flag for flag in report.flags)
+    figures = report.as_dict()
+    assert figures["inference_short_share"] == share
+    assert figures["flags"] == list(report.flags)
+
+
+def test_a_smooth_load_leaves_no_shortfall_and_no_flag() -> None:
+    load = LoadSeries("<t>", 3600.0, tuple(100.0 * (1 + (h % 24) / 12) for h in range(24)))
+    rate = req_per_server_for(load, 20, 0.4)
+    assert inference_shortfall(load, 20, rate) == (0.0, 0.0)
+    assert shortfall_flags(load, 20, rate) == ()
+
+
+def test_a_usage_curve_that_rises_with_servers_is_flagged() -> None:
+    # The poster-usage calibration's figures: 34 servers gave 0.886 and 36 gave 0.899.
+    tried = {32: 0.900, 33: 0.898, 34: 0.886, 36: 0.899}
+    (flag,) = non_monotone_usage(tried, 32)
+    assert "not monotone" in flag
+    assert "34 servers give 0.886, 36 give 0.899" in flag
+    assert "32 servers (0.900) is the closest to the target among the sizes tried" in flag
+    assert non_monotone_usage({32: 0.900, 33: 0.898, 34: 0.886, 36: 0.8865}, 32) == ()  # within 0.001
+
+
+def test_a_calibration_that_lands_on_a_non_monotone_curve_says_so() -> None:
+    # Gangs of 8 to 24 GPUs on whole 8-GPU servers: 4 servers leave a 24-GPU gang waiting that 6 can run.
+    rng = random.Random(21)
+    jobs = trace(
+        *(
+            (rng.uniform(0, 86_400), rng.uniform(3600, 40000), rng.choice((8, 16, 16, 24)))
+            for _ in range(rng.randint(10, 40))
+        )
+    )
+    _, report = calibrate(jobs, LoadSeries("<t>", 3600.0, (100.0,) * 24), scenario(), Window(0, 86_400))
+    usage = dict(report.tried)
+    sizes = sorted(usage)
+    assert any(usage[b] > usage[a] + 0.001 for i, a in enumerate(sizes) for b in sizes[i + 1 :])
+    assert any("not monotone" in flag for flag in report.flags)

@@ -309,3 +309,33 @@ def test_a_scenario_of_several_gpu_types_runs_and_calibrating_it_is_refused(
     _refused(
         code, capsys.readouterr().err, "--calibrate sizes pools of one server group, and training has 2 (A100, V100)"
     )
+
+
+def test_a_load_zero_in_most_steps_is_refused_by_calibrate_before_the_run(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    idle = write(
+        tmp_path / "idle.csv",
+        "t_sec,req_per_s\n" + "".join(f"{i * 600},{50 if i % 3 == 0 else 0}\n" for i in range(144)),
+    )
+    code = _run({**inputs, "load": idle}, "--out-dir", str(tmp_path / "o"))
+    _refused(code, capsys.readouterr().err, "its rate is zero in 67% of the 144 steps of one period")
+
+
+def test_a_calibration_with_demand_beyond_the_pool_says_so_beside_the_sizes(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A third of the steps idle, the rest quiet but for a spike every six hours: the utilisation target is met only
+    # by asking more of the pool than it has at the spikes.
+    rates = [0 if i % 3 == 0 else (1000 if i % 36 == 1 else 10) for i in range(144)]
+    spiky = write(
+        tmp_path / "spiky.csv", "t_sec,req_per_s\n" + "".join(f"{i * 600},{r}\n" for i, r in enumerate(rates))
+    )
+    code = _run({**inputs, "load": spiky}, "--scheme", "baseline", "--out-dir", str(tmp_path / "o"))
+    assert code == 0
+    out = capsys.readouterr().out
+    calibrated = next(line for line in out.splitlines() if line.startswith("calibrated: "))
+    assert "demand beyond the whole pool" in calibrated
+    warnings = [line for line in out.splitlines() if line.startswith("WARNING: calibration result in doubt: ")]
+    assert any("of the inference demand beyond the whole pool" in line for line in warnings)
+    assert "inf. short s / share" in out

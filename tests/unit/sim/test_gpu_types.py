@@ -202,7 +202,7 @@ def test_three_gpu_types_never_oversubscribed_and_a_job_runs_at_its_slowest_type
     if SCHEMES[scheme].loaning:
         assert "T4" in observed.types_used
         assert simulation.loans is not None
-        assert simulation.loans.reclaims > 0
+        assert simulation.loans.reclaims.total > 0
     else:
         assert "T4" not in observed.types_used
 
@@ -213,7 +213,7 @@ def test_two_inference_gpu_types_are_both_lent_and_reclaimed_under_the_oracle(sc
     assert all(job.status is Status.DONE for job in simulation.jobs)
     assert {"A100", "V100", "T4", "L4"} <= observed.types_used
     assert simulation.loans is not None
-    assert simulation.loans.reclaims > 0
+    assert simulation.loans.reclaims.total > 0
     # 300 req/s at 100 per server: 3 servers, split 2 T4 + 1 L4 by their servers, so none is short once reclaimed.
     cluster = simulation.cluster
     assert simulation.demand_at(5_400.0) == 3
