@@ -101,7 +101,11 @@ def test_shadow_mode_plans_every_pass_and_writes_nothing(
                     return None
                 return answer if "ApplyDeployment" in answer else None
 
-            wait_for(planned, DEADLINE_S, "the shadow operator's first plan")
+            try:
+                wait_for(planned, DEADLINE_S, "the shadow operator's first plan")
+            except BaseException:
+                print("--- shadow operator ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-60:]))
+                raise
             status = subprocess.run(
                 [sys.executable, "-m", "lyra", "status", "--shadow", url],
                 capture_output=True,
