@@ -28,6 +28,9 @@ GANG_TIMEOUT_S = 60
 RECLAIM_DEADLINE_S = 60
 REPOSITORY = Path(__file__).resolve().parents[1]
 OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml (lyra.chart.rendering.NAMESPACE)
+#: The operators' lease duration, whatever their resync: the Lease is renewed in a loop of its own, and a first
+#: operator waits this long before it creates the Lease (it may have just been deleted under a leader).
+LEASE_S = 4
 
 
 class Operator:
@@ -48,7 +51,7 @@ class Operator:
             sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
             "--lend-delay", "2", "--resync", str(self.resync_s), "--gang-timeout", str(GANG_TIMEOUT_S),
             "--reclaim-deadline", str(RECLAIM_DEADLINE_S),
-            "--lease-duration", str(max(4, 2 * self.resync_s)), "--lease-namespace", OPERATOR_NAMESPACE,
+            "--lease-duration", str(LEASE_S), "--lease-namespace", OPERATOR_NAMESPACE,
             "--http-port", str(self.http_port), *self.options, *extra,
         ]  # fmt: skip
 

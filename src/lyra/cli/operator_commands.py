@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lyra.cli.arguments import (
     add_kubeconfig_argument,
@@ -26,6 +26,9 @@ from lyra.cli.arguments import (
 )
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
+
+if TYPE_CHECKING:
+    from lyra.operator.leader import LeaseTiming
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -53,7 +56,8 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "--renew-deadline",
         type=seconds,
         metavar="SECONDS",
-        help="a leader that could not renew for this long stops writing (default 2/3 of --lease-duration)",
+        help="a leader that could not renew for this long stops writing: shorter than --lease-duration (by 0.2%% of "
+        "it), longer than 1.2 x --retry-period (default 2/3 of --lease-duration)",
     )
     parser.add_argument(
         "--retry-period",
@@ -96,13 +100,23 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(run=run_operator_command)
 
 
+def lease_flags(args: argparse.Namespace, timing: LeaseTiming) -> str:
+    """The three lease flags as the operator would take them, defaults said as such."""
+    deadline = "" if args.renew_deadline is not None else " (default: 2/3 of --lease-duration)"
+    retry = "" if args.retry_period is not None else " (default: 2/15 of --lease-duration)"
+    return (
+        f"--lease-duration {timing.duration_s:g}, --renew-deadline {timing.renew_deadline_s:g}{deadline}, "
+        f"--retry-period {timing.retry_period_s:g}{retry}"
+    )
+
+
 def run_operator_command(args: argparse.Namespace) -> int:
     from lyra.operator.leader import LeaseTiming
 
     timing = LeaseTiming.from_duration(args.lease_duration_s, args.renew_deadline, args.retry_period)
     problem = timing.problem()
-    if problem is not None and not args.dry_run:
-        print(f"lyra operator: --lease-duration, --renew-deadline, --retry-period: {problem}", file=sys.stderr)
+    if problem is not None:  # refused in shadow mode too (it takes no lease): the same flags must run a leader
+        print(f"lyra operator: {lease_flags(args, timing)}: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.http_port > 65535:
         print(f"lyra operator: --http-port {args.http_port} is not a port (0 to 65535)", file=sys.stderr)
@@ -158,6 +172,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
         try:
             lease = leader_lease(cluster, options)
             reconciler = Reconciler(cluster, options, lease=lease)
+            if not args.dry_run:  # a Lease nobody renews is taken only after watching it for a lease duration
+                lease.try_lead_within(lease.timing.written_duration_s + lease.timing.retry_period_s)
             decision = reconciler.pass_once()
             lease.release()
         except Exception as error:  # an unreachable API server, RBAC refusals: reported, not a traceback

@@ -1,20 +1,34 @@
-"""One active operator, fenced: a coordination.k8s.io Lease with client-go's leader-election semantics.
+"""One active operator, fenced: a coordination.k8s.io Lease with client-go's leader-election semantics, made safe
+against a Lease deleted or edited by hand.
 
 Three durations (:class:`LeaseTiming`), as Kubernetes' own controllers use them:
 
-* **lease duration**: a candidate takes the Lease over once the Lease's record (holder, renew time, resourceVersion)
-  has not changed for this long *as the candidate observed it on its own monotonic clock*. The holder's renew
-  time is written for humans and never compared with the local clock, so skewed clocks cannot shorten a lease.
+* **lease duration**: a candidate takes the Lease over once the Lease's record (holder, renew time, duration,
+  resourceVersion) has not changed for this long *as the candidate observed it on its own monotonic clock*, the
+  moment of observation being when its read returned. The holder's renew time is written for humans and never
+  compared with the local clock, so skewed clocks cannot shorten a lease. The Lease's ``leaseDurationSeconds`` is an
+  integer: the leader writes its duration rounded *up*, and a candidate waits the longer of its own duration and the
+  one written (a duration lowered by hand, or an operator configured shorter, never shortens the wait).
 * **renew deadline**: the leader renews every retry period, in its own loop (not only when a pass starts); if it has
   not renewed successfully for this long it stops leading. :meth:`LeaderLease.may_write` is the fence: true only
   while the last successful renewal *began* less than a renew deadline ago, so a leader paused (a long pass, a GC
   pause, SIGSTOP) never writes after a successor could have taken over. The committer asks it before every write.
 * **retry period**: how often the leader renews and a candidate tries.
 
-Because the renew deadline is shorter than the lease duration, the old leader's fence closes (renew deadline after
-its last renewal began) before any candidate may take over (a lease duration after it *observed* that renewal,
-which is later). Every write to the Lease is conditional on the resourceVersion read, so two candidates racing for
-it cannot both win. On a clean stop the holder releases it, so a successor takes over at once.
+A leader's renewal began before its write reached the API server, and a candidate's observation ends after its read
+of that write returned; the renew deadline is shorter than the lease duration (by a clock-rate allowance,
+:data:`CLOCK_ALLOWANCE`), so the old leader's fence closes before any candidate may take over.
+
+**Only a record this operator wrote is its own.** The leader remembers the resourceVersion its last write produced.
+A renewal that finds anything else (no Lease, another holder, its own name under another resourceVersion: a Lease
+deleted, edited or created by hand) closes the fence at once, and the operator becomes a candidate like any other:
+it takes the Lease (re-creates it, or takes it over) only once it has observed that record, or the Lease's absence,
+unchanged for a lease duration. A candidate treats every record the same way, a released Lease (no holder), a Lease
+that names it, or no Lease at all included: whatever happened before it looked, a leader it cannot see had its last
+renewal before that, and its fence closes within a renew deadline of it. So no moment has two writers, whatever is
+done to the Lease by hand; the cost is that a takeover (after a clean stop, a deletion or an edit) takes a lease
+duration. Every write to the Lease is conditional on the resourceVersion read (or a create), so two candidates
+racing for it cannot both win.
 
 The operator's reconcile loop is its own (no framework's peering can pause it), hence a Lease here.
 """
@@ -22,6 +36,7 @@ The operator's reconcile loop is its own (no framework's peering can pause it), 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
@@ -44,6 +59,15 @@ RENEW_DEADLINE_FRACTION = 2 / 3
 RETRY_PERIOD_FRACTION = 2 / 15
 #: client-go's JitterFactor: the renew deadline must leave room for more than one retry period.
 JITTER = 1.2
+#: The renew deadline is measured on the leader's clock, the lease duration on a candidate's: the deadline must be
+#: shorter than the duration by this fraction of it, twice the 0.05% NTP lets a clock's rate stray, for each clock.
+CLOCK_ALLOWANCE = 0.002
+#: The longest lease duration (the ``seconds`` argument's bound): a longer ``leaseDurationSeconds`` written by hand
+#: is waited only this long.
+MAX_DURATION_S = 86_400
+
+#: The record of a Lease that does not exist, as a candidate observes it.
+_ABSENT: tuple[object, ...] = ("absent",)
 
 
 class LeadershipLostError(RuntimeError):
@@ -67,14 +91,29 @@ class LeaseTiming:
             retry_period_s if retry_period_s is not None else duration_s * RETRY_PERIOD_FRACTION,
         )
 
+    @property
+    def written_duration_s(self) -> int:
+        """The lease duration as the Lease holds it (an integer): rounded up, so a candidate never waits less."""
+        return math.ceil(self.duration_s)
+
     def problem(self) -> str | None:
-        """Why these durations cannot fence a leader (client-go's own checks), or ``None``."""
-        if self.retry_period_s <= 0:
-            return "the retry period must be > 0 s"
-        if self.duration_s <= self.renew_deadline_s:
+        """Why these durations cannot fence a leader, or ``None``: each positive and finite, the lease duration at
+        most a day, the renew deadline shorter than the lease duration (by the clock allowance) and longer than 1.2 x
+        the retry period (client-go's own checks)."""
+        for what, value in (
+            ("lease duration", self.duration_s),
+            ("renew deadline", self.renew_deadline_s),
+            ("retry period", self.retry_period_s),
+        ):
+            if not math.isfinite(value) or value <= 0:
+                return f"the {what} must be a number of seconds > 0 (got {value:g})"
+        if self.duration_s > MAX_DURATION_S:
+            return f"the lease duration must be at most {MAX_DURATION_S} s (got {self.duration_s:g})"
+        if self.renew_deadline_s >= self.duration_s * (1 - CLOCK_ALLOWANCE):
             return (
-                f"the lease duration ({self.duration_s:g} s) must be longer than the renew deadline "
-                f"({self.renew_deadline_s:g} s)"
+                f"the renew deadline ({self.renew_deadline_s:g} s) must be shorter than the lease duration "
+                f"({self.duration_s:g} s) by at least {CLOCK_ALLOWANCE:.1%} of it, so that the leader stops writing "
+                "before a standby, timing the lease on its own clock, may take over"
             )
         if self.renew_deadline_s <= JITTER * self.retry_period_s:
             return (
@@ -101,6 +140,13 @@ def _seconds(text: str | None) -> float | None:
         return None
 
 
+def _version_of(written: object) -> str | None:
+    """The resourceVersion of a Lease the API server returned from a write (``None`` if it returned none)."""
+    metadata = getattr(written, "metadata", None)
+    version = getattr(metadata, "resource_version", None)
+    return str(version) if version else None
+
+
 class LeaderLease:
     def __init__(
         self,
@@ -122,8 +168,9 @@ class LeaderLease:
         self.wall = wall
         self.leading: bool | None = None  # unknown until the first try
         self._renewed_at: float | None = None  # monotonic start of the last successful create or renewal
-        self._observed: tuple[object, ...] | None = None  # the Lease record last seen
-        self._observed_at = 0.0  # monotonic time it was first seen
+        self._written: str | None = None  # the resourceVersion this operator's last write of the Lease produced
+        self._observed: tuple[object, ...] | None = None  # the Lease record last seen (_ABSENT: no Lease)
+        self._observed_at = 0.0  # monotonic time it was first seen (when the read returned)
         #: One attempt at a time: the renewal loop and a pass that finds the fence closed may both try at once, and
         #: the loser of that race with itself read its own 409 as another operator's win (and stood by for a moment).
         self._attempt = threading.Lock()
@@ -136,11 +183,23 @@ class LeaderLease:
         )
 
     def try_lead(self) -> bool:
-        """One attempt to create, renew or take over the Lease (client-go's tryAcquireOrRenew); returns
-        :meth:`may_write` afterwards. An API error other than a lost race is logged and counts as a failed renewal;
-        an unreachable API server raises (after leadership is given up if the renew deadline has passed)."""
+        """One attempt to renew, create or take over the Lease (client-go's tryAcquireOrRenew, with the rules
+        above); returns :meth:`may_write` afterwards. An API error other than a lost race is logged and counts as a
+        failed renewal; an unreachable API server raises (after leadership is given up if the renew deadline has
+        passed)."""
         with self._attempt:
             return self._try_lead()
+
+    def try_lead_within(self, seconds: float, sleep: Callable[[float], None] = time.sleep) -> bool:
+        """Try every retry period until this operator leads or ``seconds`` have passed (``lyra operator --once``:
+        a Lease nobody renews is taken only after a lease duration of watching it)."""
+        until = self.monotonic() + seconds
+        while not self.try_lead():
+            left = until - self.monotonic()
+            if left <= 0:
+                return False
+            sleep(min(self.timing.retry_period_s, left))
+        return True
 
     def _try_lead(self) -> bool:
         started = self.monotonic()
@@ -158,50 +217,94 @@ class LeaderLease:
 
     def _try(self, started: float) -> None:
         lease = self._read()
+        read_at = self.monotonic()
         if lease is None:
-            self._create()
-            self._won(started, "created the lease")
-            return
-        spec = lease.get("spec", {})
+            record: tuple[object, ...] = _ABSENT
+            spec: dict[str, Any] = {}
+            version = None
+        else:
+            spec = lease.get("spec") or {}
+            version = lease["metadata"]["resourceVersion"]
+            record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"), version)
         holder = spec.get("holderIdentity")
-        record = (holder, spec.get("renewTime"), spec.get("leaseDurationSeconds"), lease["metadata"]["resourceVersion"])
-        if record != self._observed:
-            self._observed, self._observed_at = record, started
-        duration = float(spec.get("leaseDurationSeconds") or self.timing.duration_s)
-        if holder and holder != self.identity and started - self._observed_at < duration:
-            self._lost(f"{holder} leads")
+        if lease is not None and holder == self.identity and version == self._written:
+            self._renew(started, lease, spec)
             return
-        transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
+        if self.leading:  # the fence closes now: a Lease this operator did not write is not its own
+            self._lost(self._foreign(lease, holder))
+        if record != self._observed:
+            self._observed, self._observed_at = record, read_at
+        wait = self._wait_for(spec)
+        if read_at - self._observed_at < wait:
+            if holder and holder != self.identity:
+                self._lost(f"{holder} leads")
+            else:
+                self._lost(f"{self._unheld(lease, holder)}: taking it once unchanged for {wait:g} s")
+            return
+        if lease is None:
+            self._written = _version_of(self._create())
+            self._won(started, "created the lease")
+        else:
+            self._renew(started, lease, spec)
+
+    def _wait_for(self, spec: dict[str, Any]) -> float:
+        """How long a candidate watches a record before taking it: its own lease duration, or the one written if
+        longer (at most :data:`MAX_DURATION_S`)."""
+        written = spec.get("leaseDurationSeconds")
+        written_s = float(written) if isinstance(written, int | float) and math.isfinite(written) else 0.0
+        return max(self.timing.duration_s, min(written_s, MAX_DURATION_S))
+
+    def _foreign(self, lease: dict[str, Any] | None, holder: object) -> str:
+        if lease is None:
+            return "the lease was deleted"
+        if holder != self.identity:
+            return f"the lease names {holder or 'no holder'}"
+        return f"the lease was written by someone else (resourceVersion {lease['metadata']['resourceVersion']})"
+
+    @staticmethod
+    def _unheld(lease: dict[str, Any] | None, holder: object) -> str:
+        if lease is None:
+            return "no lease"
+        return "the lease names this operator but was not written by it" if holder else "the lease has no holder"
+
+    def _renew(self, started: float, lease: dict[str, Any], spec: dict[str, Any]) -> None:
+        holder = spec.get("holderIdentity")
+        own = holder == self.identity and lease["metadata"]["resourceVersion"] == self._written
+        transitions = int(spec.get("leaseTransitions") or 0) + (0 if own else 1)
         now = self.wall()
         # Times go back in the API's own format (the client reads them as datetimes, which drop zero microseconds).
-        acquired = _stamp(_seconds(spec.get("acquireTime")) or now) if holder == self.identity else _stamp(now)
+        acquired = _stamp(_seconds(spec.get("acquireTime")) or now) if own else _stamp(now)
         body = {
             "metadata": {"name": names.OPERATOR_NAME, "resourceVersion": lease["metadata"]["resourceVersion"]},
             "spec": {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": round(self.timing.duration_s),
+                "leaseDurationSeconds": self.timing.written_duration_s,
                 "acquireTime": acquired,
                 "renewTime": _stamp(now),
                 "leaseTransitions": transitions,
             },
         }
-        self.coordination.replace_namespaced_lease(names.OPERATOR_NAME, self.namespace, cast(Any, body))
-        self._won(started, "renewed" if holder == self.identity else f"took over from {holder or 'nobody'}")
+        written = self.coordination.replace_namespaced_lease(names.OPERATOR_NAME, self.namespace, cast(Any, body))
+        self._written = _version_of(written)
+        self._won(started, "renewed" if own else f"took over from {holder or 'nobody'}")
 
     def release(self) -> None:
-        """Give the Lease up (on a clean stop), so that a successor leads at once."""
+        """Give the Lease up (on a clean stop): no holder, so that nobody reads it as a live leader's. A successor
+        still watches it for a lease duration before taking it (a release can be forged by hand)."""
         if self.leading is not True:
             return
         self.leading = False  # no write after this point, whatever happens below
         try:
             lease = self._read()
-            if lease is None or lease.get("spec", {}).get("holderIdentity") != self.identity:
+            if lease is None:
                 return
-            spec = lease.get("spec", {})
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity or lease["metadata"]["resourceVersion"] != self._written:
+                return  # not its own record any more
             body = {
                 "metadata": {"name": names.OPERATOR_NAME, "resourceVersion": lease["metadata"]["resourceVersion"]},
-                "spec": {  # no holder: the next operator takes it at once
-                    "leaseDurationSeconds": int(spec.get("leaseDurationSeconds") or round(self.timing.duration_s)),
+                "spec": {
+                    "leaseDurationSeconds": self.timing.written_duration_s,
                     "leaseTransitions": int(spec.get("leaseTransitions") or 0),
                 },
             }
@@ -220,22 +323,23 @@ class LeaderLease:
         found: dict[str, Any] = self.api.sanitize_for_serialization(lease)  # type: ignore[no-untyped-call]
         return found
 
-    def _create(self) -> None:
+    def _create(self) -> object:
         now = self.wall()
         body = {
             "metadata": {"name": names.OPERATOR_NAME, "namespace": self.namespace},
             "spec": {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": round(self.timing.duration_s),
+                "leaseDurationSeconds": self.timing.written_duration_s,
                 "acquireTime": _stamp(now),
                 "renewTime": _stamp(now),
                 "leaseTransitions": 0,
             },
         }
-        self.coordination.create_namespaced_lease(self.namespace, cast(Any, body))
+        return self.coordination.create_namespaced_lease(self.namespace, cast(Any, body))
 
     def _won(self, started: float, why: str) -> None:
         self._renewed_at = started
+        self._observed = None  # whatever is found next, not written by this operator, is watched from then on
         if self.leading is not True:
             log.info("leading (%s as %s)", why, self.identity)
         self.leading = True

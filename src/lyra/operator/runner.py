@@ -353,7 +353,7 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     finally:
-        lease.release()  # a successor leads at once, not after the lease expires
+        lease.release()  # the Lease names no holder: nobody reads it as a live leader's
         if server is not None:
             server.shutdown()
             server.server_close()

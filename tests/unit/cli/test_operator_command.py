@@ -50,8 +50,11 @@ def test_a_missing_kubeconfig_is_bad_input(command: str, tmp_path: Path, capsys:
     assert "no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "extra", [[], ["--lease-duration", "4.4", "--renew-deadline", "4.3", "--retry-period", "0.5"]], ids=["", "4.4s"]
+)
 def test_the_defaults_are_valid_and_an_unreachable_cluster_fails_with_a_message(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    extra: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
@@ -60,7 +63,7 @@ def test_the_defaults_are_valid_and_an_unreachable_cluster_fails_with_a_message(
         "users: [{name: u, user: {token: t}}]\n"
         "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
     )
-    assert main(["operator", "--once", "--kubeconfig", str(kubeconfig)]) == 1
+    assert main(["operator", "--once", "--kubeconfig", str(kubeconfig), *extra]) == 1
     error = capsys.readouterr().err
     assert "lyra operator: the pass failed" in error
     assert "Traceback" not in error
@@ -69,15 +72,37 @@ def test_the_defaults_are_valid_and_an_unreachable_cluster_fails_with_a_message(
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
-        (["--lease-duration", "10", "--renew-deadline", "10"], "must be longer than the renew deadline"),
+        (["--lease-duration", "10", "--renew-deadline", "10"], "must be shorter than the lease duration (10 s)"),
+        (["--lease-duration", "4.4", "--renew-deadline", "4.4"], "must be shorter than the lease duration (4.4 s)"),
+        (["--lease-duration", "4.4", "--renew-deadline", "4.395"], "by at least 0.2% of it"),
+        (["--lease-duration", "4", "--renew-deadline", "5"], "--renew-deadline 5, --retry-period 0.533333 (default"),
         (["--lease-duration", "15", "--renew-deadline", "2", "--retry-period", "2"], "1.2 x the retry period"),
+        (["--lease-duration", "15", "--retry-period", "9"], "--renew-deadline 10 (default: 2/3 of --lease-duration)"),
+        (["--lease-duration", "0"], "the lease duration must be a number of seconds > 0 (got 0)"),
+        (["--retry-period", "0"], "the retry period must be a number of seconds > 0 (got 0)"),
+        (["--renew-deadline", "0"], "the renew deadline must be a number of seconds > 0 (got 0)"),
+        (["--dry-run", "--lease-duration", "10", "--renew-deadline", "10"], "must be shorter than the lease duration"),
     ],
 )
 def test_lease_timings_that_cannot_fence_a_leader_are_refused(
     flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["operator", *flags]) == 2
-    assert says in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert says in error
+    assert error.startswith("lyra operator: --lease-duration ")
+    assert "Traceback" not in error
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "86401", "4,4", ""])
+@pytest.mark.parametrize("flag", ["--lease-duration", "--renew-deadline", "--retry-period"])
+def test_lease_flags_that_are_not_seconds_are_refused(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["operator", flag, value])
+    assert exited.value.code == 2
+    assert "expected seconds" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

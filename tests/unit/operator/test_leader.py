@@ -11,9 +11,12 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lyra.api import names
 from lyra.operator.leader import LeaderLease, LeaseTiming
 
 TIMING = LeaseTiming(duration_s=15, renew_deadline_s=10, retry_period_s=2)
@@ -52,17 +55,37 @@ class LeaseApi:
             ),
         )
 
-    def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> None:
+    def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> client.V1Lease:
+        if self.down:
+            raise ApiException(status=503, reason="Service Unavailable")
         if self.lease is not None:
             raise ApiException(status=409, reason="AlreadyExists")
         self.lease, self.version = {"spec": dict(body["spec"])}, self.version + 1
+        return self.read_namespaced_lease(names.OPERATOR_NAME, namespace)
 
-    def replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any]) -> client.V1Lease:
         if self.down:
             raise ApiException(status=503, reason="Service Unavailable")
+        if self.lease is None:
+            raise ApiException(status=404, reason="Not Found")
         if body["metadata"]["resourceVersion"] != str(self.version):
             raise ApiException(status=409, reason="Conflict")
         self.lease, self.version = {"spec": dict(body["spec"])}, self.version + 1
+        return self.read_namespaced_lease(name, namespace)
+
+    # What an administrator does by hand (kubectl delete, edit, create): new resourceVersions, written by nobody's
+    # LeaderLease.
+
+    def delete(self) -> None:
+        self.lease = None
+
+    def edit(self, **spec: Any) -> None:
+        assert self.lease is not None
+        self.lease, self.version = {"spec": {**self.lease["spec"], **spec}}, self.version + 1
+
+    def create_by_hand(self, **spec: Any) -> None:
+        assert self.lease is None
+        self.lease, self.version = {"spec": dict(spec)}, self.version + 1
 
     @property
     def holder(self) -> str | None:
@@ -73,16 +96,33 @@ def _time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
-def candidate(api: LeaseApi, name: str, clock: Clock, wall: Clock | None = None) -> LeaderLease:
+def candidate(
+    api: LeaseApi, name: str, clock: Clock, wall: Clock | None = None, timing: LeaseTiming = TIMING
+) -> LeaderLease:
     return LeaderLease(
-        client.ApiClient(), "lyra-system", identity=name, timing=TIMING, monotonic=clock, wall=wall or clock,
+        client.ApiClient(), "lyra-system", identity=name, timing=timing, monotonic=clock, wall=wall or clock,
         coordination=api,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
-def test_the_first_candidate_creates_the_lease_and_the_second_stands_by() -> None:
+def leading(api: LeaseApi, name: str, clock: Clock, wall: Clock | None = None) -> LeaderLease:
+    """A candidate that created the Lease: it watched the Lease's absence for a lease duration first."""
+    lease = candidate(api, name, clock, wall)
+    assert not lease.try_lead()
+    clock.now += TIMING.duration_s
+    assert lease.try_lead()
+    return lease
+
+
+def test_a_missing_lease_is_created_only_after_a_lease_duration_of_watching_it_missing() -> None:
     api, clock = LeaseApi(), Clock()
     first, second = candidate(api, "a", clock), candidate(api, "b", clock)
+    assert not first.try_lead()
+    clock.now += 1
+    assert not second.try_lead()
+    assert api.lease is None
+    clock.now += 14.9
+    assert not second.try_lead()
     assert first.try_lead()
     assert not second.try_lead()
     assert api.holder == "a"
@@ -92,9 +132,9 @@ def test_the_first_candidate_creates_the_lease_and_the_second_stands_by() -> Non
 
 def test_a_candidate_takes_over_only_a_lease_duration_after_it_saw_the_last_renewal() -> None:
     api, clock = LeaseApi(), Clock()
-    leader, standby = candidate(api, "a", clock), candidate(api, "b", clock)
-    leader.try_lead()
-    standby.try_lead()  # sees the record at t=1000
+    leading(api, "a", clock)
+    standby = candidate(api, "b", clock)
+    standby.try_lead()  # sees the record at t=1015
     clock.now += 14.9
     assert not standby.try_lead()
     clock.now += 0.2
@@ -105,9 +145,8 @@ def test_a_candidate_takes_over_only_a_lease_duration_after_it_saw_the_last_rene
 def test_the_holders_clock_is_never_compared_with_the_candidates() -> None:
     """The leader's wall clock runs an hour behind: its renew times look stale, and it still keeps the lease."""
     api, clock = LeaseApi(), Clock()
-    leader = candidate(api, "a", clock, wall=Clock(clock.now - 3600))
+    leader = leading(api, "a", clock, wall=Clock(clock.now - 3600))
     standby = candidate(api, "b", clock)
-    leader.try_lead()
     for _ in range(20):
         assert not standby.try_lead()
         clock.now += 2
@@ -117,8 +156,7 @@ def test_the_holders_clock_is_never_compared_with_the_candidates() -> None:
 
 def test_the_fence_closes_a_renew_deadline_after_the_last_renewal_before_anyone_may_take_over() -> None:
     api, clock = LeaseApi(), Clock()
-    leader, standby = candidate(api, "a", clock), candidate(api, "b", clock)
-    leader.try_lead()
+    leader, standby = leading(api, "a", clock), candidate(api, "b", clock)
     standby.try_lead()
     clock.now += 9.9
     assert leader.may_write()
@@ -133,8 +171,7 @@ def test_the_fence_closes_a_renew_deadline_after_the_last_renewal_before_anyone_
 
 def test_renewals_that_fail_past_the_renew_deadline_end_leadership() -> None:
     api, clock = LeaseApi(), Clock()
-    leader = candidate(api, "a", clock)
-    leader.try_lead()
+    leader = leading(api, "a", clock)
     api.down = True
     for _ in range(4):
         clock.now += 2
@@ -148,18 +185,18 @@ def test_renewals_that_fail_past_the_renew_deadline_end_leadership() -> None:
 
 def test_two_candidates_racing_for_an_expired_lease_cannot_both_win() -> None:
     api, clock = LeaseApi(), Clock()
-    candidate(api, "gone", clock).try_lead()
+    leading(api, "gone", clock)
     first, second = candidate(api, "a", clock), candidate(api, "b", clock)
     first.try_lead()
     second.try_lead()
     clock.now += 16
     replace = api.replace_namespaced_lease
 
-    def first_writes_in_between(name: str, namespace: str, body: dict[str, Any]) -> None:
+    def first_writes_in_between(name: str, namespace: str, body: dict[str, Any]) -> client.V1Lease:
         if body["spec"]["holderIdentity"] == "b":
             api.replace_namespaced_lease = replace  # type: ignore[method-assign]
             assert first.try_lead()  # reads the version the second read, and writes first
-        replace(name, namespace, body)
+        return replace(name, namespace, body)
 
     api.replace_namespaced_lease = first_writes_in_between  # type: ignore[method-assign]
     assert not second.try_lead()
@@ -168,22 +205,156 @@ def test_two_candidates_racing_for_an_expired_lease_cannot_both_win() -> None:
     assert not second.may_write()
 
 
-def test_release_hands_the_lease_over_at_once_and_closes_the_fence() -> None:
+def test_release_closes_the_fence_and_leaves_no_holder_which_a_successor_takes_after_a_lease_duration() -> None:
+    """A release is a record like any other (an administrator can write one by hand while the leader leads)."""
     api, clock = LeaseApi(), Clock()
-    leader, standby = candidate(api, "a", clock), candidate(api, "b", clock)
-    leader.try_lead()
+    leader, standby = leading(api, "a", clock), candidate(api, "b", clock)
     standby.try_lead()
     leader.release()
     assert not leader.may_write()
+    assert api.lease is not None
+    assert api.holder is None
+    assert not standby.try_lead()
+    clock.now += 14.9
+    assert not standby.try_lead()
+    clock.now += 0.2
+    assert standby.try_lead()
+
+
+def test_a_lease_deleted_by_hand_closes_the_leaders_fence_at_its_next_renewal_and_is_recreated_a_duration_later() -> (
+    None
+):
+    api, clock = LeaseApi(), Clock()
+    leader, standby = leading(api, "a", clock), candidate(api, "b", clock)
+    standby.try_lead()
+    api.delete()
+    clock.now += 1
+    assert not standby.try_lead(), "a standby never creates a Lease it has just found missing"
+    assert leader.may_write()  # it has not looked yet: its last renewal is 1 s old
+    assert not leader.try_lead()
+    assert not leader.may_write(), "the renewal found no Lease: the fence closed at once"
+    assert api.lease is None, "nor does the old leader re-create it at once"
+    clock.now += 14.9
+    assert not standby.try_lead()
+    assert not leader.try_lead()
+    clock.now += 0.2
+    assert standby.try_lead()
+    assert not leader.try_lead()
+    assert api.holder == "b"
+
+
+def test_a_standby_creates_a_deleted_lease_only_after_the_paused_leaders_fence_has_closed() -> None:
+    """The leader renews and is paused; the Lease is deleted at once and the standby sees it missing at once: it
+    may create the Lease only when the leader, which still counts its renewal as fresh, can no longer write."""
+    api, clock = LeaseApi(), Clock()
+    leader, standby = leading(api, "a", clock), candidate(api, "b", clock)
+    standby.try_lead()
+    clock.now += 2
+    assert leader.try_lead()  # its last renewal, then it is paused
+    api.delete()
+    while not standby.try_lead():
+        assert leader.may_write() or not standby.may_write()
+        clock.now += 0.1
+    assert not leader.may_write()
+    assert clock.now - 1017 >= TIMING.duration_s
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"holderIdentity": "b"},  # the standby's own name
+        {"holderIdentity": "someone"},
+        {"holderIdentity": None},  # looks released
+        {"renewTime": "2020-01-01T00:00:00.000000Z"},
+        {"leaseDurationSeconds": 1},
+        {"leaseDurationSeconds": 15},  # the same content: only the resourceVersion moved
+    ],
+    ids=["holder-the-standby", "holder-someone", "no-holder", "renew-time", "duration-1", "same-content"],
+)
+def test_a_lease_edited_by_hand_closes_the_fence_and_is_taken_only_a_lease_duration_after_the_edit(
+    edit: dict[str, Any],
+) -> None:
+    api, clock = LeaseApi(), Clock()
+    leader, standby = leading(api, "a", clock), candidate(api, "b", clock)
+    standby.try_lead()
+    clock.now += 1
+    api.edit(**edit)
+    edited = clock.now
+    assert not standby.try_lead(), "the standby takes no Lease at once, not even one naming it"
+    assert not leader.try_lead()
+    assert not leader.may_write(), "the leader's renewal found a record it did not write: the fence closed at once"
+    while not (standby.try_lead() or leader.try_lead()):
+        assert clock.now - edited < TIMING.duration_s
+        clock.now += 0.5
+    assert clock.now - edited >= TIMING.duration_s
+    assert leader.may_write() != standby.may_write()
+
+
+def test_a_longer_duration_written_by_hand_is_waited_up_to_a_day() -> None:
+    api, clock = LeaseApi(), Clock()
+    leader, standby = leading(api, "a", clock), candidate(api, "b", clock)
+    api.edit(leaseDurationSeconds=60)
+    assert not leader.try_lead()
+    assert not standby.try_lead()
+    clock.now += 59.9
+    assert not standby.try_lead()
+    clock.now += 0.2
+    assert standby.try_lead()
+    api.edit(leaseDurationSeconds=10**9)
+    assert not standby.try_lead()
+    clock.now += 86_399
+    assert not standby.try_lead()
+    clock.now += 2
+    assert standby.try_lead()
+
+
+def test_a_lease_created_by_hand_is_watched_for_a_lease_duration_whatever_it_names() -> None:
+    api, clock = LeaseApi(), Clock()
+    api.create_by_hand(holderIdentity="b", leaseDurationSeconds=1)
+    standby = candidate(api, "b", clock)
+    assert not standby.try_lead()
+    clock.now += 14.9
+    assert not standby.try_lead()
+    clock.now += 0.2
+    assert standby.try_lead()
+
+
+def test_a_fractional_duration_is_written_rounded_up_and_waited_in_full() -> None:
+    """``--lease-duration 4.4 --renew-deadline 4.3``: the Lease says 5 s, a standby waits 5 s (4.4 s if its own
+    duration were the longer), and the leader's fence closes at 4.3 s."""
+    timing = LeaseTiming(4.4, 4.3, 0.5)
+    assert timing.problem() is None
+    api, clock = LeaseApi(), Clock()
+    leader, standby = candidate(api, "a", clock, timing=timing), candidate(api, "b", clock, timing=timing)
+    leader.try_lead()
+    clock.now += 4.5
+    assert leader.try_lead()
+    assert api.lease is not None
+    assert api.lease["spec"]["leaseDurationSeconds"] == 5
+    standby.try_lead()
+    renewed = clock.now
+    clock.now += 4.29
+    assert leader.may_write()
+    clock.now += 0.02
+    assert not leader.may_write()
+    clock.now = renewed + 4.9
+    assert not standby.try_lead(), "the Lease says 5 s: 4.4 s is not enough"
+    clock.now = renewed + 5.01
     assert standby.try_lead()
 
 
 @pytest.mark.parametrize(
     ("timing", "says"),
     [
-        (LeaseTiming(10, 10, 2), "longer than the renew deadline"),
+        (LeaseTiming(10, 10, 2), "shorter than the lease duration"),
+        (LeaseTiming(4.4, 4.395, 0.5), "by at least 0.2% of it"),
         (LeaseTiming(15, 2, 2), "1.2 x the retry period"),
-        (LeaseTiming(15, 10, 0), "retry period must be > 0"),
+        (LeaseTiming(15, 10, 0), "retry period must be a number of seconds > 0"),
+        (LeaseTiming(0, 0, 0), "lease duration must be a number of seconds > 0"),
+        (LeaseTiming(15, -1, 2), "renew deadline must be a number of seconds > 0"),
+        (LeaseTiming(float("inf"), 10, 2), "lease duration must be a number of seconds > 0 (got inf)"),
+        (LeaseTiming(15, float("nan"), 2), "renew deadline must be a number of seconds > 0 (got nan)"),
+        (LeaseTiming(100_000, 10, 2), "at most 86400 s"),
     ],
 )
 def test_timings_that_cannot_fence_a_leader_are_refused(timing: LeaseTiming, says: str) -> None:
@@ -195,6 +366,28 @@ def test_timings_that_cannot_fence_a_leader_are_refused(timing: LeaseTiming, say
 def test_the_default_proportions_are_client_gos() -> None:
     assert LeaseTiming.from_duration(15) == LeaseTiming(15, 10, 2)
     assert LeaseTiming.from_duration(15).problem() is None
+    assert LeaseTiming.from_duration(4).problem() is None
+
+
+def test_once_waits_for_a_missing_lease_a_duration_then_leads() -> None:
+    api, clock = LeaseApi(), Clock()
+    lease = candidate(api, "a", clock)
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    assert lease.try_lead_within(TIMING.written_duration_s + TIMING.retry_period_s, sleep)
+    assert TIMING.duration_s <= sum(slept) <= TIMING.duration_s + TIMING.retry_period_s
+    assert max(slept) == TIMING.retry_period_s
+
+    def sleep_while_the_leader_renews(seconds: float) -> None:
+        sleep(seconds)
+        assert lease.try_lead()
+
+    assert not candidate(api, "b", clock).try_lead_within(17, sleep_while_the_leader_renews), "--once stands by"
+    assert api.holder == "a"
 
 
 class RacingLeaseApi(LeaseApi):
@@ -218,6 +411,8 @@ def test_two_attempts_of_one_operator_at_once_never_lose_to_itself() -> None:
     api = RacingLeaseApi()
     clock = Clock()
     lease = candidate(api, "a", clock)
+    assert not lease.try_lead()
+    clock.now += TIMING.duration_s
     assert lease.try_lead()
     results: list[bool] = []
     attempts = [threading.Thread(target=lambda: results.append(lease.try_lead())) for _ in range(2)]
@@ -228,3 +423,52 @@ def test_two_attempts_of_one_operator_at_once_never_lose_to_itself() -> None:
     assert results == [True, True]
     assert api.holder == "a"
     assert api.version == 3, "created, then renewed twice, one after the other"
+
+
+#: Three operators configured differently (client-go's proportions of 15 s and of 4 s, and a fractional duration):
+#: whoever leads, whatever the others wait must outlast its fence.
+MIXED = {
+    "a": TIMING,
+    "b": LeaseTiming(4.4, 4.3, 0.5),
+    "c": LeaseTiming.from_duration(4),
+}
+HAND_EDITS: list[dict[str, Any]] = [{"holderIdentity": name} for name in ("a", "b", "c", "someone", None)] + [
+    {"renewTime": "2020-01-01T00:00:00.000000Z"},
+    {"leaseDurationSeconds": 1},
+    {"leaseDurationSeconds": 30},
+]
+EVENTS = st.one_of(
+    st.tuples(st.just("tick"), st.floats(0, 6)),
+    st.tuples(st.just("try"), st.sampled_from(sorted(MIXED))),
+    st.tuples(st.just("release"), st.sampled_from(sorted(MIXED))),
+    st.tuples(st.just("delete"), st.none()),
+    st.tuples(st.just("edit"), st.sampled_from(range(len(HAND_EDITS)))),
+    st.tuples(st.just("create"), st.sampled_from(["a", "b", "someone", None])),
+    st.tuples(st.just("down"), st.booleans()),
+)
+
+
+@settings(max_examples=400, derandomize=True, database=None, deadline=None)
+@given(st.lists(EVENTS, min_size=1, max_size=120))
+def test_never_two_writers_whatever_is_done_to_the_lease_by_hand(events: list[tuple[str, Any]]) -> None:
+    """Operators try (or are paused: they do not), time passes, the API server goes down, and the Lease is deleted,
+    edited and created by hand: after every step, at most one fence is open."""
+    api, clock = LeaseApi(), Clock()
+    operators = {name: candidate(api, name, clock, timing=timing) for name, timing in MIXED.items()}
+    for kind, value in events:
+        if kind == "tick":
+            clock.now += value
+        elif kind == "try":
+            operators[value].try_lead()
+        elif kind == "release":
+            operators[value].release()
+        elif kind == "delete":
+            api.delete()
+        elif kind == "edit" and api.lease is not None:
+            api.edit(**HAND_EDITS[value])
+        elif kind == "create" and api.lease is None:
+            api.create_by_hand(holderIdentity=value, leaseDurationSeconds=1, renewTime="2020-01-01T00:00:00.000000Z")
+        elif kind == "down":
+            api.down = value
+        open_fences = [name for name, operator in operators.items() if operator.may_write()]
+        assert len(open_fences) <= 1, (open_fences, kind, value)
