@@ -378,17 +378,26 @@ def test_a_job_recreated_under_its_name_does_not_adopt_the_old_runs_pods(
         assert second_uid != first_uid
 
         def new_run_only() -> bool:
-            pods = workers(api, namespace, "again")
+            """Two running workers owned by the new run, none of them an old run's pod (which still carry the job's
+            label, so they are told apart by UID here too)."""
+            pods = [p for p in workers(api, namespace, "again") if p.metadata.uid not in old_uids]
             owners = {ref.uid for p in pods for ref in p.metadata.owner_references or [] if ref.controller}
-            uids = {p.metadata.uid for p in pods}
-            return running(api, namespace, "again", 2) and owners == {second_uid} and not uids & old_uids
+            status = job(api, namespace, "again").get("status", {})
+            return (
+                len(pods) == 2
+                and all(p.spec.node_name and p.status.phase == "Running" for p in pods)
+                and status.get("workers", {}).get("current") == 2
+                and owners == {second_uid}
+            )
 
         wait_for(new_run_only, DEADLINE_S, "the new run running on pods of its own")
-        wait_for(
-            lambda: not {p.metadata.uid for p in core(api).list_namespaced_pod(namespace).items} & old_uids,
-            DEADLINE_S,
-            "the old run's pods deleted",
-        )
+        # The orphans are nobody's: Orphan asked for them to stay, and Lyra knows its pods by owner, never by the
+        # labels they still carry. They keep their GPUs (the new run took other names) until their owner deletes them.
+        left = {p.metadata.uid: p for p in core(api).list_namespaced_pod(namespace).items if p.metadata.uid in old_uids}
+        assert set(left) == old_uids, "the orphaned pods were deleted"
+        assert all(not p.metadata.owner_references for p in left.values())
+        new_names = {p.metadata.name for p in workers(api, namespace, "again") if p.metadata.uid not in old_uids}
+        assert not new_names & {p.metadata.name for p in left.values()}
         never_failed(api, namespace, "again")
         assert_check_clean(cluster.kubeconfig)
 
