@@ -23,7 +23,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "lyra.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "lyra.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "lyra.extenderUrl" -}}
@@ -70,20 +70,46 @@ capabilities:
   drop: ["ALL"]
 {{- end -}}
 
-{{/* nodeSelector, tolerations and affinity of a component: (dict "placement" .Values.operator.placement). */}}
-{{- define "lyra.placement" -}}
-{{- with .placement.nodeSelector }}
+{{/* Where a component's pods run and their priority: (.Values.operator), (.Values.extender), ... */}}
+{{- define "lyra.podPlacement" -}}
+{{- with .nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .placement.tolerations }}
+{{- with .tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .placement.affinity }}
+{{- with .affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod securityContext: the chart's non-root defaults with the component's podSecurityContext merged over them. */}}
+{{- define "lyra.podSecurity" -}}
+{{- mustMergeOverwrite (include "lyra.podSecurityContext" .root | fromYaml) .component.podSecurityContext | toYaml }}
+{{- end -}}
+
+{{/* The container securityContext: the chart's defaults with the component's securityContext merged over them. */}}
+{{- define "lyra.containerSecurity" -}}
+{{- mustMergeOverwrite (include "lyra.containerSecurityContext" .root | fromYaml) .component.securityContext | toYaml }}
+{{- end -}}
+
+{{/* A component's image reference: repository@digest when a digest is set, else repository:tag. */}}
+{{- define "lyra.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "lyra.imagePullSecrets" -}}

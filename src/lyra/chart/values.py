@@ -26,7 +26,13 @@ _QUANTITY = r"^([0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?)$"
 _DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DURATION = r"^[0-9]+(ms|s|m|h)$"
 
-Quantity = Annotated[str, Field(pattern=_QUANTITY, description="a Kubernetes quantity such as 100m, 256Mi or 1")]
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+#: A Kubernetes quantity, as a string (100m, 256Mi) or a number (``--set operator.resources.limits.cpu=2``).
+Quantity = Annotated[
+    Annotated[str, Field(pattern=_QUANTITY)] | Annotated[float, Field(ge=0)],
+    Field(description="a Kubernetes quantity such as 100m, 256Mi or 1 (a string or a number)"),
+]
 Port = Annotated[int, Field(ge=1, le=65535)]
 #: A namespace, or ``*`` for every namespace not named (lyra.operator.sizing.InferenceGpuCaps).
 CappedNamespace = Annotated[str, Field(pattern=r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")]
@@ -43,6 +49,9 @@ class Image(Strict):
         "lyra", min_length=1, description="image repository (build it: `make image`, or the Dockerfile)"
     )
     tag: str = Field("", description="image tag; empty: the chart's appVersion")
+    digest: str = Field(
+        "", pattern=r"^(|sha256:[0-9a-f]{64})$", description="image digest (sha256:...); set, it wins over the tag"
+    )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", alias="pullPolicy", description="imagePullPolicy"
     )
@@ -52,7 +61,14 @@ class SchedulerImage(Strict):
     repository: str = Field(
         KUBE_SCHEDULER_IMAGE, min_length=1, description="kube-scheduler image (upstream, or `make image`'s own build)"
     )
-    tag: str = Field(KUBE_SCHEDULER_TAG, pattern=r"^v1\.3[4-9]\.[0-9]+$", description="kube-scheduler v1.34 or later")
+    tag: str = Field(
+        KUBE_SCHEDULER_TAG,
+        pattern=r"^v1\.(3[4-9]|[4-9][0-9])\.[0-9]+([-+][0-9A-Za-z.-]+)?$",
+        description="kube-scheduler v1.34 or later, a vendor build's tag included (v1.35.1-gke.100)",
+    )
+    digest: str = Field(
+        "", pattern=r"^(|sha256:[0-9a-f]{64})$", description="image digest (sha256:...); set, it wins over the tag"
+    )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", alias="pullPolicy", description="imagePullPolicy"
     )
@@ -72,14 +88,52 @@ def _resources(cpu: str, memory: str, memory_limit: str) -> Resources:
     return Resources(requests=ResourceAmounts(cpu=cpu, memory=memory), limits=ResourceAmounts(memory=memory_limit))
 
 
-class Placement(Strict):
-    """Where the component's own pods run (never on GPU nodes unless you say so)."""
+class ServiceMetadata(Strict):
+    annotations: dict[str, str] = Field(default_factory=dict, description="the Service's annotations")
+    labels: dict[str, str] = Field(default_factory=dict, description="the Service's labels (beside the chart's)")
+
+
+class Pods(Strict):
+    """What every component's pods take, as the anchors' charts name it: where they run (never on GPU nodes unless
+    you say so), their priority, metadata, extra arguments and environment, and security contexts (merged over the
+    chart's non-root defaults)."""
 
     node_selector: dict[str, str] = Field(
         default_factory=dict, alias="nodeSelector", description="the pods' nodeSelector"
     )
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="the pods' tolerations")
     affinity: dict[str, Any] = Field(default_factory=dict, description="the pods' affinity")
+    topology_spread_constraints: list[dict[str, Any]] = Field(
+        default_factory=list, alias="topologySpreadConstraints", description="the pods' topologySpreadConstraints"
+    )
+    priority_class_name: str = Field(
+        "",
+        alias="priorityClassName",
+        pattern=r"^(|[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$",
+        description="the pods' PriorityClass (e.g. system-cluster-critical); empty: none",
+    )
+    pod_annotations: dict[str, str] = Field(
+        default_factory=dict, alias="podAnnotations", description="annotations on the pods"
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict, alias="podLabels", description="labels on the pods (beside the chart's)"
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, alias="extraArgs", description="arguments appended to the container's"
+    )
+    extra_env: list[dict[str, Any]] = Field(
+        default_factory=list, alias="extraEnv", description="environment variables added to the container (EnvVar)"
+    )
+    pod_security_context: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="podSecurityContext",
+        description="merged over the chart's pod securityContext (non-root 65532, RuntimeDefault seccomp)",
+    )
+    security_context: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="securityContext",
+        description="merged over the chart's container securityContext (read-only root, no privilege, no capabilities)",
+    )
 
 
 class Crds(Strict):
@@ -90,7 +144,7 @@ class Crds(Strict):
     )
 
 
-class Operator(Strict):
+class Operator(Pods):
     mode: Literal["active", "shadow"] = Field(
         "active",
         description="active: the operator lends, reclaims and runs jobs; shadow: it decides every pass and writes "
@@ -168,7 +222,7 @@ class Operator(Strict):
     resources: Resources = Field(
         default_factory=lambda: _resources("100m", "256Mi", "1Gi"), description="the container's requests and limits"
     )
-    placement: Placement = Field(default_factory=Placement, description="where its pods run")
+    service: ServiceMetadata = Field(default_factory=ServiceMetadata, description="its Service's metadata")
 
 
 #: Where the bundled scheduler finds the extender's client credentials (``extender.tls.clientSecretName``): the
@@ -209,7 +263,7 @@ class ExtenderTls(Strict):
     )
 
 
-class Extender(Strict):
+class Extender(Pods):
     enabled: bool = Field(True, description="run the scheduler extender (scoring and preemption victims)")
     replicas: int = Field(2, ge=1, le=10, description="extender replicas behind one Service")
     port: Port = Field(
@@ -226,10 +280,10 @@ class Extender(Strict):
     resources: Resources = Field(
         default_factory=lambda: _resources("100m", "256Mi", "1Gi"), description="the container's requests and limits"
     )
-    placement: Placement = Field(default_factory=Placement, description="where its pods run")
+    service: ServiceMetadata = Field(default_factory=ServiceMetadata, description="its Service's metadata")
 
 
-class Scheduler(Strict):
+class Scheduler(Pods):
     enabled: bool = Field(
         True,
         description="bundle a second kube-scheduler that calls the extender; the operator sets its name as the "
@@ -255,7 +309,6 @@ class Scheduler(Strict):
     resources: Resources = Field(
         default_factory=lambda: _resources("100m", "128Mi", "512Mi"), description="the container's requests and limits"
     )
-    placement: Placement = Field(default_factory=Placement, description="where its pods run")
 
 
 class ServiceMonitor(Strict):

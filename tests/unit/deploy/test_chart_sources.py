@@ -69,7 +69,7 @@ BAD_VALUES = [
     ({"scheduler": {"image": {"tag": "v1.29.0"}}}, "scheduler/image/tag", "does not match"),
     ({"scheduler": {"name": "Lyra Scheduler"}}, "scheduler/name", "does not match"),
     ({"image": {"pullPolicy": "Sometimes"}}, "image/pullPolicy", "is not one of"),
-    ({"extender": {"resources": {"limits": {"memory": "lots"}}}}, "extender/resources/limits/memory", "does not match"),
+    ({"extender": {"resources": {"limits": {"memory": "lots"}}}}, "extender/resources/limits/memory", "not valid"),
     ({"monitoring": {"serviceMonitor": {"interval": "30 seconds"}}}, "monitoring/serviceMonitor/interval", "match"),
     ({"extender": {"tls": {"enabled": "yes"}}}, "extender/tls/enabled", "not of type 'boolean'"),
     ({"extender": {"tls": {"secretName": 1}}}, "extender/tls/secretName", "not of type 'string'"),
