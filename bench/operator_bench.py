@@ -17,7 +17,8 @@ from typing import Any
 
 from bench import Benchmark
 from lyra.operator.decide import decide
-from lyra.operator.observe import World, read_world
+from lyra.operator.readers import read_world
+from lyra.operator.world import World
 
 SEED = 20261123
 NOW = 1_800_000_000.0

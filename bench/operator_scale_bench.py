@@ -53,7 +53,8 @@ from lyra.kubewatch.kinds import Kind
 from lyra.operator import heap
 from lyra.operator.caches import KINDS
 from lyra.operator.decide import decide
-from lyra.operator.observe import Readings, World, read_world
+from lyra.operator.readers import Readings, read_world
+from lyra.operator.world import World
 
 SEED = 20261124
 SIZES = (500, 1_000, 5_000)

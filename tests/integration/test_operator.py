@@ -28,7 +28,7 @@ from lyra.api import names
 from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
-from lyra.operator.observe import parse_time
+from lyra.operator.timestamps import parse_time
 from tests.operator_support import (
     A100,
     DEADLINE_S,

@@ -18,7 +18,8 @@ from lyra.localcluster.waiting import wait_for
 from lyra.operator import manifests
 from lyra.operator.actions import ApplyDeployment, Decision, DeletePod, PatchStatus
 from lyra.operator.commit import APPLIED, DEFERRED, Cluster
-from lyra.operator.observe import ObjectRef, read_world
+from lyra.operator.readers import read_world
+from lyra.operator.world import ObjectRef
 from tests.operator_support import create_job, custom, job
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from lyra.cli.arguments import add_kubeconfig_argument
 from lyra.cli.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from lyra.operator.observe import JobRecord, World
+    from lyra.operator.world import JobRecord, World
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:

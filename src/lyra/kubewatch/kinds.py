@@ -1,6 +1,6 @@
 """The kinds Lyra watches: which objects of each it keeps, with which selector, and what of them.
 
-A kind's ``slim`` keeps only the fields the operator (:mod:`lyra.operator.observe`) and the shared readers
+A kind's ``slim`` keeps only the fields the operator (:mod:`lyra.operator.readers`) and the shared readers
 (:mod:`lyra.api.convert`) read, so a cache of 50,000 kubelet-shaped pods does not hold their volumes, environment,
 managed fields and images. What is kept, per kind:
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from lyra.api.objects import Taint
 from lyra.core.model import LoanState
-from lyra.operator.observe import ObjectRef
+from lyra.operator.world import ObjectRef
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from lyra.api.resources import wire
 from lyra.core.placement import PodRole
 from lyra.operator.actions import Action, DeletePod, Emit, PassReport
 from lyra.operator.isolation import Failure, key_of
-from lyra.operator.observe import ObjectRef, PodRecord
+from lyra.operator.world import ObjectRef, PodRecord
 
 
 class Changes:

@@ -45,7 +45,10 @@ from lyra.operator.actions import (
 from lyra.operator.caches import ClusterCaches, list_once
 from lyra.operator.isolation import TRANSIENT_STATUSES, Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
-from lyra.operator.observe import HealthMemory, ObjectRef, Readings, World, format_time, read_world
+from lyra.operator.node_health import HealthMemory
+from lyra.operator.readers import Readings, read_world
+from lyra.operator.timestamps import format_time
+from lyra.operator.world import ObjectRef, World
 
 log = logging.getLogger("lyra.operator")
 

@@ -7,7 +7,7 @@ from typing import Protocol, Self, TypeVar
 from lyra.api.conditions import APPLIED, WRITES_APPLIED
 from lyra.api.resources import Condition, ConditionStatus
 from lyra.operator.isolation import Failure
-from lyra.operator.observe import format_time
+from lyra.operator.timestamps import format_time
 
 
 class _WithConditions(Protocol):

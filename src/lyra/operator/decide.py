@@ -1,4 +1,4 @@
-"""Decide: one pass from a :class:`~lyra.operator.observe.World` to a :class:`~lyra.operator.actions.Decision`.
+"""Decide: one pass from a :class:`~lyra.operator.world.World` to a :class:`~lyra.operator.actions.Decision`.
 
 Pure: no API calls, no clock (``world.now``). A pass decides with the GPU catalogue of :func:`observed_gpus` (the
 configured one, completed by the memory nodes report) and runs these steps in order, each reading what the previous ones
@@ -40,8 +40,9 @@ from lyra.operator.config import OperatorConfig
 from lyra.operator.isolation import Failure
 from lyra.operator.jobs import JobBook
 from lyra.operator.loans import LoanBook
-from lyra.operator.observe import World, format_time
 from lyra.operator.services import ServiceBook
+from lyra.operator.timestamps import format_time
+from lyra.operator.world import World
 
 __all__ = ["OperatorConfig", "decide", "live_snapshot", "observed_gpus", "report_unreadable"]
 

@@ -35,7 +35,7 @@ from lyra.core.gpus import GpuCatalog
 from lyra.core.model import TrainingJob
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.observe import JobRecord, PodRecord, World
+from lyra.operator.world import JobRecord, PodRecord, World
 
 log = logging.getLogger("lyra.emulate")
 

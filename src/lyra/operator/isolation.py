@@ -47,7 +47,7 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
-from lyra.operator.observe import ObjectRef
+from lyra.operator.world import ObjectRef
 
 log = logging.getLogger("lyra.operator")
 T = TypeVar("T")

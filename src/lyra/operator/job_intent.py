@@ -20,8 +20,9 @@ from lyra.operator.actions import AllocationReport
 from lyra.operator.conditions import set_condition
 from lyra.operator.job_life import JobLives
 from lyra.operator.job_work import WorkLedger
-from lyra.operator.observe import PodRecord, format_time
+from lyra.operator.timestamps import format_time
 from lyra.operator.training_pass import PREEMPTED_BY_ALLOCATION, JobState, TrainingPass
+from lyra.operator.world import PodRecord
 
 log = logging.getLogger("lyra.operator")
 

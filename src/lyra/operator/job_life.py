@@ -12,7 +12,7 @@ from lyra.api import conditions
 from lyra.api.resources import JobPhase, WorkerCounts
 from lyra.operator.conditions import set_condition
 from lyra.operator.job_work import WorkLedger
-from lyra.operator.observe import PodRecord, format_time, parse_time
+from lyra.operator.timestamps import format_time, parse_time
 from lyra.operator.training_pass import (
     FINISHED_PHASES,
     PREEMPTED_BY_DISRUPTION,
@@ -22,6 +22,7 @@ from lyra.operator.training_pass import (
     JobState,
     TrainingPass,
 )
+from lyra.operator.world import PodRecord
 
 
 class JobLives:

@@ -10,7 +10,7 @@ from typing import Any
 
 from lyra.api.resources import JobPhase
 from lyra.core.model import TrainingJob
-from lyra.operator.observe import format_time, parse_time
+from lyra.operator.timestamps import format_time, parse_time
 from lyra.operator.training_pass import JobState, TrainingPass
 
 

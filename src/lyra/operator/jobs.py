@@ -17,7 +17,6 @@ from lyra.operator.config import OperatorConfig
 from lyra.operator.job_intent import JobIntents
 from lyra.operator.job_life import JobLives
 from lyra.operator.job_work import WorkLedger
-from lyra.operator.observe import PodRecord, World
 from lyra.operator.training_pass import (
     PREEMPTED_BY_ALLOCATION,
     PREEMPTED_BY_DISRUPTION,
@@ -27,6 +26,7 @@ from lyra.operator.training_pass import (
     TrainingPass,
 )
 from lyra.operator.worker_pods import WorkerPods
+from lyra.operator.world import PodRecord, World
 
 __all__ = [
     "PREEMPTED_BY_ALLOCATION",

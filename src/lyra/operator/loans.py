@@ -31,7 +31,8 @@ from lyra.operator import manifests
 from lyra.operator.actions import LoanReport, ReclaimReport, SetNodeState
 from lyra.operator.changes import Changes
 from lyra.operator.config import OperatorConfig
-from lyra.operator.observe import ObjectRef, PodRecord, World, format_time
+from lyra.operator.timestamps import format_time
+from lyra.operator.world import ObjectRef, PodRecord, World
 
 _TRAINING_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
 #: The grace a GPU pod that is not Lyra's (or an earlier run's worker) gets to leave a server reclaimed for inference
@@ -75,7 +76,7 @@ class LoanBook:
         #: The balance of each GPU type this pass, or why the loan cycle could not be planned.
         self.report: dict[str, LoanReport] = {}
         self.error: str | None = None
-        # What holds each node's GPUs, by owner UID (never by labels: lyra.operator.observe): inference replicas, the
+        # What holds each node's GPUs, by owner UID (never by labels: lyra.operator.world): inference replicas, the
         # workers of the pass's jobs, and every other GPU pod (another team's, a tenant's own, an earlier run's).
         inference_on: dict[str, int] = defaultdict(int)
         self.training_on: dict[str, list[PodRecord]] = defaultdict(list)

@@ -35,7 +35,8 @@ from lyra.core.placement import PodRole
 from lyra.exposition import exporter_registry
 from lyra.operator.actions import Decision, DeletePod, PatchStatus, SetNodeState
 from lyra.operator.commit import APPLIED
-from lyra.operator.observe import World, parse_time
+from lyra.operator.timestamps import parse_time
+from lyra.operator.world import World
 
 GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
 

@@ -44,7 +44,8 @@ from lyra.operator.decide import OperatorConfig, decide, observed_gpus
 from lyra.operator.endpoints import Health, serve
 from lyra.operator.leader import LeaderLease, LeadershipLostError, LeaseTiming
 from lyra.operator.metrics import COMMIT, DECIDE, FAILED, OBSERVE, SUCCEEDED, OperatorMetrics, applied_counts
-from lyra.operator.observe import World, format_time
+from lyra.operator.timestamps import format_time
+from lyra.operator.world import World
 
 log = logging.getLogger("lyra.operator")
 

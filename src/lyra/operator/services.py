@@ -38,7 +38,6 @@ from lyra.operator.actions import ApplyDeployment, PatchStatus, ReclaimWaitRepor
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.isolation import Undecidable, decide_alone, key_of
-from lyra.operator.observe import ServiceRecord, World, format_time_ms, parse_time
 from lyra.operator.sizing import (
     InferenceGpuCaps,
     desired_replicas,
@@ -47,6 +46,8 @@ from lyra.operator.sizing import (
     servers_needed,
 )
 from lyra.operator.templates import template_problem
+from lyra.operator.timestamps import format_time_ms, parse_time
+from lyra.operator.world import ServiceRecord, World
 
 log = logging.getLogger("lyra.operator")
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from lyra.api.resources import InferenceServiceSpec
 from lyra.core.model import MAX_GPUS_PER_SERVER, MAX_WORKERS, Pool
-from lyra.operator.observe import NodeRecord
+from lyra.operator.world import NodeRecord
 from lyra.settings import DEFAULT_INFERENCE_GPU_CAP
 
 __all__ = ["DEFAULT_INFERENCE_GPU_CAP", "EVERY_OTHER_NAMESPACE", "InferenceGpuCaps", "namespace_problem"]

@@ -22,7 +22,8 @@ from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.config import OperatorConfig
 from lyra.operator.isolation import Undecidable, decide_alone, key_of
-from lyra.operator.observe import JobRecord, PodRecord, World, format_time
+from lyra.operator.timestamps import format_time
+from lyra.operator.world import JobRecord, PodRecord, World
 
 FINISHED_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 #: A worker's name (:func:`lyra.operator.manifests.worker_name`): its job's name and index.

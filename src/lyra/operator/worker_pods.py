@@ -13,8 +13,8 @@ from lyra.core.placement import PodRole
 from lyra.operator import manifests
 from lyra.operator.actions import CreatePod, CreateService, SetPodRole
 from lyra.operator.job_work import WorkLedger
-from lyra.operator.observe import ObjectRef, PodRecord
 from lyra.operator.training_pass import JobState, TrainingPass
+from lyra.operator.world import ObjectRef, PodRecord
 
 log = logging.getLogger("lyra.operator")
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from lyra.kubewatch.kinds import DEPLOYMENTS, INFERENCE_SERVICES, NODES, PODS, TRAINING_JOBS
-from lyra.operator.observe import read_world
+from lyra.operator.readers import read_world
 
 STAMP = "2027-01-15T08:00:00Z"
 NOW = 1_800_000_000.0

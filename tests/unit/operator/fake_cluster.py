@@ -24,7 +24,9 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
-from lyra.operator.observe import HealthMemory, World, read_world
+from lyra.operator.node_health import HealthMemory
+from lyra.operator.readers import read_world
+from lyra.operator.world import World
 
 T4 = "Tesla-T4"
 A100 = "NVIDIA-A100-SXM4-80GB"

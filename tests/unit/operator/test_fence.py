@@ -12,7 +12,7 @@ from lyra.core.model import LoanState
 from lyra.operator.actions import CreatePod, Decision, Emit, SetNodeState
 from lyra.operator.commit import Cluster
 from lyra.operator.leader import LeadershipLostError
-from lyra.operator.observe import ObjectRef
+from lyra.operator.world import ObjectRef
 
 
 class Recorder:

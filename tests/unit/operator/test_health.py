@@ -15,7 +15,10 @@ from lyra.core.placement import PodRole
 from lyra.operator.actions import CreatePod, Decision, DeletePod
 from lyra.operator.commit import APPLIED, DEFERRED, Cluster, Outcome
 from lyra.operator.decide import OperatorConfig, decide
-from lyra.operator.observe import HealthMemory, ObjectRef, format_time, read_world
+from lyra.operator.node_health import HealthMemory
+from lyra.operator.readers import read_world
+from lyra.operator.timestamps import format_time
+from lyra.operator.world import ObjectRef
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
 

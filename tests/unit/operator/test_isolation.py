@@ -31,8 +31,8 @@ from lyra.operator.actions import (
 from lyra.operator.commit import Cluster, Outcome
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.isolation import FIRST_DELAY_S, Backoff
-from lyra.operator.observe import ObjectRef, World
 from lyra.operator.runner import Reconciler, RunOptions
+from lyra.operator.world import ObjectRef, World
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, report_reclaim, training_job
 from .test_decide import CONFIG as DECIDE_CONFIG

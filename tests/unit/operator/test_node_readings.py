@@ -21,7 +21,8 @@ from lyra.check.invariants import check
 from lyra.operator.actions import DeletePod, Emit, SetNodeState
 from lyra.operator.commit import Cluster
 from lyra.operator.decide import OperatorConfig, decide
-from lyra.operator.observe import HealthMemory, read_world
+from lyra.operator.node_health import HealthMemory
+from lyra.operator.readers import read_world
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
 

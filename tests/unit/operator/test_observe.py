@@ -12,7 +12,10 @@ from lyra.api import names
 from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.observe import HealthMemory, Readings, World, format_time, parse_time, read_world
+from lyra.operator.node_health import HealthMemory
+from lyra.operator.readers import Readings, read_world
+from lyra.operator.timestamps import format_time, parse_time
+from lyra.operator.world import World
 from tests.unit.kubewatch.test_kinds import kubelet_pod
 
 from .fake_cluster import A100, T4, inference_service, node, training_job

@@ -11,7 +11,7 @@ from bench.operator_scale_bench import MIN_NODES, burst_of_changes, filled_cache
 
 from lyra.kubewatch import WatchCache
 from lyra.operator.decide import decide
-from lyra.operator.observe import Readings
+from lyra.operator.readers import Readings
 
 NODES = MIN_NODES  # 2,000 pods, 80 TrainingJobs, 8 InferenceServices
 

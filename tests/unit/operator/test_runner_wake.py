@@ -12,8 +12,8 @@ from lyra.operator.actions import PatchStatus
 from lyra.operator.decide import OperatorConfig
 from lyra.operator.isolation import Backoff
 from lyra.operator.leader import LeaderLease
-from lyra.operator.observe import ObjectRef
 from lyra.operator.runner import Cluster, Reconciler, RunOptions
+from lyra.operator.world import ObjectRef
 
 RESYNC_S = 3600.0  # far longer than the test may take: only a wake-up can start the second pass
 

@@ -13,7 +13,7 @@ from lyra.operator.changes import Changes
 from lyra.operator.config import OperatorConfig
 from lyra.operator.jobs import JobBook
 from lyra.operator.loans import LoanBook
-from lyra.operator.observe import format_time
+from lyra.operator.timestamps import format_time
 from lyra.sim.engine import Simulation
 from lyra.sim.schemes import SCHEMES
 from lyra.sim.workload import Window, build_workload
