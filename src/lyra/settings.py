@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-#: How a setting's flag reads its value: a duration in seconds, a whole number >= 0, one >= 1, text, or a TCP port.
+#: How a setting's flag reads its value: a duration in seconds, a whole number >= 0, one >= 1, text, a TCP port, or
+#: on/off.
 SECONDS: Final = "seconds"
 COUNT: Final = "count"
 POSITIVE_COUNT: Final = "positive count"
 TEXT: Final = "text"
 PORT: Final = "port"
+SWITCH: Final = "switch"
 
 #: What the operator bounds per namespace unless the admin says otherwise (``lyra operator`` and the chart's values,
 #: docs/security.md): the inference GPUs every namespace not named may claim (``--inference-gpu-cap '*=64'``: eight
@@ -25,7 +27,8 @@ DEFAULT_MAX_PRIORITY: Final = 0
 
 def setting(default: Any, *, flag: str, kind: str, help: str) -> Any:
     """A field with its default, its flag, how the flag is read (:data:`SECONDS`, :data:`COUNT`,
-    :data:`POSITIVE_COUNT`, :data:`TEXT`, :data:`PORT`) and what ``--help`` says of it (the default is added
+    :data:`POSITIVE_COUNT`, :data:`TEXT`, :data:`PORT`, :data:`SWITCH`) and what ``--help`` says of it (the default is
+    added
     there)."""
     return field(default=default, metadata={"flag": flag, "kind": kind, "help": help})
 

@@ -20,6 +20,7 @@ from lyra.cli import (
     chart_commands,
     check_commands,
     cluster_commands,
+    demo_commands,
     emulate_commands,
     extender_commands,
     image_commands,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_commands.register(commands)
     nodes_commands.register(commands)
     image_commands.register(commands)
+    demo_commands.register(commands)
     return parser
 
 

@@ -49,6 +49,14 @@ def seconds(text: str) -> float:
     return value
 
 
+def switch(text: str) -> bool:
+    """A feature switched ``on`` or ``off``."""
+    value = text.strip().lower()
+    if value not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text[:40]!r}")
+    return value == "on"
+
+
 def existing_file(text: str) -> Path:
     """A path to a file that exists (a kubeconfig, a snapshot)."""
     path = Path(text)
@@ -71,6 +79,7 @@ _READERS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "positive count": (positive_int, None),
     "text": (str, None),
     "port": (port, None),
+    "switch": (switch, "on|off"),
 }
 
 
@@ -83,7 +92,12 @@ def add_settings(parser: argparse.ArgumentParser, settings: type[Any], *, only: 
             continue
         read, metavar = _READERS[item.metadata["kind"]]
         default = item.default
-        shown = f"{default:g}" if isinstance(default, float) else (repr(default) if default == "" else str(default))
+        if isinstance(default, bool):
+            shown = "on" if default else "off"
+        elif isinstance(default, float):
+            shown = f"{default:g}"
+        else:
+            shown = repr(default) if default == "" else str(default)
         parser.add_argument(
             flag,
             type=read,

@@ -114,13 +114,15 @@ def _server_view(name: str, gpu_type: str, gpus: int, state: LoanState) -> Serve
 class LoanSettings:
     """The cycle's knobs: ``headroom`` spare servers per GPU type stay with inference; an idle server is lent after
     ``lend_delay_s`` idle; training still on a reclaimed server after ``reclaim_deadline_s`` is forced off (``inf``:
-    never); ``strategy`` and ``seed`` are :func:`lyra.core.reclaim.plan_reclaim`'s."""
+    never); ``strategy`` and ``seed`` are :func:`lyra.core.reclaim.plan_reclaim`'s. ``lending=False`` lends nothing
+    (a cluster without loaning: servers still serve, idle and return what is lent when it was switched off)."""
 
     headroom: int = 0
     lend_delay_s: float = 60.0
     reclaim_deadline_s: float = 300.0
     strategy: ReclaimStrategy = ReclaimStrategy.LYRA
     seed: int = 0
+    lending: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.headroom, int) or self.headroom < 0:
@@ -296,7 +298,8 @@ class _Turn:
     def lendable(self, server: InferenceServer) -> bool:
         since = server.idle_since
         return (
-            server.state is LoanState.IDLE
+            self.settings.lending
+            and server.state is LoanState.IDLE
             and server.healthy
             and since is not None
             and self.now - since >= self.settings.lend_delay_s

@@ -10,7 +10,7 @@ from lyra.core.allocation import DEFAULT_SEARCH_BUDGET
 from lyra.core.gpus import GpuCatalog
 from lyra.operator.priority_bounds import PriorityBounds
 from lyra.operator.sizing import InferenceGpuCaps
-from lyra.settings import COUNT, POSITIVE_COUNT, SECONDS, TEXT, setting
+from lyra.settings import COUNT, POSITIVE_COUNT, SECONDS, SWITCH, TEXT, setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,20 @@ class OperatorConfig:
         flag="--start-timeout",
         kind=SECONDS,
         help="a started job whose base workers are not all running after this long is re-queued",
+    )
+    #: Loaning and elasticity switched off give the cluster Lyra improves on (separate pools, jobs at their base
+    #: size): ``lyra demo`` runs its day both ways through these two settings, never through a second code path.
+    lending: bool = setting(
+        True,
+        flag="--lending",
+        kind=SWITCH,
+        help="lend idle inference servers to training (off: nothing is lent; what is lent is reclaimed as usual)",
+    )
+    elasticity: bool = setting(
+        True,
+        flag="--elasticity",
+        kind=SWITCH,
+        help="give elastic jobs flexible workers (off: every job runs at minWorkers, as an inelastic job)",
     )
     search_budget: int = setting(
         DEFAULT_SEARCH_BUDGET, flag="--search-budget", kind=POSITIVE_COUNT, help="the allocator's search budget"

@@ -132,7 +132,10 @@ class LoanBook:
     def settings(self) -> LoanSettings:
         config = self.config
         return LoanSettings(
-            headroom=config.headroom, lend_delay_s=config.lend_delay_s, reclaim_deadline_s=config.reclaim_deadline_s
+            headroom=config.headroom,
+            lend_delay_s=config.lend_delay_s,
+            reclaim_deadline_s=config.reclaim_deadline_s,
+            lending=config.lending,
         )
 
     def reclaims_under_way(self) -> dict[str, float]:

@@ -121,7 +121,10 @@ class TrainingPass:
                 del self.jobs[key]
                 self.refuse(job, job.record.refusal)
             else:
-                self.models[key] = self.bounded(job, job.record.model)
+                model = self.bounded(job, job.record.model)
+                if not self.config.elasticity and model.max_workers > model.min_workers:
+                    model = replace(model, max_workers=model.min_workers)  # --elasticity off: the base gang only
+                self.models[key] = model
 
     def bounded(self, job: JobState, model: TrainingJob) -> TrainingJob:
         """The job as the queue orders it: at most its namespace's priority bound (``--max-priority``), and the
