@@ -20,7 +20,11 @@ binaries: install ## Build or restore the cached Kubernetes binaries for the loc
 	$(RUN) lyra cluster binaries
 
 .PHONY: demo
-demo: binaries ## Local cluster with 12 fake GPU nodes, a GPU pod, the what-if planner and a 3-day trace replay.
+demo: binaries ## A compressed day on the local cluster, Lyra on and off, the simulator held to it (lyra demo; ~9 min).
+	$(RUN) lyra demo
+
+.PHONY: demo-story
+demo-story: binaries ## The scripted story (lend, grow, reclaim by scale-in, finish), the what-if planner, a trace replay.
 	bash hack/demo.sh
 
 .PHONY: newcomer

@@ -208,6 +208,24 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
         "simulated": simulated,
         "comparison": {mode: [asdict(row) for row in rows] for mode, rows in tables.items()},
         "jobs": {mode: [asdict(job) for job in result.jobs.values()] for mode, result in live.items()},
+        "timeline": {
+            mode: [
+                {
+                    "t": s.t,
+                    "load": s.load,
+                    "servers_needed": s.servers_needed,
+                    "replicas": s.replicas,
+                    "ready": s.ready,
+                    "queued": s.queued,
+                    **{f"servers_{k}": v for k, v in s.states.items()},
+                }
+                for s in result.samples
+            ]
+            for mode, result in live.items()
+        },
+        "inference_short": {mode: result.short for mode, result in live.items()},
+        "reclaim_deadline_s": day.timing.reclaim_deadline_s * day.speed_up,
+        "events": {mode: dict(result.events) for mode, result in live.items()},
     }
     (args.out_dir / "results.json").write_text(json.dumps(document, indent=1) + "\n")
     plot_day(live, day, args.out_dir)

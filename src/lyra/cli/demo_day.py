@@ -183,7 +183,13 @@ def scenario_for(
             "checkpoint_grace_s": timing.grace_s * k,
         },
         "durations": {"knowledge": "exact"},
-        "scheduler": {"decision_interval_s": timing.resync_s * k, "rebalance_interval_s": timing.resync_s * k},
+        # The operator never moves a running job to another GPU type (it calls the allocator without a restart
+        # cost), so the simulator must not either.
+        "scheduler": {
+            "decision_interval_s": timing.resync_s * k,
+            "rebalance_interval_s": timing.resync_s * k,
+            "migration": False,
+        },
         "seed": seed,
     }  # fmt: skip
     return Scenario.model_validate(data), training_type, inference_type, inference_gpus

@@ -290,3 +290,9 @@ def test_the_lend_delay_lends_what_the_peak_of_the_delay_leaves_idle() -> None:
             servers = cycle.servers
             loaned.append(sum(s.state is LOANED for s in servers))
         assert loaned == window_rule(loads, size, headroom, delay, step), (size, headroom, delay, loads)
+
+
+def test_lending_switched_off_lends_nothing() -> None:
+    idle = [server("a", SERVING, replicas=1), server("b", IDLE, idle_since=0.0), server("c", IDLE, idle_since=0.0)]
+    assert turn(idle, 1, settings=LoanSettings(lend_delay_s=60.0, lending=False)).changed(Transition.LEND) == ()
+    assert turn(idle, 1, settings=LoanSettings(lend_delay_s=60.0)).changed(Transition.LEND) == ("b", "c")
