@@ -1,5 +1,6 @@
-"""`lyra demo`, short: one day of load and 20 Philly jobs in 90 s a run (speed-up 960), with Lyra on and then off,
-each on a fresh local control plane with the extender, the operator and the workload emulator.
+"""`lyra demo`, short: half a day (midnight to noon: a quiet night, a busy morning) of load and 24 Philly jobs in
+60 s a run (speed-up 720), Lyra on then off, each on a fresh local control plane with the extender, the operator and
+the workload emulator.
 
 Read from what the demo read from the cluster (its results.json): servers are lent while the load is low and
 reclaimed when it is high; inference is never short of replicas for longer than the reclaim deadline; the mean JCT
@@ -21,7 +22,7 @@ from tests.operator_support import REPOSITORY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-DURATION_S, SPEED_UP, JOBS = 90, 960, 20
+DURATION_S, SPEED_UP, JOBS = 60, 720, 24
 
 
 @pytest.fixture(scope="module")

@@ -52,12 +52,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "simulator.",
     )
     parser.add_argument(
-        "--duration", type=_positive_float, default=240.0, metavar="SECONDS",
-        help="wall seconds the day lasts on the cluster (default 240: with --speed-up 360, one day in 4 minutes)",
+        "--duration", type=_positive_float, default=180.0, metavar="SECONDS",
+        help="wall seconds the day lasts on the cluster (default 180: with --speed-up 480, one day in 3 minutes)",
     )  # fmt: skip
     parser.add_argument(
-        "--speed-up", type=_positive_float, default=360.0,
-        help="trace seconds per wall second (default 360); the day covers --duration x --speed-up trace seconds",
+        "--speed-up", type=_positive_float, default=480.0,
+        help="trace seconds per wall second (default 480); the day covers --duration x --speed-up trace seconds",
     )  # fmt: skip
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the sampled jobs (default 0)")
     parser.add_argument("--jobs", type=positive_int, default=40, help="training jobs in the day (default 40)")
