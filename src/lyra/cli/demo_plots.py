@@ -24,16 +24,17 @@ def plot_day(live: Mapping[str, LiveResult], day: Day, out_dir: Path) -> Path:
     for mode, result in live.items():
         hours = [s.t / 3600 for s in result.samples]
         colour = COLOURS.get(mode, "tab:orange")
+        label = "Lyra on" if mode == "lyra" else "Lyra off"
         if mode == "lyra":
             loans.step(hours, [s.states.get("loaned", 0) for s in result.samples], where="post", color=colour,
                        label="servers lent (Lyra on)")  # fmt: skip
             loans.step(hours, [s.states.get("reclaiming", 0) for s in result.samples], where="post",
                        color="tab:red", label="servers reclaiming")  # fmt: skip
-        queue.step(hours, [s.queued for s in result.samples], where="post", color=colour, label=f"Lyra {mode}")
+        queue.step(hours, [s.queued for s in result.samples], where="post", color=colour, label=label)
         jcts = sorted((j.finished - j.submitted) / 3600 for j in result.jobs.values() if j.finished is not None)
         if jcts:
             cdf.step(jcts, [(i + 1) / len(jcts) for i in range(len(jcts))], where="post", color=colour,
-                     label=f"Lyra {mode}")  # fmt: skip
+                     label=label)  # fmt: skip
     any_run = next(iter(live.values()))
     hours = [s.t / 3600 for s in any_run.samples]
     needed = loans.twinx()
