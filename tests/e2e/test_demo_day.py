@@ -1,4 +1,4 @@
-"""`lyra demo`, short: half a day (midnight to noon: a quiet night, a busy morning) of load and 24 Philly jobs in
+"""`lyra demo`, short: half a day (midnight to noon: a quiet night, a busy morning) of load and 20 Philly jobs in
 60 s a run (speed-up 720), Lyra on then off, each on a fresh local control plane with the extender, the operator and
 the workload emulator.
 
@@ -22,7 +22,7 @@ from tests.operator_support import REPOSITORY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-DURATION_S, SPEED_UP, JOBS = 60, 720, 24
+DURATION_S, SPEED_UP, JOBS = 60, 720, 20
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +64,9 @@ def test_servers_are_lent_at_low_load_and_reclaimed_at_high_load(results: dict[s
 def test_inference_is_never_short_past_the_reclaim_deadline(results: dict[str, object]) -> None:
     deadline = float(results["reclaim_deadline_s"])  # type: ignore[arg-type]
     tick = 0.5 * SPEED_UP  # the observer's tick and a pass of the operator, in trace seconds
-    for mode in ("lyra", "off"):
-        stretches = results["inference_short"][mode]  # type: ignore[index]
-        longest = max((end - begin for begin, end in stretches), default=0.0)
-        assert longest <= deadline + tick, (mode, stretches)
+    waits = results["longest_reclaim_wait_s"]  # type: ignore[index]
+    assert waits["lyra"] <= deadline + tick, waits
+    assert waits["off"] == 0  # nothing lent, nothing reclaimed
 
 
 def test_the_mean_jct_is_lower_with_lyra(results: dict[str, object]) -> None:
@@ -87,22 +86,10 @@ def _held(results: dict[str, object], figure: str) -> dict[str, tuple[float, flo
     return out
 
 
-@pytest.mark.parametrize("figure", ["jct_mean_h", "queue_mean_h", "preemptions"])
+@pytest.mark.parametrize("figure", ["jct_mean_h", "queue_mean_h", "lent_gpu_h", "preemptions"])
 def test_the_simulator_is_within_its_bounds(results: dict[str, object], figure: str) -> None:
     out = _held(results, figure)
     assert not out, f"{figure}: live and simulated differ by more than 15 % (or 2 events): {out}"
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cluster lends fewer GPU-hours than the simulator: when the Deployment scales down, the ReplicaSet "
-    "deletes replicas from the fullest servers first (it spreads), so servers keep a few replicas and stay serving, "
-    "where the simulator packs them and lends the rest; the operator does not yet set pod-deletion-cost "
-    "(docs/evaluation.md, 'The simulator held to the cluster')",
-)
-def test_the_simulator_is_within_its_bounds_for_the_gpu_hours_lent(results: dict[str, object]) -> None:
-    out = _held(results, "lent_gpu_h")
-    assert not out, f"lent GPU-hours: live and simulated differ by more than 15 %: {out}"
 
 
 def test_the_demo_left_no_port_behind(results: dict[str, object]) -> None:

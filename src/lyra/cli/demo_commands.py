@@ -78,6 +78,8 @@ def port_taken(number: int) -> str | None:
     """Why ``number`` cannot be listened on (on loopback and every interface), or None when it is free."""
     for host in ("127.0.0.1", "0.0.0.0"):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # As the servers do: a port whose last connections are in TIME_WAIT is free, one listened on is not.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, number))
             except OSError as error:
@@ -224,6 +226,7 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
             for mode, result in live.items()
         },
         "inference_short": {mode: result.short for mode, result in live.items()},
+        "longest_reclaim_wait_s": {mode: result.longest_reclaim_wait for mode, result in live.items()},
         "reclaim_deadline_s": day.timing.reclaim_deadline_s * day.speed_up,
         "events": {mode: dict(result.events) for mode, result in live.items()},
     }

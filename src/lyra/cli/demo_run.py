@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,8 +33,9 @@ from lyra.localcluster.waiting import wait_for
 
 NAMESPACE = "demo"
 TICK_S = 0.1
-#: Wall seconds the jobs still running at the end of the day may take to finish, as a share of the day.
-TAIL_SHARE = 0.5
+#: Wall seconds the jobs still running at the end of the day may take to finish, as a share of the day (the run ends
+#: as soon as they have).
+TAIL_SHARE = 1.0
 READY_S = 120.0
 
 
@@ -87,6 +89,9 @@ class LiveResult:
     short: list[tuple[float, float]] = field(default_factory=list)
     #: Trace seconds each reclaim took (the ``Reclaiming`` to ``Reclaimed`` Events of a server).
     reclaim_durations: list[float] = field(default_factory=list)
+    #: The longest time, in trace seconds, the service's replicas waited on a reclaim (its ``status.reclaim``, which
+    #: the operator keeps from the first pass that finds replicas waiting for reclaimed servers until they all run).
+    longest_reclaim_wait: float = 0.0
     day_s: float = 0.0
     wall_s: float = 0.0
 
@@ -207,6 +212,18 @@ class Observer:
                 self.reclaiming_since.setdefault(subject, when)
             elif reason in ("Reclaimed", "ReclaimServed") and subject in self.reclaiming_since:
                 self.result.reclaim_durations.append(max(when - self.reclaiming_since.pop(subject), 0.0))
+
+    def reclaim_wait(self, now: float) -> None:
+        service = cast(
+            dict[str, Any],
+            _custom(self.api).get_namespaced_custom_object(
+                names.GROUP, names.VERSION, NAMESPACE, names.INFERENCE_SERVICE_PLURAL, SERVICE
+            ),
+        )
+        began = ((service.get("status") or {}).get("reclaim") or {}).get("startedAt")
+        if began:
+            waited = (now - datetime.fromisoformat(began.replace("Z", "+00:00")).timestamp()) * self.result.speed_up
+            self.result.longest_reclaim_wait = max(self.result.longest_reclaim_wait, waited)
 
     def sample(self, now: float, load: float, wanted: int, servers: int) -> None:
         nodes = self.core.list_node(label_selector=f"{names.POOL_LABEL}={names.POOL_INFERENCE}").items
@@ -348,6 +365,7 @@ def _play(
             )
             result.jobs[job.name] = JobSeen(job.name, t, job.gpus_per_worker)
         observer.jobs(now)
+        observer.reclaim_wait(now)
         load = day.load.rate_at(min(t, day.seconds - 1))
         observer.sample(now, load, replicas, day.servers_at(min(t, day.seconds - 1)))
         if elapsed - last_events >= 1.0:

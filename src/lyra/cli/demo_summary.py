@@ -43,6 +43,7 @@ LABELS = {
     "reclaim_mean_h": "reclaim duration mean (h)",
     "short_count": "inference short (stretches)",
     "short_longest_h": "inference short, longest (h)",
+    "reclaim_wait_longest_h": "replicas waiting on a reclaim, longest (h)",
 }
 #: The scheme of each live mode: Lyra's, and the cluster with loaning and elasticity off (jobs at their base).
 OFF_SCHEME = Scheme("off", Admission.CORE)
@@ -83,6 +84,7 @@ def live_figures(result: LiveResult, day: Day) -> dict[str, float]:
         "reclaim_mean_h": _mean(result.reclaim_durations) / 3600,
         "short_count": len(result.short),
         "short_longest_h": max((end - begin for begin, end in result.short), default=0.0) / 3600,
+        "reclaim_wait_longest_h": result.longest_reclaim_wait / 3600,
     }
 
 
