@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: what Lyra does today, end to end on the built-in local cluster.
+# `make demo-story`: what Lyra does, scripted, end to end on the built-in local cluster (`make demo` plays a day).
 #   1. a real Kubernetes control plane with 12 fake GPU nodes (4 x 8 A100 training, 8 x 8 T4 inference);
 #   2. Lyra's extender, operator and workload emulator with the examples/ jobs and service: idle T4 servers are
 #      lent and an elastic T4 job grows on them;

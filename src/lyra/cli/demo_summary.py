@@ -65,7 +65,8 @@ def live_figures(result: LiveResult, day: Day) -> dict[str, float]:
     samples = result.samples
     lent = busy_lent = training = 0.0
     for before, after in itertools.pairwise(samples):
-        dt = (after.t - before.t) / 3600
+        # Inside the day only, as the simulator counts them (its window); not the tail while the last jobs finish.
+        dt = (min(after.t, day.seconds) - min(before.t, day.seconds)) / 3600
         lent += before.states.get("loaned", 0) * result.gpus_per_server * dt
         training += before.busy.get(day.training_type, 0) * dt
         busy_lent += before.busy.get(day.inference_type, 0) * dt
