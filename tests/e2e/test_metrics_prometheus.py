@@ -4,7 +4,7 @@ training job and reclaimed from it (all but one, scaling its flexible workers in
 with the real kube-scheduler calling the extender. Everything is asked of Prometheus' HTTP API: servers were loaned,
 loans and reclaims counted, exactly one leader and only its state gauges, pass durations observed, the extender
 answered the scheduler; and ``promtool check metrics`` passes on the live expositions. Then every query of every
-Grafana dashboard panel (``lyra.chart.dashboards``) answers data over the scenario, and ``lyra report`` plots each
+Grafana dashboard panel (``lyra.dashboards.definitions``) answers data over the scenario, and ``lyra report`` plots each
 panel from this Prometheus."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 from kubernetes import client
 
 from lyra.api import names
-from lyra.chart.dashboards import DASHBOARDS
-from lyra.chart.grafana import concrete
+from lyra.dashboards.definitions import DASHBOARDS
+from lyra.dashboards.grafana import concrete
 from lyra.localcluster.ports import LOOPBACK, allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for

@@ -23,6 +23,7 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from lyra.api.scheduler_extender import ExtenderClientTls
 from lyra.localcluster import componentconfig, populate
 from lyra.localcluster.binaries import BinarySet
 from lyra.localcluster.componentconfig import DEFAULT_EXTENDER_URL, Layout, Ports
@@ -179,7 +180,7 @@ class ControlPlane:
             )
         tls = None
         if options.extender_url is not None and options.extender_url.startswith("https:"):
-            tls = componentconfig.ExtenderClientTls(
+            tls = ExtenderClientTls(
                 credentials.ca_cert, credentials.scheduler_client_cert, credentials.scheduler_client_key
             )
         scheduler_config = componentconfig.scheduler_config(

@@ -3,7 +3,7 @@ their labels; every panel reads the datasource variable; panels tile the grid wi
 differs from the importable one only in the reclaim deadline, which it reads from the values.
 
 The oracle for names and labels is the live exposition of the metrics code, read by prometheus_client's parser and
-regular expressions over the queries: it shares no code with :mod:`lyra.chart.dashboards`' query builders."""
+regular expressions over the queries: it shares no code with :mod:`lyra.dashboards.definitions`' query builders."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lyra.chart import dashboards, grafana
+from lyra.dashboards import definitions as dashboards
+from lyra.dashboards import grafana
 from lyra.extender.app import ExtenderMetrics
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.metrics import AppliedCounts, OperatorMetrics
