@@ -337,6 +337,13 @@ class PrometheusRule(Strict):
         alias="componentDownFor",
         description="LyraExtenderDown and LyraSchedulerDown fire after this long",
     )
+    api_errors_for: str = Field(
+        "10m",
+        pattern=_DURATION,
+        alias="apiErrorsFor",
+        description="LyraApiErrors fires after the API server refused the operator (401, 403, 429, 5xx) or did "
+        "not answer for this long",
+    )
     runbook_url: str = Field(
         "docs/operations.md",
         min_length=1,
