@@ -7,6 +7,7 @@ on a server that was lent."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -231,6 +232,26 @@ def may(api: client.ApiClient, case: tuple[str, str, str, bool, str]) -> bool:
     return bool(review.status.allowed)
 
 
+def hook_job_ran(cluster: ControlPlane) -> bool:
+    """The API server's audit log shows helm creating the hook's Job (201: Helm 4 applies it server-side) and then
+    deleting it (200; ``hook-succeeded``: helm deletes it once it succeeded, and ``helm uninstall`` waited for that)."""
+    steps = []
+    for line in cluster.layout.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        reference = event.get("objectRef") or {}
+        if (
+            event.get("stage") == "ResponseComplete"
+            and event.get("userAgent", "").startswith("Helm/")
+            and (reference.get("resource"), reference.get("namespace"), reference.get("name"))
+            == ("jobs", OPERATOR_NAMESPACE, HOOK)
+            and not reference.get("subresource")
+        ):
+            steps.append((event["verb"], (event.get("responseStatus") or {}).get("code")))
+    created = [i for i, step in enumerate(steps) if step in {("create", 201), ("patch", 201)}]
+    deleted = [i for i, step in enumerate(steps) if step == ("delete", 200)]
+    return bool(created and deleted and created[0] < deleted[-1])
+
+
 def test_uninstall_runs_the_hook_and_its_command_as_its_account_leaves_no_lyra_key(
     cluster: ControlPlane, api: client.ApiClient, operator_kubeconfig: Path, binaries: BinarySet, tmp_path: Path
 ) -> None:
@@ -260,6 +281,7 @@ def test_uninstall_runs_the_hook_and_its_command_as_its_account_leaves_no_lyra_k
             assert removed.returncode == 0, removed.stderr
             uninstalled = True
             assert client.BatchV1Api(api).list_namespaced_job(OPERATOR_NAMESPACE).items == []
+            assert hook_job_ran(cluster), "the uninstall did not create, then delete once succeeded, the hook's Job"
             assert lyra_keys(api) != {}, "the uninstall itself removed Lyra's keys"
 
             # The Job's command line, as the hook's ServiceAccount with the hook's rights.
