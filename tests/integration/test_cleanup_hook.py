@@ -146,6 +146,23 @@ def test_the_hooks_pod_takes_the_admins_placement_metadata_and_security(binaries
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
+def notes(binaries: BinarySet, *settings: str) -> str:
+    """The release notes helm prints after an install (a client-side dry run: no cluster)."""
+    command = [str(binaries.helm), "install", RELEASE, str(CHART), "--dry-run=client"]
+    for setting in settings:
+        command += ["--set", setting]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("NOTES:", 1)[1]
+
+
+def test_the_release_notes_say_what_uninstall_leaves_on_nodes_or_what_the_hook_runs(binaries: BinarySet) -> None:
+    assert "set cleanup.restoreNodesOnUninstall=true to run it on uninstall" in notes(binaries)
+    hooked = notes(binaries, "cleanup.restoreNodesOnUninstall=true", "cleanup.drain=true")
+    assert f"the Job {HOOK} runs `lyra nodes restore --drain` once the operator is gone" in hooked
+    assert "--timeout longer than 600s" in hooked
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
