@@ -106,6 +106,9 @@ def scheduler_configmap() -> str:
 #: extender inside each pod's scheduling cycle, so a slow extender slows every GPU pod's placement.
 EXTENDER_LATENCY = "lyra_extender_request_seconds"
 EXTENDER_SLOW_P99_S = 0.5
+#: The API errors LyraApiErrors fires on (a regex): not 404 or 409, which say an object went or changed since it was
+#: read, and which the operator handles in its next pass.
+API_ERROR_CODES = "401|403|429|5..|network"
 
 
 def runbook_anchor(alert: str) -> str:
@@ -127,6 +130,8 @@ def alerts() -> list[dict[str, Any]]:
     reclaims = metrics.RECLAIMS.name
     passes = metrics.PASSES.name
     leader = metrics.LEADER.name
+    api_errors = metrics.API_ERRORS.name
+    alarming = operator[:-1] + f', code=~"{API_ERROR_CODES}"' + "}"
     rules: list[dict[str, Any]] = [
         {
             "alert": "LyraReclaimPastDeadline",
@@ -193,6 +198,19 @@ def alerts() -> list[dict[str, Any]]:
                 "summary": "No replica of Lyra's bundled kube-scheduler is available",
                 "description": "Every pod Lyra makes (workers and inference replicas) names this scheduler: none "
                 "is placed, and reclaimed servers' replicas wait. Needs kube-state-metrics.",
+            },
+        },
+        {
+            "alert": "LyraApiErrors",
+            "expr": f"sum by (verb, code) (rate({api_errors}{alarming}[5m])) > 0",
+            "for": "{{ .Values.monitoring.prometheusRule.apiErrorsFor }}",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "The API server refuses Lyra's operator ({{`{{ $labels.verb }}`}}: "
+                "{{`{{ $labels.code }}`}}) or does not answer",
+                "description": "401 or 403: the operator's credentials or RBAC are wrong; 429: the API server "
+                "throttles it; 5xx or network: the API server or the way to it fails. Writes that fail are retried "
+                "with backoff; lists and watches too (lyra_api_errors_total).",
             },
         },
     ]
@@ -329,7 +347,8 @@ def chart_readme() -> str:
         "ServiceMonitor, alerts and Grafana dashboards.\n\n"
         "**Before you install:** GPU nodes advertising `nvidia.com/gpu` with the `nvidia.com/gpu.product` label, and "
         "the pool label you set, `lyra.dev/pool=inference` or `lyra.dev/pool=training`. Installing taints every "
-        "inference server (`lyra.dev/state`); `lyra nodes restore` removes what Lyra wrote after an uninstall. "
+        "inference server (`lyra.dev/state`); `lyra nodes restore` removes what Lyra wrote after an uninstall, and "
+        "`cleanup.restoreNodesOnUninstall=true` runs it as a post-delete hook of `helm uninstall`. "
         "Start with `operator.mode=shadow` to see what Lyra would do before it does anything. The repository's "
         "docs/operations.md says all of it.\n\n"
         "```sh\n"

@@ -245,6 +245,15 @@ INTERNALS = Dashboard(
             width=6,
         ),
         Panel(
+            "API errors by verb and code",
+            "Requests per second the API server refused (by status code) or that got no answer (network), by verb: "
+            "the operator's writes, its watch caches' lists and watches, its Lease. 404 and 409 are routine; 401, "
+            "403, 429, 5xx and network are not (LyraApiErrors).",
+            (Query(rate(metrics.API_ERRORS, "verb", "code"), "{{verb}} {{code}}"),),
+            PER_SECOND,
+            width=24,
+        ),
+        Panel(
             "Extender requests",
             "Requests per second from kube-scheduler to the extender, by verb and outcome.",
             (Query(rate(_EXTENDER_REQUESTS, "verb", "outcome"), "{{verb}} {{outcome}}"),),

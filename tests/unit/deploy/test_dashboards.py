@@ -28,7 +28,7 @@ REPOSITORY = Path(__file__).resolve().parents[3]
 EXPECTED_PANELS = {
     "lyra-loans": 6,
     "lyra-training": 3,
-    "lyra-internals": 6,
+    "lyra-internals": 7,
 }
 _METRIC = re.compile(r"\b(lyra_[a-z0-9_]+)")
 
@@ -80,7 +80,14 @@ def queries() -> list[tuple[str, str, str]]:
 def test_the_dashboards_have_the_panels_the_issue_asks_for() -> None:
     assert {d.uid: len(d.panels) for d in dashboards.DASHBOARDS} == EXPECTED_PANELS
     titles = {panel.title for d in dashboards.DASHBOARDS for panel in d.panels}
-    for wanted in ("GPUs lent now", "Reclaims per hour", "p95 queue wait", "Leader", "Extender p99 latency"):
+    for wanted in (
+        "GPUs lent now",
+        "Reclaims per hour",
+        "p95 queue wait",
+        "Leader",
+        "Extender p99 latency",
+        "API errors by verb and code",
+    ):
         assert wanted in titles
 
 
