@@ -130,8 +130,8 @@ class JobBook:
             log.exception("the allocation failed; allocating each job alone to find the ones that fail it")
         kept = []
         for core in snapshot.jobs:
-            alone = replace(snapshot, jobs=(core,))
-            if self.alone(by_name[core.name], "allocating GPUs", partial(self.intent.plan, alone, held)) is not None:
+            by_itself = partial(self.intent.plan, replace(snapshot, jobs=(core,)), held)
+            if self.alone(by_name[core.name], "allocating GPUs", by_itself) is not None:
                 kept.append(core)
         try:
             return self.intent.plan(replace(snapshot, jobs=tuple(kept)), held)

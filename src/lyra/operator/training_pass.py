@@ -6,7 +6,6 @@ core refuses. The parts that act on it, one responsibility each: :mod:`lyra.oper
 
 from __future__ import annotations
 
-import logging
 import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -34,8 +33,6 @@ PREEMPTED_BY_ALLOCATION = conditions.PreemptionCause.ALLOCATION
 PREEMPTED_LOST_BASE = conditions.PreemptionCause.LOST_BASE
 PREEMPTED_NODE_LOST = conditions.PreemptionCause.NODE_LOST
 PREEMPTED_BY_DISRUPTION = conditions.PreemptionCause.DISRUPTION
-
-log = logging.getLogger("lyra.operator")
 
 
 @dataclass(slots=True)
