@@ -261,7 +261,14 @@ def run_simulate(args: argparse.Namespace) -> int:
         f" UTC, {comparison.context['inputs']['jobs_in_window']} jobs; training {scenario.training.describe()}, "
         f"inference {scenario.inference.describe()}"
     )
-    print(format_table(comparison.metrics))
+    print(format_table(comparison.metrics, bound_s=comparison.bound.mean_jct_s))
+    bound = comparison.bound
+    print(
+        f"bound: no scheme's mean JCT can be below {bound.mean_jct_s:.0f} s on this workload (each job alone at its "
+        f"best pace: {bound.alone_mean_s:.0f} s; the work on one machine of the cluster's "
+        f"{bound.capacity_gpus:g} V100-equivalent GPUs, shortest first: {bound.capacity_mean_s:.0f} s; combined: "
+        f"docs/evaluation.md, \"A lower bound on mean JCT\")"
+    )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         context = {**comparison.context, "inference_load": seen}
