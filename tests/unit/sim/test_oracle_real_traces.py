@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +46,10 @@ from lyra.sim.engine import Simulation
 from lyra.sim.jobs import SimJob, Status
 from lyra.sim.load import read_load
 from lyra.sim.metrics import summarise
-from lyra.sim.scenario import parse_scenario
+from lyra.sim.scenario import Scenario, parse_scenario
 from lyra.sim.schemes import SCHEMES
 from lyra.sim.traces import Trace, read_trace
-from lyra.sim.workload import DAY_S, Window, build_workload
+from lyra.sim.workload import DAY_S, Window, Workload, build_workload
 
 ROOT = Path(__file__).resolve().parents[3]
 TRACES = ROOT / ".." / "shared" / "traces"
@@ -196,7 +196,7 @@ class CheckedSimulation(Simulation):
     def check(self, *event_jobs: SimJob) -> None:
         """The oracle's checks. Jobs that hold workers are those the layout places, those the engine counts as
         running and those of the event; each of the event's jobs holds workers exactly when it runs or leaves."""
-        oracle, seen, cluster = self.oracle, self.seen, self.cluster
+        seen, cluster = self.seen, self.cluster
         layout = cluster.layout
         names = cluster.names
         held = layout.jobs.get(INFERENCE_HOLD, {})
@@ -220,19 +220,23 @@ class CheckedSimulation(Simulation):
                 used[server] = used.get(server, 0) + count * job.gpus_per_worker
                 (running if job.status is Status.RUNNING else leaving).add(server)
             if job.status is Status.RUNNING and self.verified.get(job.name) != (
-                job.rate, job.workers, id(job.placement), len(job.placement)
+                job.rate,
+                job.workers,
+                id(job.placement),
+                len(job.placement),
             ):
                 self.check_job(job, names)
         free = layout.free
-        for server in self.training_servers:  # (index, name, size)
-            index, name, size = server
+        for index, name, size in self.training_servers:
             assert held.get(index, 0) == 0, f"training server {name} held for inference"
-            assert used.get(index, 0) + free[index] == size and free[index] >= 0, f"{name}: GPUs do not add up"
+            assert free[index] >= 0, f"{name}: {free[index]} GPUs free"
+            assert used.get(index, 0) + free[index] == size, f"{name}: GPUs do not add up"
             seen.full_servers += free[index] == 0
         loaned = reclaiming = 0
         for index, name, size in self.inference_servers:
             hold = held.get(index, 0)
-            assert used.get(index, 0) + hold + free[index] == size and free[index] >= 0, f"{name}: GPUs do not add up"
+            assert free[index] >= 0, f"{name}: {free[index]} GPUs free"
+            assert used.get(index, 0) + hold + free[index] == size, f"{name}: GPUs do not add up"
             if cluster.is_loaned(index):
                 loaned += 1
                 assert self.lends, f"{name} lent under {self.scheme.name}, which does not lend"
@@ -244,7 +248,8 @@ class CheckedSimulation(Simulation):
                 assert free[index] == 0, f"reclaiming {name}: {free[index]} GPUs neither held nor used"
                 seen.reclaiming_with_leavers += index in leaving
             else:
-                assert index not in running and index not in leaving, f"training on serving or idle server {name}"
+                assert index not in running, f"training on serving or idle server {name}"
+                assert index not in leaving, f"training on serving or idle server {name}"
                 assert hold == size, f"serving or idle {name}: {hold} of its {size} GPUs held for inference"
         assert (loaned, reclaiming) == (cluster.loaned, cluster.reclaiming)
         seen.checks += 1
@@ -256,7 +261,8 @@ class CheckedSimulation(Simulation):
             f"{job.name}: workers of {job.gpus_per_worker} GPUs, {job.wmin}-{job.wmax}; the oracle says {expected}"
         )
         assert job.gpu_types == expected.gpu_types, f"{job.name} may use {set(job.gpu_types)}, not {expected}"
-        assert not job.mixes and not expected.mixes
+        assert not job.mixes
+        assert not expected.mixes
         types = {oracle.servers[names[server]][0] for server in job.placement}
         assert len(types) == 1, f"{job.name} runs on {sorted(types)}: one GPU type per job"
         assert types <= expected.gpu_types, f"{job.name} runs on {types}, may use {set(expected.gpu_types)}"
@@ -274,7 +280,7 @@ class CheckedSimulation(Simulation):
         self.seen.worker_sizes.add(job.gpus_per_worker)
 
 
-def run_checked(window_name: str, scheme: str) -> tuple[CheckedSimulation, Seen, Any]:
+def build_checked(window_name: str, scheme: str) -> tuple[CheckedSimulation, Workload, Scenario]:
     real = WINDOWS[window_name]
     if not real.trace.exists():
         pytest.fail(f"{real.trace} is missing: the shared traces are needed (../shared/traces/README.md)")
@@ -304,6 +310,11 @@ def run_checked(window_name: str, scheme: str) -> tuple[CheckedSimulation, Seen,
     assert set(simulation.oracle.expected) == {job.name for job in simulation.jobs}
     for job in simulation.jobs:  # every job's work before it runs
         assert job.remaining == pytest.approx(simulation.oracle.expected[job.name].work, rel=1e-12), job.name
+    return simulation, workload, scenario
+
+
+def run_checked(window_name: str, scheme: str) -> tuple[CheckedSimulation, Seen, Any]:
+    simulation, workload, scenario = build_checked(window_name, scheme)
     result = simulation.run()
     return simulation, simulation.seen, (workload, scenario, result)
 
@@ -331,3 +342,77 @@ def test_real_windows_hold_the_oracle_after_every_event(window_name: str, scheme
     for record, alone in zip(result.records, bound.alone_s, strict=True):
         assert record.jct_s >= alone * (1 - 1e-9), f"{record.name}: JCT {record.jct_s} below {alone} alone"
     assert metrics.jct_mean_s >= bound.mean_jct_s
+
+
+def placed_by_hand(window_name: str = "openb") -> tuple[CheckedSimulation, SimJob]:
+    """A lending simulation before its first event, with one queued one-GPU job started by hand on a V100 by the
+    engine's own :meth:`apply` (so the layout and the record agree): the oracle passes; each test then breaks one
+    thing it checks."""
+    simulation, _, _ = build_checked(window_name, "lyra")
+    job = next(j for j in simulation.jobs if j.gpus == 1 and j.wmin == j.wmax == 1 and "T4" in j.gpu_types)
+    simulation.enqueue(job, job.submit)
+    simulation.apply({job: {simulation.cluster.layout.index["train-0000"]: 1}}, job.submit)
+    simulation.check()
+    return simulation, job
+
+
+def test_the_oracle_catches_training_on_a_serving_server() -> None:
+    simulation, job = placed_by_hand()
+    cluster = simulation.cluster
+    serving = cluster.layout.index["infer-0000"]
+    cluster.layout.add(INFERENCE_HOLD, serving, -1, 1)  # the worker moves where inference held every GPU
+    cluster.move(job.name, cluster.layout.index["train-0000"], -1, 1)
+    cluster.move(job.name, serving, 1, 1)
+    job.placement = {serving: 1}
+    job.rate = 0.4
+    with pytest.raises(AssertionError, match="training on serving or idle server infer-0000"):
+        simulation.check()
+
+
+def test_the_oracle_catches_a_serving_server_not_fully_held() -> None:
+    simulation, _ = placed_by_hand()
+    cluster = simulation.cluster
+    cluster.layout.add(INFERENCE_HOLD, cluster.layout.index["infer-0001"], -1, 1)
+    with pytest.raises(AssertionError, match="serving or idle infer-0001: 0 of its 1 GPUs held"):
+        simulation.check()
+
+
+def test_the_oracle_catches_a_layout_that_disagrees_with_the_job_record() -> None:
+    simulation, job = placed_by_hand()
+    job.placement = {simulation.cluster.layout.index["train-0001"]: 1}
+    with pytest.raises(AssertionError, match="the layout places"):
+        simulation.check()
+
+
+def test_the_oracle_catches_two_gpu_types_and_added_speeds() -> None:
+    simulation, job = placed_by_hand()
+    cluster = simulation.cluster
+    loaned = cluster.layout.index["infer-0002"]
+    cluster.lend(loaned)
+    cluster.move(job.name, loaned, 1, 1)
+    job.placement = {**job.placement, loaned: 1}
+    job.workers = 2
+    job.wmax = 2
+    job.rate = 1.0 + 0.4
+    simulation.oracle.expected[job.name] = replace(simulation.oracle.expected[job.name], wmax=2)
+    with pytest.raises(AssertionError, match="one GPU type per job"):
+        simulation.check()
+
+
+def test_the_oracle_catches_a_pace_not_of_the_slowest_type() -> None:
+    simulation, job = placed_by_hand()
+    job.rate = 1.4
+    with pytest.raises(AssertionError, match=r"pace 1\.4, the oracle says 1\.0"):
+        simulation.check()
+
+
+def test_the_oracle_catches_a_fit_draw_or_worker_size_it_did_not_derive() -> None:
+    simulation, job = placed_by_hand("philly")
+    expected = simulation.oracle.expected[job.name]
+    simulation.oracle.expected[job.name] = replace(expected, gpu_types=frozenset({"V100"}))
+    simulation.verified.clear()
+    with pytest.raises(AssertionError, match="may use"):
+        simulation.check()
+    simulation.oracle.expected[job.name] = replace(expected, gpus_per_worker=2)
+    with pytest.raises(AssertionError, match="the oracle says"):
+        simulation.check()
