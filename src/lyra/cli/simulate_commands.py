@@ -93,7 +93,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         default=[],
         metavar="AXIS=V1,V2,...",
         help="values of one axis of --loaning-pays-map (idle-share, fit-share, offered-load, inference-speed; "
-        "default 0.5,0.8 / 0.25,0.75 / 0.6,1.2 / 0.3,0.5)",
+        "default 0.1,0.5 / 0.25,0.75 / 1.2,2.4 / 0.3,0.5)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run_simulate)

@@ -41,9 +41,9 @@ PAYS = 0.10
 
 #: The map's axes: (name on the command line, label, default values, (lowest, highest) accepted).
 AXES: dict[str, tuple[str, tuple[float, ...], tuple[float, float]]] = {
-    "idle-share": ("inference idle share", (0.5, 0.8), (0.0, 0.99)),
+    "idle-share": ("inference idle share", (0.1, 0.5), (0.0, 0.99)),
     "fit-share": ("share of jobs a T4 fits", (0.25, 0.75), (0.01, 1.0)),
-    "offered-load": ("training offered load", (0.6, 1.2), (0.05, 5.0)),
+    "offered-load": ("training offered load", (1.2, 2.4), (0.05, 5.0)),
     "inference-speed": ("T4 speed (x V100)", (0.3, 0.5), (0.05, 2.0)),
 }
 
