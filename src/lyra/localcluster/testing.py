@@ -87,10 +87,12 @@ def real_node_cluster(
     profile: ClusterProfile | None = None,
     extender_url: str | None = None,
     crd_dir: Path | None = None,
+    keep_state: bool = True,
 ) -> Iterator[RealNodeCluster]:
     """A local cluster with ``real_nodes`` real nodes (kubelet, containerd, runc, Lyra's fake GPU device plugin)
     beside the profile's KWOK nodes, always stopped afterwards (every process, cgroup, mount and the network
-    namespace; see :func:`lyra.localcluster.controlplane.stop_cluster`).
+    namespace; see :func:`lyra.localcluster.controlplane.stop_cluster`). ``keep_state`` keeps the state directory
+    (logs, configurations) for a post-mortem; without it the containerd state goes too.
 
     The images in ``images_dir`` (default: the repository's ``dist/images``, from ``make image``) are imported into
     every node and listed in its status; pods use them with ``imagePullPolicy: Never`` or ``IfNotPresent``. Nodes
@@ -122,7 +124,7 @@ def real_node_cluster(
             control_plane=control_plane,
         )
     finally:
-        control_plane.stop(lambda _message: None, keep_state=True)
+        control_plane.stop(lambda _message: None, keep_state=keep_state)
 
 
 def log_offsets(control_plane: ControlPlane | None) -> dict[str, int]:

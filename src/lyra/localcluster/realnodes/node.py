@@ -54,6 +54,7 @@ def prepare_mounts(node: NodeSpec) -> None:
     for directory in (node.var_lib, node.var_log, node.run):
         directory.mkdir(parents=True, exist_ok=True)
     for directory in (
+        node.run / "containerd",
         node.var_lib / "kubelet" / "device-plugins",
         node.var_lib / "cni",
         node.var_log / "pods",

@@ -55,13 +55,16 @@ class NodeSpec:
     images: tuple[ImageArchive, ...]
     log_dir: Path
 
+    # Unix socket paths are limited to 108 bytes, so sockets live under the short paths the node's mount namespace
+    # maps onto its own directories (/run is ``run``, /var/lib is ``var-lib``), not under the state directory.
     @property
     def containerd_socket(self) -> Path:
-        return self.directory / "containerd.sock"
+        return Path("/run/containerd/containerd.sock")
 
     @property
     def kubelet_dir(self) -> Path:
-        return self.directory / "kubelet"
+        """/var/lib/kubelet inside the node (``var-lib/kubelet`` of its directory)."""
+        return Path("/var/lib/kubelet")
 
     @property
     def var_lib(self) -> Path:
@@ -124,7 +127,7 @@ def containerd_config(node: NodeSpec) -> str:
             "[grpc]",
             f'  address = "{node.containerd_socket}"',
             "[ttrpc]",
-            f'  address = "{directory / "containerd-ttrpc.sock"}"',
+            '  address = "/run/containerd/containerd-ttrpc.sock"',
             "[debug]",
             '  address = ""',
             "[metrics]",
