@@ -32,6 +32,8 @@ test: install binaries ## Run every test: lint, unit and proofs, integration and
 	$(MAKE) lint
 	$(RUN) pytest tests/unit
 	$(RUN) pytest tests/integration
+	@# The real-node e2e test runs the images of dist/images (root only; skipped with the reason otherwise).
+	if [ "$$(id -u)" = 0 ]; then $(RUN) lyra image build; fi
 	$(RUN) pytest tests/e2e
 	$(MAKE) test-launcher
 
