@@ -1,6 +1,6 @@
 """What the operator makes of the demo examples, run as real containers: containerd and runc, no kubelet.
 
-``examples/demo-worker-trainingjob.yaml`` and ``examples/demo-replica-inferenceservice.yaml`` are read as the
+``examples/real-nodes/demo-worker-trainingjob.yaml`` and ``demo-replica-inferenceservice.yaml`` are read as the
 operator reads them, their pods built by :mod:`lyra.operator.manifests` exactly as a pass builds them, and each
 pod's first container run from the project's workload images (built by ``lyra image build``, imported into a
 containerd of the test's own) the way a kubelet runs it: the environment with ``$(NAME)`` expanded to earlier
@@ -40,8 +40,8 @@ pytestmark = [
 ]
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-TRAINING_EXAMPLE = REPOSITORY / "examples" / "demo-worker-trainingjob.yaml"
-SERVICE_EXAMPLE = REPOSITORY / "examples" / "demo-replica-inferenceservice.yaml"
+TRAINING_EXAMPLE = REPOSITORY / "examples" / "real-nodes" / "demo-worker-trainingjob.yaml"
+SERVICE_EXAMPLE = REPOSITORY / "examples" / "real-nodes" / "demo-replica-inferenceservice.yaml"
 DEFAULT_GRACE_SECONDS = 30  # Kubernetes' terminationGracePeriodSeconds when a pod sets none
 UID, GID = (int(part) for part in recipe.USER.split(":"))
 

@@ -17,7 +17,7 @@ def test_the_demo_examples_name_the_images_make_image_builds() -> None:
         ("demo-worker-trainingjob.yaml", recipe.TRAINING_WORKER),
         ("demo-replica-inferenceservice.yaml", recipe.INFERENCE_REPLICA),
     ):
-        body = yaml.safe_load((REPOSITORY / "examples" / example).read_text(encoding="utf-8"))
+        body = yaml.safe_load((REPOSITORY / "examples" / "real-nodes" / example).read_text(encoding="utf-8"))
         [container] = body["spec"]["template"]["spec"]["containers"]
         assert container["image"] == f"docker.io/library/{workload.image}:{version}", example
         assert container["imagePullPolicy"] == "IfNotPresent", "images are imported onto the nodes, never pulled"
