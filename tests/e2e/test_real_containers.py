@@ -17,7 +17,7 @@ grace period (between its pod's deletion and ``deletionTimestamp``, which the AP
 plus the grace period); the restarted job's worker printed that it resumed at the step its checkpoint holds, and its
 step counter goes on from there; the replicas are Ready, by their readiness probes, within ``READY_AFTER_RETURN_S`` of
 their servers' return to ``serving``. ``lyra check`` is clean at the end. Figures printed (``-s``) and recorded in
-docs/evaluation.md.
+docs/development.md.
 """
 
 from __future__ import annotations
