@@ -37,7 +37,7 @@ from lyra.api import names
 from lyra.core.gpus import MemoryDisagreement
 from lyra.operator import heap
 from lyra.operator.actions import ApplyDeployment, Decision, PatchStatus, SetNodeState
-from lyra.operator.caches import ClusterCaches
+from lyra.operator.caches import watch_layer
 from lyra.operator.commit import Cluster
 from lyra.operator.config import LoopSettings
 from lyra.operator.decide import OperatorConfig, decide, observed_gpus
@@ -71,6 +71,7 @@ class RunOptions:
     http_address: str = ""  # all interfaces
     http_port: int = 0  # 0: no metrics or health endpoints
     debug_endpoints: bool = False  # also /debug/caches on http_port
+    watch_layer: str = "kubewatch"  # or "kopf" (lyra.operator.caches.WATCH_LAYERS)
 
     @property
     def liveness_window_s(self) -> float:
@@ -314,7 +315,7 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     reconciler = Reconciler(cluster, options, lease=lease)
     heap.tune_collector()
     reconciler.after_first_pass = heap.freeze_survivors  # the caches and the first readings: long-lived
-    caches = cluster.caches or ClusterCaches.on_api(cluster.api)
+    caches = cluster.caches or watch_layer(options.watch_layer, cluster.api)
     cluster.caches = caches
     reconciler.metrics.watch(caches.caches)
     debug = caches.versions if options.debug_endpoints else None
