@@ -1,6 +1,7 @@
 """The running operator: watch caches wake a reconcile loop that observes, decides and commits.
 
-The caches (:mod:`lyra.operator.caches`, on :mod:`lyra.kubewatch`) keep list-and-watch streams on pool nodes, pods,
+The caches (:mod:`lyra.operator.caches`, on :mod:`lyra.kubewatch`; or, with ``watch_layer="kopf"``, kopf's indexes,
+:mod:`lyra.operator.kopf_caches`) keep list-and-watch streams on pool nodes, pods,
 TrainingJobs, InferenceServices and Lyra's Deployments (resuming, with backoff); any change to an object they keep
 wakes the loop. The loop makes no pass before every cache has listed once (``/readyz`` is not ready meanwhile), then
 one pass at a time (coalescing the events that arrived meanwhile), and at least one every ``resync_s`` so that timed
