@@ -42,7 +42,7 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
-from lyra.operator.caches import ClusterCaches, list_once
+from lyra.operator.caches import PassCaches, list_once
 from lyra.operator.isolation import TRANSIENT_STATUSES, Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.node_health import HealthMemory
@@ -83,9 +83,7 @@ class Outcome:
 class Cluster:
     """The operator's access to the API server."""
 
-    def __init__(
-        self, api: client.ApiClient, backoff: Backoff | None = None, caches: ClusterCaches | None = None
-    ) -> None:
+    def __init__(self, api: client.ApiClient, backoff: Backoff | None = None, caches: PassCaches | None = None) -> None:
         self.api = api
         self.caches = caches
         self._fence: Callable[[], bool] | None = None
