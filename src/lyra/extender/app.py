@@ -275,10 +275,14 @@ def _prioritize(args: ExtenderArgs, view: ClusterView) -> EncodedJson:
     """``HostPriorityList`` in request order, leaving out the nodes that score 0: kube-scheduler adds the extender's
     score of each host it lists and nothing for the others, so a missing host and a 0 are the same, and the answer
     stays small. Encoded here: this is the hot path, the core keeps scores within 0..10 (see
-    :class:`~lyra.extender.wire.HostPriority`), and a node name needs no JSON escaping unless it holds a quote, a
+    :class:`~lyra.extender.wire.HostPriority`). With ``nodeCacheCapable`` (how Lyra configures kube-scheduler) the
+    view's :class:`~lyra.extender.scores.ScoreTables` hold every node's answer already; otherwise the nodes sent are
+    scored here, and a node name needs no JSON escaping unless it holds a quote, a
     backslash or a character that is not printable (Kubernetes names never do; a name sent in a request is checked,
     and the whole answer then goes through ``json``)."""
     pod = view.request_for(args.Pod)
+    if args.NodeNames is not None and view.scores is not None:
+        return EncodedJson(view.scores.answer(pod, args.NodeNames))  # kept current per event: a lookup per name
     views = _candidates(args, view)
     scored = [(name, score) for name, score in score_nodes(pod, views) if score > 0]
     names = "".join(name for name, _ in scored)
