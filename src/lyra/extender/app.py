@@ -271,7 +271,7 @@ class EncodedJson(bytes):
     """An answer already encoded as JSON (the hot path's own encoding), sent as it is."""
 
 
-def _prioritize(args: ExtenderArgs, view: ClusterView) -> EncodedJson:
+def prioritize_answer(args: ExtenderArgs, view: ClusterView) -> EncodedJson:
     """``HostPriorityList`` in request order, leaving out the nodes that score 0: kube-scheduler adds the extender's
     score of each host it lists and nothing for the others, so a missing host and a 0 are the same, and the answer
     stays small. Encoded here: this is the hot path, the core keeps scores within 0..10 (see
@@ -451,7 +451,7 @@ def create_app(
 
     def do_prioritize(data: dict[str, Any], view: ClusterView) -> object:
         args = ExtenderArgs.model_validate(data)
-        return _prioritize(args, view)
+        return prioritize_answer(args, view)
 
     def do_preempt(data: dict[str, Any], view: ClusterView) -> object:
         args = ExtenderPreemptionArgs.model_validate(data)
