@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -37,7 +38,7 @@ import uvicorn
 from bench import start_process, stop_process_group, stopped_on_signals
 from bench.__main__ import load_average
 from lyra.api.objects import Node, Pod
-from lyra.extender.app import DEFAULT_CLIENT_TIMEOUT_S, FixedView, create_app, prioritize_answer
+from lyra.extender.app import DEFAULT_CLIENT_TIMEOUT_S, FixedView, create_app
 from lyra.extender.serving import server_config
 from lyra.extender.view import ClusterView, build_view
 from lyra.extender.wire import ExtenderArgs
@@ -180,6 +181,8 @@ def stages(nodes: int, calls: int = 300) -> dict[str, float]:
     (``json``), validated (the wire models), decided and encoded (the view's score tables), and the whole app as an
     ASGI call (routing, body reading, limits, metrics, the stages before). The HTTP server's share is the server
     process's CPU per request (measured over HTTP) less the ASGI call's."""
+    from lyra.extender.app import prioritize_answer  # noqa: PLC0415 (a --baseline-src server may predate it)
+
     view = fixed_view(nodes)
     body = request_body(cluster(nodes)[0])
     data = json.loads(body)
@@ -247,12 +250,61 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--requests", type=int, default=300, help="requests per client and verb (default 300)")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="cluster sizes in nodes")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="another checkout's src/ (git archive REV src | tar -x -C DIR): compare its server with this one's, "
+        "interleaved, instead of the tables",
+    )
     args = parser.parse_args(argv)
     if args.serve:
         serve(args.serve, args.port)
         return 0
     with stopped_on_signals():
-        return measure_all(args)
+        return compare(args) if args.baseline_src else measure_all(args)
+
+
+def compare(args: argparse.Namespace, rounds: int = 5) -> int:
+    """Server CPU per request and client latency of the baseline's extender and this one, on the same view, in
+    alternating rounds (the order flips each round); the ratio is the median of the rounds' ratios."""
+    started_load = load_average()
+    print("| nodes | clients | baseline CPU ms/request | this CPU ms/request | CPU ratio this/baseline (median) "
+          "| baseline p50 ms | this p50 ms |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for nodes in args.sizes:
+        servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+        try:
+            for variant, source in (("baseline", str(args.baseline_src.resolve())), ("this", None)):
+                port = allocate_ports(1)[0]
+                environment = os.environ | ({"PYTHONPATH": source} if source else {})
+                argv = [sys.executable, "-m", "bench.extender_bench", "--serve", str(nodes), "--port", str(port)]
+                servers[variant] = (start_process(argv, env=environment), port)
+            body = request_body(cluster(nodes)[0])
+            for server, port in servers.values():
+                wait_until_ready(port, server)
+                load(port, "prioritize", body, 1, 20)  # warm-up
+            for clients in args.clients:
+                cpu: dict[str, list[float]] = {"baseline": [], "this": []}
+                p50: dict[str, list[float]] = {"baseline": [], "this": []}
+                for round_ in range(rounds):
+                    for variant in ("baseline", "this") if round_ % 2 == 0 else ("this", "baseline"):
+                        server, port = servers[variant]
+                        before = cpu_seconds(server.pid)
+                        latencies = load(port, "prioritize", body, clients, args.requests)
+                        cpu[variant].append((cpu_seconds(server.pid) - before) * 1000 / len(latencies))
+                        p50[variant].append(percentile(latencies, 0.5))
+                ratio = statistics.median(t / b for t, b in zip(cpu["this"], cpu["baseline"], strict=True))
+                print(
+                    f"| {nodes:,} | {clients} | {statistics.median(cpu['baseline']):.2f} | "
+                    f"{statistics.median(cpu['this']):.2f} | {ratio:.2f} | {statistics.median(p50['baseline']):.2f} | "
+                    f"{statistics.median(p50['this']):.2f} |",
+                    flush=True,
+                )
+        finally:
+            for server, _ in servers.values():
+                stop_process_group(server)
+    print(f"load average at the start {started_load}, at the end {load_average()}; {rounds} rounds")
+    return 0
 
 
 def measure_all(args: argparse.Namespace) -> int:
