@@ -1,13 +1,16 @@
 """Latency of the scheduler extender's prioritize verb over HTTP, under load from a separate process.
 
-``uv run python -m bench.extender_bench`` (part of ``make bench``) starts the extender (uvicorn, one process, the
-app exactly as ``lyra extender`` serves it) on a fixed view of N nodes in a child process, then sends it
+``uv run python -m bench.extender_bench`` (part of ``make bench``) starts the extender (uvicorn with
+:func:`lyra.extender.serving.server_config`, one process, the app exactly as ``lyra extender`` serves it) on a fixed view of N nodes in a child process, then sends it
 ``prioritize`` requests (the verb kube-scheduler calls for every GPU pod; the extender has no ``filter``) for one
 pod in the ``nodeCacheCapable`` form (names only) from this process, with ``--clients`` connections at once
 (kube-scheduler runs one scheduling cycle at a time, so 1-2 is what it does; more shows queueing). Latency is
 measured at the client: HTTP, JSON and the decision; beside it, the server's CPU time per request (its process's
 user and system time over the run, from ``/proc``, divided by the requests), which load from other processes does
-not lengthen. Prints p50 and p99 per size, against the 10 ms target at 5,000 nodes, and the load average.
+not lengthen. Prints p50 and p99 per size against the targets (p50 <= 0.5 ms at 500 nodes, <= 2 ms at 5,000; p99
+<= 5 ms at 5,000 with two clients), the load average, and a profile of a round trip by stage in CPU time (parse,
+validate, decide and encode, the ASGI app, the HTTP server). ``--baseline-src DIR`` instead compares the server of
+another checkout's ``src`` with this one's, in alternating rounds on the same view.
 
 The cluster: 40% training nodes (8 A100), 60% inference nodes (8 T4: 50% serving, 10% idle, 35% loaned, 5%
 reclaiming), three pods per node on average from jobs of 1-8 workers; the pod is a flexible worker of a job that
