@@ -1,9 +1,10 @@
 """Latency of the scheduler extender's prioritize verb over HTTP, under load from a separate process.
 
 ``uv run python -m bench.extender_bench`` (part of ``make bench``) starts the extender (uvicorn with
-:func:`lyra.extender.serving.server_config`, one process, the app exactly as ``lyra extender`` serves it) on a fixed view of N nodes in a child process, then sends it
-``prioritize`` requests (the verb kube-scheduler calls for every GPU pod; the extender has no ``filter``) for one
-pod in the ``nodeCacheCapable`` form (names only) from this process, with ``--clients`` connections at once
+:func:`lyra.extender.serving.server_config`, one process, the app exactly as ``lyra extender`` serves it) on a fixed
+view of N nodes in a child process, then sends it ``prioritize`` requests (the verb kube-scheduler calls for every
+GPU pod; the extender has no ``filter``) for one pod in the ``nodeCacheCapable`` form (names only) from this
+process, with ``--clients`` connections at once
 (kube-scheduler runs one scheduling cycle at a time, so 1-2 is what it does; more shows queueing). Latency is
 measured at the client: HTTP, JSON and the decision; beside it, the server's CPU time per request (its process's
 user and system time over the run, from ``/proc``, divided by the requests), which load from other processes does
