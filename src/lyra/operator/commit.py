@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -49,6 +49,7 @@ from lyra.operator.node_health import HealthMemory
 from lyra.operator.readers import Readings, read_world
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import ObjectRef, World
+from lyra.operator.writes import ApiWrites
 
 log = logging.getLogger("lyra.operator")
 
@@ -90,9 +91,12 @@ class Cluster:
         self.caches = caches
         self._fence: Callable[[], bool] | None = None
         self._read_at: World | None = None  # the World the decision being applied was made on
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        # Every call of the commit step, as one lean request each (:mod:`lyra.operator.writes`), the fence asked
+        # as it is sent; named by the API group whose call it makes, as the kubernetes client's are.
+        self.writes = ApiWrites(api, lambda: self._fence)
+        self.core: ApiWrites = self.writes
+        self.apps: ApiWrites = self.writes
+        self.custom: ApiWrites = self.writes
         self.backoff = backoff or Backoff()
         self._posted: dict[tuple[str, str], float] = {}  # node left out, why -> when its Event was posted
         self.health = HealthMemory()  # when each node's GPU dip was first seen, across passes
@@ -206,9 +210,8 @@ class Cluster:
             if controller is None or controller.get("uid") == owner_uid:
                 return False
             self._fenced(action)
-            preconditions = client.V1Preconditions(uid=str(metadata.get("uid", "")))
             self.core.delete_namespaced_pod(
-                action.ref.name, action.ref.namespace, body=client.V1DeleteOptions(preconditions=preconditions)
+                action.ref.name, action.ref.namespace, body={"preconditions": {"uid": str(metadata.get("uid", ""))}}
             )
         except ApiException as error:
             if error.status == 404:
@@ -320,13 +323,11 @@ class Cluster:
             return _version_in(response)
         if isinstance(action, DeletePod):
             # Only the pod the pass read (not a new one of the same name): a UID precondition (409 otherwise).
-            preconditions = client.V1Preconditions(uid=action.ref.uid) if action.ref.uid else None
+            options: dict[str, Any] = {"gracePeriodSeconds": action.grace_seconds}
+            if action.ref.uid:
+                options["preconditions"] = {"uid": action.ref.uid}
             response = self.core.delete_namespaced_pod(
-                action.ref.name,
-                action.ref.namespace,
-                grace_period_seconds=action.grace_seconds,
-                body=client.V1DeleteOptions(grace_period_seconds=action.grace_seconds, preconditions=preconditions),
-                **raw,
+                action.ref.name, action.ref.namespace, grace_period_seconds=action.grace_seconds, body=options, **raw
             )
             log.info("pod %s deleted (%s, grace %d s)", action.ref.key, action.reason, action.grace_seconds)
             return _version_in(response)
@@ -339,16 +340,14 @@ class Cluster:
             )
             return _version_in(response)
         if isinstance(action, CreateService):
-            self.core.create_namespaced_service(action.ref.namespace, cast(Any, dict(action.manifest)))
+            self.core.create_namespaced_service(action.ref.namespace, action.manifest)
         elif isinstance(action, CreatePod):
-            response = self.core.create_namespaced_pod(action.ref.namespace, cast(Any, dict(action.manifest)), **raw)
+            response = self.core.create_namespaced_pod(action.ref.namespace, action.manifest, **raw)
             log.info("pod %s created", action.ref.key)
             return _version_in(response)
         elif isinstance(action, ApplyDeployment):
             if action.create:
-                response = self.apps.create_namespaced_deployment(
-                    action.ref.namespace, cast(Any, dict(action.manifest)), **raw
-                )
+                response = self.apps.create_namespaced_deployment(action.ref.namespace, action.manifest, **raw)
             else:
                 response = self.apps.patch_namespaced_deployment(
                     action.ref.name, action.ref.namespace, deployment_patch(action), **raw
@@ -385,7 +384,7 @@ class Cluster:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        self.core.create_namespaced_event(namespace, cast(Any, body))
+        self.core.create_namespaced_event(namespace, body)
 
 
 class FencedPool:
