@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import threading
 import urllib.parse
@@ -42,6 +43,7 @@ JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+_BREAKS = re.compile(r"[\r\n\0]")
 #: Errors of a kept-alive connection the server closed meanwhile: the request is sent again on a new one.
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
@@ -60,6 +62,11 @@ def _plain(value: object) -> object:
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _q(part: str) -> str:
+    """A name or namespace as one path segment."""
+    return urllib.parse.quote(part, safe="")
 
 
 def serialised(body: object) -> bytes:
@@ -89,6 +96,7 @@ class Connections:
         self.host = url.hostname or "localhost"
         self.port = url.port
         self.base = url.path.rstrip("/")
+        self.authority = url.netloc.rpartition("@")[2]
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
@@ -156,34 +164,34 @@ class ApiWrites:
     # -- the calls, named as the kubernetes client's ----------------------------------------------------------------
 
     def patch_node(self, name: str, body: object, **_: Any) -> Answer:
-        return self._call("PATCH", f"/api/v1/nodes/{name}", body, STRATEGIC_MERGE_PATCH)
+        return self._call("PATCH", f"/api/v1/nodes/{_q(name)}", body, STRATEGIC_MERGE_PATCH)
 
     def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> Answer:
-        return self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return self._call("GET", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}")
 
     def patch_namespaced_pod(self, name: str, namespace: str, body: object, **_: Any) -> Answer:
-        return self._call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body, STRATEGIC_MERGE_PATCH)
+        return self._call("PATCH", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}", body, STRATEGIC_MERGE_PATCH)
 
     def create_namespaced_pod(self, namespace: str, body: object, **_: Any) -> Answer:
-        return self._call("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+        return self._call("POST", f"/api/v1/namespaces/{_q(namespace)}/pods", body)
 
     def delete_namespaced_pod(
         self, name: str, namespace: str, grace_period_seconds: int | None = None, body: object = None, **_: Any
     ) -> Answer:
         query = f"?gracePeriodSeconds={int(grace_period_seconds)}" if grace_period_seconds is not None else ""
-        return self._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}{query}", body)
+        return self._call("DELETE", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}{query}", body)
 
     def create_namespaced_service(self, namespace: str, body: object, **_: Any) -> Answer:
-        return self._call("POST", f"/api/v1/namespaces/{namespace}/services", body)
+        return self._call("POST", f"/api/v1/namespaces/{_q(namespace)}/services", body)
 
     def create_namespaced_event(self, namespace: str, body: object, **_: Any) -> Answer:
-        return self._call("POST", f"/api/v1/namespaces/{namespace}/events", body)
+        return self._call("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body)
 
     def create_namespaced_deployment(self, namespace: str, body: object, **_: Any) -> Answer:
-        return self._call("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", body)
+        return self._call("POST", f"/apis/apps/v1/namespaces/{_q(namespace)}/deployments", body)
 
     def patch_namespaced_deployment(self, name: str, namespace: str, body: object, **_: Any) -> Answer:
-        path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+        path = f"/apis/apps/v1/namespaces/{_q(namespace)}/deployments/{_q(name)}"
         return self._call("PATCH", path, body, STRATEGIC_MERGE_PATCH)
 
     def patch_namespaced_custom_object_status(  # noqa: PLR0917 - the kubernetes client's signature
@@ -197,7 +205,7 @@ class ApiWrites:
         _content_type: str = MERGE_PATCH,
         **_: Any,
     ) -> Answer:
-        path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/status"
+        path = f"/apis/{group}/{version}/namespaces/{_q(namespace)}/{plural}/{_q(name)}/status"
         return self._call("PATCH", path, body, _content_type)
 
     # -- one request --------------------------------------------------------------------------------------------------
@@ -209,6 +217,9 @@ class ApiWrites:
                 headers[str(setting["key"])] = str(setting["value"])
         if content_type is not None:
             headers["Content-Type"] = content_type
+        for name, value in headers.items():
+            if _BREAKS.search(name) or _BREAKS.search(value):
+                raise ValueError(f"the API client's header {name!r} holds a line break")
         return headers
 
     def _call(self, method: str, path: str, body: object = None, content_type: str = JSON) -> Answer:
@@ -236,8 +247,15 @@ class ApiWrites:
             self.connections.give_back(connection)
             raise LeadershipLostError(f"lost the lease: {method} {path} not sent")
         try:
-            connection.request(method, self.connections.base + path, payload, headers)
-            response = connection.getresponse()
+            if connection.sock is None:
+                connection.connect()  # TCP, the proxy's tunnel if any, TLS
+            head = [f"{method} {self.connections.base}{path} HTTP/1.1", f"Host: {self.connections.authority}"]
+            head += [f"{name}: {value}" for name, value in headers.items()]
+            head.append(f"Content-Length: {len(payload)}" if payload is not None else "Content-Length: 0")
+            request = "\r\n".join(head).encode("latin-1") + b"\r\n\r\n" + (payload or b"")
+            connection.sock.sendall(request)  # one write: headers and body in one TLS record, one system call
+            response = http.client.HTTPResponse(connection.sock, method=method)
+            response.begin()
             data = response.read()
         except BaseException:
             connection.close()
