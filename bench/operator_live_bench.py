@@ -64,7 +64,8 @@ from lyra.operator.endpoints import CACHES_PATH, METRICS_PATH, READINESS_PATH
 from lyra.operator.metrics import ACTIONS, PASSES, SUCCEEDED
 
 T4, A100 = "Tesla-T4", "NVIDIA-A100-SXM4-80GB"
-TARGET_MEDIAN_S = 2.0
+TARGET_MEDIAN_S = 1.0
+TARGET_P95_S = 3.0
 CRDS = Path(__file__).resolve().parents[1] / "manifests" / "crds"
 WRITES = ("create", "update", "patch", "delete")
 VERBS = ("list", "watch", "get", *WRITES)
@@ -84,12 +85,17 @@ class LiveSizes:
     change_deadline_s: float = 60.0  # a change not acted on within this is reported missed
     resync_s: float | None = None  # the operator's --resync (None: its default)
     steady_passes: int = 3  # passes on the converged cluster that must write nothing
+    queued_jobs: int = 0  # TrainingJobs submitted before the operator starts (a real workload to decide over)
+    services: int = 1  # InferenceServices ("chat", scaled by the stream, and others of two replicas each)
+    rich_pods: bool = False  # the cluster's and Lyra's pods shaped like real ones (environment, volumes, probes)
 
     def problem(self) -> str | None:
         if self.gpu_pods > 8 * (self.nodes - self.nodes // 4):
             return "--gpu-pods: more than the inference nodes hold"
         if self.nodes < 4:
             return "--nodes: at least 4 (a quarter of them train)"
+        if self.queued_jobs < 0 or not 1 <= self.services <= 1_000:
+            return "--queued-jobs: at least 0; --services: 1 to 1,000"
         return None
 
 
@@ -105,6 +111,8 @@ class LiveResult:
     cpu_s: float = 0.0  # the operator's CPU time over the stream
     wall_s: float = 0.0  # the stream's length
     rss_mib: float = 0.0  # the operator's resident memory at the end of the stream
+    peak_mib: float = 0.0  # the operator process's peak resident memory (VmHWM) at the end of the run
+    reclaims: float = 0.0  # reclaims the operator started during the stream (its lyra_reclaims_total)
     requests: Counter[str] = field(default_factory=Counter)  # the operator's requests during the stream, by verb
     first_lists: list[str] = field(default_factory=list)  # its lists before its first write (request URIs)
     lists_in_passes: list[str] = field(default_factory=list)  # its lists from its first write on
@@ -171,12 +179,44 @@ def bound_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def fill(api: client.ApiClient, namespace: str, nodes: int, gpu_pods: int, other_pods: int) -> None:
+def rich(pod_spec: dict[str, Any], role: str) -> dict[str, Any]:
+    """A pod spec as real workloads write them: every container with arguments, twelve environment variables,
+    ports, probes, volume mounts, and the pod with volumes and tolerations (the API server adds its defaults and
+    the managed fields)."""
+    containers = [
+        container
+        | {
+            "args": ["--port=8080", "--log-level=info"],
+            "env": [*container.get("env", []), *({"name": f"{role.upper()}_SETTING_{i}", "value": f"value-{i}"}
+                                                  for i in range(12))],
+            "ports": [{"containerPort": 8080, "protocol": "TCP", "name": "http"}],
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 10},
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "config", "mountPath": "/etc/app"}],
+        }
+        for container in pod_spec["containers"]
+    ]  # fmt: skip
+    return pod_spec | {
+        "containers": containers,
+        "volumes": [{"name": "data", "emptyDir": {}}, {"name": "config", "configMap": {"name": f"{role}-config",
+                                                                                       "optional": True}}],
+        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                         "tolerationSeconds": 300}],
+    }  # fmt: skip
+
+
+def fill(
+    api: client.ApiClient, namespace: str, nodes: int, gpu_pods: int, other_pods: int, *, rich_pods: bool = False
+) -> None:
     training = nodes // 4
     inference = [f"inference-t4-{i}" for i in range(nodes - training)]
     everyone = inference + [f"training-a100-{i}" for i in range(training)]
     bodies = [bound_pod(f"gpu-{i:05d}", inference[(i // 8) % len(inference)], 1) for i in range(gpu_pods)]
     bodies += [bound_pod(f"web-{i:05d}", everyone[i % len(everyone)], 0) for i in range(other_pods)]
+    if rich_pods:
+        for body in bodies:
+            body["spec"] = rich(body["spec"], "web")
+            body["metadata"]["labels"] |= {"app.kubernetes.io/part-of": "platform", "tier": "web", "team": "other"}
+            body["metadata"]["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "8080"}
     core = client.CoreV1Api(api)
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda body: core.create_namespaced_pod(namespace, body), bodies))
@@ -194,14 +234,28 @@ def job_body(name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def service_body(replicas: int) -> dict[str, Any]:
+def queued_job_body(index: int, *, rich_pods: bool = False) -> dict[str, Any]:
+    """One of the TrainingJobs submitted before the operator starts: 1 to 4 one-GPU workers (at least 1), on A100
+    or (two in five) T4, so the T4 ones run on loaned inference servers, which the stream's scale-ups reclaim."""
+    body = job_body(f"bg-{index:04d}")
+    spec = body["spec"]
+    spec["maxWorkers"] = 1 + index % 4
+    spec["gpuTypes"] = [T4 if index % 5 < 2 else A100]
+    spec["expectedDuration"] = 1800 + 60 * (index % 97)
+    if rich_pods:
+        spec["template"] = {"spec": rich(spec["template"]["spec"], "trainer")}
+    return body
+
+
+def service_body(replicas: int, name: str = "chat", *, rich_pods: bool = False) -> dict[str, Any]:
+    template: dict[str, Any] = {"containers": [{"name": "server", "image": f"registry.invalid/{name}:1"}]}
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.INFERENCE_SERVICE_KIND,
-        "metadata": {"name": "chat"},
+        "metadata": {"name": name},
         "spec": {
             "replicas": replicas, "maxReplicas": 64, "gpusPerReplica": 1, "gpuType": T4,
-            "template": {"spec": {"containers": [{"name": "server", "image": "registry.invalid/chat:1"}]}},
+            "template": {"spec": rich(template, "server") if rich_pods else template},
         },
     }  # fmt: skip
 
@@ -226,9 +280,10 @@ class Stopwatch:
                 self.seen[key] = time.perf_counter()
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory (``VmRSS``) or its peak (``VmHWM``), MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -275,12 +330,20 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
         account.mkdir(exist_ok=True)
         kubeconfig = service_account_kubeconfig(control_plane, api, account)
         filled = time.perf_counter()
-        fill(api, namespace, sizes.nodes, sizes.gpu_pods, sizes.other_pods)
-        print(f"  filled in {time.perf_counter() - filled:.0f} s", file=sys.stderr, flush=True)
+        fill(api, namespace, sizes.nodes, sizes.gpu_pods, sizes.other_pods, rich_pods=sizes.rich_pods)
         custom = client.CustomObjectsApi(api)
-        custom.create_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, service_body(4)
-        )
+        where = (names.GROUP, names.VERSION, namespace)
+        bodies = [(names.INFERENCE_SERVICE_PLURAL, service_body(4, rich_pods=sizes.rich_pods))]
+        bodies += [
+            (names.INFERENCE_SERVICE_PLURAL, service_body(2, f"svc-{i:03d}", rich_pods=sizes.rich_pods))
+            for i in range(1, sizes.services)
+        ]
+        bodies += [
+            (names.TRAINING_JOB_PLURAL, queued_job_body(i, rich_pods=sizes.rich_pods)) for i in range(sizes.queued_jobs)
+        ]
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda item: custom.create_namespaced_custom_object(*where, *item), bodies))
+        print(f"  filled in {time.perf_counter() - filled:.0f} s", file=sys.stderr, flush=True)
         stopwatch = Stopwatch()
         jobs = WatchCache(TRAINING_JOBS, ApiSource(api, TRAINING_JOBS), on_change=stopwatch)
         deployments = WatchCache(DEPLOYMENTS, ApiSource(api, DEPLOYMENTS), on_change=stopwatch)
@@ -299,6 +362,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
                 sizes, namespace=namespace, custom=custom, stopwatch=stopwatch, jobs=jobs, deployments=deployments
             )
             result.synced_s, result.settled_s = wait_steady(port)
+            reclaims_before = reclaims_made(port)
             cpu_before, wall_before = _cpu_seconds(operator.pid), time.perf_counter()
             began = datetime.now(UTC)
             stream.run()
@@ -307,6 +371,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             result.cpu_s = _cpu_seconds(operator.pid) - cpu_before
             result.wall_s = time.perf_counter() - wall_before
             result.rss_mib = rss_mib(operator.pid)
+            result.reclaims = reclaims_made(port) - reclaims_before
             ended = datetime.now(UTC)
             result.cache_differences = caches_behind(port, api)
             steadiness = Steadiness(port)
@@ -325,6 +390,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
                 steady_until = datetime.now(UTC)
             result.converged = converged
             result.end_state = stream.end_state()
+            result.peak_mib = rss_mib(operator.pid, "VmHWM")
             if not converged:
                 result.end_state += "; " + not_running(api, namespace)
         finally:
@@ -540,6 +606,15 @@ def passes_made(port: int) -> float:
     return metric_sums(port)[0]
 
 
+def reclaims_made(port: int) -> float:
+    """The reclaims the operator has started so far (every series of ``lyra_reclaims_total``), from its ``/metrics``."""
+    return sum(
+        float(line.split()[-1])
+        for line in http_get(f"http://127.0.0.1:{port}{METRICS_PATH}").splitlines()
+        if line.startswith("lyra_reclaims_total{")
+    )
+
+
 def metric_sums(port: int) -> tuple[float, float]:
     """The count of the operator's succeeded passes and of its actions, from its ``/metrics``."""
     passes = actions = 0.0
@@ -592,6 +667,18 @@ def main(argv: list[str] | None = None) -> int:
         help="a change not acted on within this many seconds is reported missed",
     )
     parser.add_argument(
+        "--queued-jobs",
+        type=int,
+        default=defaults.queued_jobs,
+        help="TrainingJobs submitted before the operator starts",
+    )
+    parser.add_argument(
+        "--services", type=int, default=defaults.services, help="InferenceServices (chat, and others of 2 replicas)"
+    )
+    parser.add_argument(
+        "--rich-pods", action="store_true", help="pods with environment, volumes, probes (as real workloads write them)"
+    )
+    parser.add_argument(
         "--keep-log", type=Path, metavar="PATH", help="copy the operator's whole log here after the run"
     )
     args = parser.parse_args(argv)
@@ -602,6 +689,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs=args.jobs,
         interval_s=args.interval,
         change_deadline_s=args.change_deadline,
+        queued_jobs=args.queued_jobs,
+        services=args.services,
+        rich_pods=args.rich_pods,
     )
     problem = sizes.problem()
     if problem is not None:
@@ -620,18 +710,20 @@ def report(result: LiveResult, start_load: str) -> str:
     sizes, latencies = result.sizes, result.latencies
     median = statistics.median(latencies) if latencies else float("nan")
     p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else float("nan")
-    status = "pass" if median <= TARGET_MEDIAN_S else "MISS"
+    status = "pass" if median <= TARGET_MEDIAN_S and p95 <= TARGET_P95_S else "MISS"
     by_verb = ", ".join(f"{verb} {result.requests[verb]}" for verb in VERBS if result.requests[verb])
     lines = [
-        f"live operator: {sizes.nodes} nodes, {sizes.gpu_pods} GPU pods + {sizes.other_pods} other pods, "
-        f"{len(result.acted) + len(result.missed)} changes; load average at start {start_load}, "
-        f"at the end {load_average()}",
-        "| ready after | steady after | change to action median | p95 | operator CPU | over | RSS | requests/min | "
-        "lists in the stream | target |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"live operator: {sizes.nodes} nodes, {sizes.gpu_pods} GPU pods + {sizes.other_pods} other pods"
+        f"{' (rich)' if sizes.rich_pods else ''}, {sizes.queued_jobs} TrainingJobs before the stream, "
+        f"{sizes.services} InferenceServices, {len(result.acted) + len(result.missed)} changes; load average at "
+        f"start {start_load}, at the end {load_average()}",
+        "| ready after | steady after | change to action median | p95 | operator CPU | over | RSS | peak RSS | "
+        "reclaims | requests/min | lists in the stream | target |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         f"| {result.synced_s:.1f} s | {result.settled_s:.1f} s | {median:.2f} s | {p95:.2f} s | {result.cpu_s:.1f} s | "
-        f"{result.wall_s:.0f} s | {result.rss_mib:.0f} MiB | {result.requests_per_minute:.0f} | "
-        f"{result.requests['list']} | median <= {TARGET_MEDIAN_S:.0f} s: {status} |",
+        f"{result.wall_s:.0f} s | {result.rss_mib:.0f} MiB | {result.peak_mib:.0f} MiB | {result.reclaims:.0f} | "
+        f"{result.requests_per_minute:.0f} | {result.requests['list']} | median <= {TARGET_MEDIAN_S:.0f} s, p95 <= "
+        f"{TARGET_P95_S:.0f} s: {status} |",
         f"requests during the stream, by verb: {by_verb or 'none'}; lists (pages) before its first write: "
         f"{len(result.first_lists)}, after: {len(result.lists_in_passes)}",
     ]
