@@ -15,6 +15,11 @@ The running operator reads from its watch caches (:mod:`lyra.operator.caches`) a
 write tells the caches the resourceVersion the API answered, and the next pass reads only once they have seen it.
 Without caches (one-shot commands) :meth:`Cluster.observe` lists each kind once, in pages.
 
+A busy pass writes thousands of objects, each a round trip to the API server: the actions go in runs of one kind, in
+the decision's order, each run done before the next begins; a long run has up to :data:`WRITERS` requests in flight,
+one object's actions always in order and by one writer (so every order of :mod:`lyra.operator.actions` holds). The
+requests themselves are :mod:`lyra.operator.writes`'.
+
 A node left out of a pass (:meth:`Cluster.report_left_out`) gets its Event at most once every :data:`EVENT_REPEAT_S`.
 """
 
