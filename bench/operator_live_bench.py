@@ -698,10 +698,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(problem)
     start_load = load_average()
     with tempfile.TemporaryDirectory(prefix="lyra-live-bench-") as directory:
-        result = run_live(sizes, Path(directory))
-        if args.keep_log is not None:
-            shutil.copyfile(Path(directory) / "operator.log", args.keep_log)
-            print(f"  the operator's log: {args.keep_log}", file=sys.stderr)
+        try:
+            result = run_live(sizes, Path(directory))
+        finally:  # kept when the run fails too: that is when it is read
+            if args.keep_log is not None and (Path(directory) / "operator.log").exists():
+                shutil.copyfile(Path(directory) / "operator.log", args.keep_log)
+                print(f"  the operator's log: {args.keep_log}", file=sys.stderr)
     print(report(result, start_load))
     return 1 if result.problems() else 0
 

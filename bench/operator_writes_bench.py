@@ -290,8 +290,14 @@ def per_kind(cluster: Cluster, decision: Decision, world: World, repeats: int) -
 
 #: The ways of writing compared, in the order each round runs them: the commit step's calls through the kubernetes
 #: client (as the operator wrote before :mod:`lyra.operator.writes`: its ``CoreV1Api``, ``AppsV1Api`` and
-#: ``CustomObjectsApi``, one write at a time), through the lean requests one at a time, and with the operator's writers.
-WAYS = ("kubernetes client, 1 writer", "lean requests, 1 writer", f"lean requests, {WRITERS} writers")
+#: ``CustomObjectsApi``, one write at a time), and through the lean requests one at a time and with 4 and 8 writers
+#: (the operator's :data:`~lyra.operator.commit.WRITERS`).
+WAYS = (
+    "kubernetes client, 1 writer",
+    "lean requests, 1 writer",
+    "lean requests, 4 writers",
+    "lean requests, 8 writers",
+)
 
 
 def ways_compared(
@@ -306,7 +312,7 @@ def ways_compared(
     reference.core = cast(Any, client.CoreV1Api(api))
     reference.apps = cast(Any, client.AppsV1Api(api))
     reference.custom = cast(Any, client.CustomObjectsApi(api))
-    setups: list[tuple[Cluster, int]] = [(reference, 1), (lean, 1), (lean, WRITERS)]
+    setups: list[tuple[Cluster, int]] = [(reference, 1), (lean, 1), (lean, 4), (lean, 8)]
     cpu: dict[str, list[float]] = {way: [] for way in WAYS}
     wall: dict[str, list[float]] = {way: [] for way in WAYS}
     for _ in range(rounds):
@@ -374,7 +380,10 @@ def run(sizes: tuple[int, ...], repeats: int, latency_ms: float) -> str:
     ]
     lines += [f"| {way} | {cpu:.3f} | {wall:.2f} | {ratio:.2f} |" for way, (cpu, wall, ratio) in compared.items()]
     lines.append("")
-    lines.append(f"whole process peak RSS (VmHWM): {peak_mib():.0f} MiB; stand-in latency {latency_ms} ms a request")
+    lines.append(
+        f"whole process peak RSS (VmHWM): {peak_mib():.0f} MiB; stand-in latency {latency_ms} ms a request; "
+        f"the operator writes with {WRITERS} writers"
+    )
     return "\n".join(lines)
 
 
