@@ -71,6 +71,9 @@ WRITES = ("create", "update", "patch", "delete")
 VERBS = ("list", "watch", "get", *WRITES)
 #: How long the end-of-run checks wait for the caches to reach a fresh list, and for the cluster to converge.
 CHECK_DEADLINE_S = 60.0
+#: How long the operator's first passes may take before the stream (and half a second more per queued TrainingJob:
+#: the local scheduler and KWOK start thousands of workers on a shared machine).
+STEADY_DEADLINE_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class LiveSizes:
     queued_jobs: int = 0  # TrainingJobs submitted before the operator starts (a real workload to decide over)
     services: int = 1  # InferenceServices ("chat", scaled by the stream, and others of two replicas each)
     rich_pods: bool = False  # the cluster's and Lyra's pods shaped like real ones (environment, volumes, probes)
+    start_timeout_s: float | None = None  # the operator's --start-timeout (None: its default, 300 s)
 
     def problem(self) -> str | None:
         if self.gpu_pods > 8 * (self.nodes - self.nodes // 4):
@@ -96,6 +100,8 @@ class LiveSizes:
             return "--nodes: at least 4 (a quarter of them train)"
         if self.queued_jobs < 0 or not 1 <= self.services <= 1_000:
             return "--queued-jobs: at least 0; --services: 1 to 1,000"
+        if self.start_timeout_s is not None and not 0 < self.start_timeout_s < 86_400:
+            return "--start-timeout: seconds above 0 and below a day"
         return None
 
 
@@ -350,7 +356,8 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
         port = allocate_ports(1)[0]
         command = [sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(kubeconfig),
                    "--lease-namespace", OPERATOR_NAMESPACE, "--lend-delay", "5", "--http-port", str(port),
-                   "--debug-endpoints", *(["--resync", str(sizes.resync_s)] if sizes.resync_s else [])]  # fmt: skip
+                   "--debug-endpoints", *(["--resync", str(sizes.resync_s)] if sizes.resync_s else []),
+                   *(["--start-timeout", str(sizes.start_timeout_s)] if sizes.start_timeout_s else [])]  # fmt: skip
         operator_log = state / "operator.log"
         result = LiveResult(sizes)
         with operator_log.open("wb") as log:
@@ -361,7 +368,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             stream = Stream(
                 sizes, namespace=namespace, custom=custom, stopwatch=stopwatch, jobs=jobs, deployments=deployments
             )
-            result.synced_s, result.settled_s = wait_steady(port)
+            result.synced_s, result.settled_s = wait_steady(port, STEADY_DEADLINE_S + sizes.queued_jobs / 2)
             reclaims_before = reclaims_made(port)
             cpu_before, wall_before = _cpu_seconds(operator.pid), time.perf_counter()
             began = datetime.now(UTC)
@@ -523,9 +530,9 @@ class Stream:
         return f"jobs: {jobs or 'none'}; {self.deployment}: {ready} of {self.replicas} replicas ready"
 
 
-def wait_steady(port: int) -> tuple[float, float]:
-    """Wait until the operator is ready (its caches have listed), then steady (its first passes done); how long each
-    took from now."""
+def wait_steady(port: int, deadline_s: float = 600.0) -> tuple[float, float]:
+    """Wait until the operator is ready (its caches have listed), then steady (its first passes done, within
+    ``deadline_s``); how long each took from now."""
     started = time.perf_counter()
 
     def ready() -> bool:
@@ -538,7 +545,7 @@ def wait_steady(port: int) -> tuple[float, float]:
     wait_for(ready, 600, "the operator to be ready", interval=0.2)
     synced_s = time.perf_counter() - started
     steady = Steadiness(port)
-    wait_for(steady, 600, "the operator's first passes to be done (a pass with no action)", interval=0.5)
+    wait_for(steady, deadline_s, "the operator's first passes to be done (a pass with no action)", interval=0.5)
     settled_s = time.perf_counter() - started
     print(f"  ready after {synced_s:.1f} s, steady after {settled_s:.1f} s", file=sys.stderr, flush=True)
     return synced_s, settled_s
@@ -679,6 +686,12 @@ def main(argv: list[str] | None = None) -> int:
         "--rich-pods", action="store_true", help="pods with environment, volumes, probes (as real workloads write them)"
     )
     parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=None,
+        help="the operator's --start-timeout (its default: 300 s; raise it where the local scheduler is slow)",
+    )
+    parser.add_argument(
         "--keep-log", type=Path, metavar="PATH", help="copy the operator's whole log here after the run"
     )
     args = parser.parse_args(argv)
@@ -692,6 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         queued_jobs=args.queued_jobs,
         services=args.services,
         rich_pods=args.rich_pods,
+        start_timeout_s=args.start_timeout,
     )
     problem = sizes.problem()
     if problem is not None:

@@ -47,6 +47,8 @@ def test_the_envelope_benchmark_refuses(argv: list[str], says: str, capsys: pyte
         (["--queued-jobs", "-1"], "--queued-jobs: at least 0"),
         (["--services", "0"], "--services: 1 to 1,000"),
         (["--services", "1001"], "--services: 1 to 1,000"),
+        (["--start-timeout", "0"], "--start-timeout: seconds above 0"),
+        (["--start-timeout", "nan"], "--start-timeout: seconds above 0"),
     ],
 )
 def test_the_live_benchmark_refuses(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
