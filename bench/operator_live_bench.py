@@ -553,16 +553,18 @@ def wait_steady(port: int, deadline_s: float = 600.0) -> tuple[float, float]:
 
 def caches_behind(port: int, api: client.ApiClient) -> list[str]:
     """Where the operator's caches (``/debug/caches``) differ from a fresh paginated list: an object missing or
-    extra, or held at a resourceVersion older than the list's. Waits up to :data:`CHECK_DEADLINE_S` for the caches
-    to reach the list (their events may still be on their way); a cache that missed an event never does. Nodes'
-    versions move on with every heartbeat of KWOK's: a cache ahead of the list is fine."""
-    fresh = {
-        name: {key_of(obj): str(obj["metadata"].get("resourceVersion") or "") for obj in objects}
-        for name, objects in list_once(api).items()
-    }
+    extra, or held at a resourceVersion older than the list's. Lists again at each try, for up to
+    :data:`CHECK_DEADLINE_S`, until the caches reach a list: the operator may still be writing when the stream ends
+    (its queued jobs' workers, a reclaim's scale-in), and a list taken once would miss what it wrote after; a cache
+    that missed an event differs from every later list. Nodes' versions move on with every heartbeat of KWOK's: a
+    cache ahead of the list is fine."""
     differences: list[str] = []
 
     def reached() -> bool:
+        fresh = {
+            name: {key_of(obj): str(obj["metadata"].get("resourceVersion") or "") for obj in objects}
+            for name, objects in list_once(api).items()
+        }
         held: Mapping[str, Mapping[str, str]] = json.loads(http_get(f"http://127.0.0.1:{port}{CACHES_PATH}"))
         differences[:] = compared(held, fresh)
         return not differences
