@@ -27,6 +27,7 @@ import re
 import ssl
 import threading
 import urllib.parse
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -160,6 +161,8 @@ class ApiWrites:
         self.api = api
         self.fence = fence
         self.connections = Connections(api.configuration)
+        # Kept-alive connections are closed with their writer, not left to the collector (which warns of each).
+        weakref.finalize(self, Connections.close, self.connections)
 
     # -- the calls, named as the kubernetes client's ----------------------------------------------------------------
 
