@@ -1,7 +1,9 @@
 """The API server's refusals and the network's failures, counted as they happen: every request the operator's clients
-send (its writes, its watch caches' lists and watches, its Lease's reads and renewals) goes through the client's
-connection pool, where :class:`CountingPool` tells each answer of status 400 or more, and each request that got no
-answer at all, to ``record(verb, code)`` (:meth:`lyra.operator.metrics.OperatorMetrics.api_error`).
+send (its watch caches' lists and watches, its Lease's reads and renewals) goes through the client's connection pool,
+where :class:`CountingPool` tells each answer of status 400 or more, and each request that got no answer at all, to
+``record(verb, code)`` (:meth:`lyra.operator.metrics.OperatorMetrics.api_error`). The commit step's writes go
+through :class:`lyra.operator.writes.ApiWrites` instead, which tells the same of each of its requests
+(:func:`count_write_errors`).
 
 The verb is the Kubernetes verb the request stands for, from its method and query (every list Lyra makes is paged,
 so a ``GET`` with ``limit`` is a list; with ``watch`` a watch); the code is the HTTP status, or ``network`` for a
@@ -17,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import urllib3
 
 from lyra.operator.commit import FencedPool
+from lyra.operator.writes import ApiWrites
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -84,3 +87,15 @@ def count_api_errors(api: client.ApiClient, record: Record) -> None:
         fenced.pool = CountingPool(pool, record)
     else:
         rest.pool_manager = CountingPool(pool, record)
+
+
+def count_write_errors(writes: ApiWrites, record: Record) -> None:
+    """Count the refusals and failed requests of the commit step's writes with ``record``, as
+    :func:`count_api_errors` counts a client's (a write the fence stops is not sent, so it is not counted)."""
+
+    def refused(method: str, path: str, status: int | None) -> None:
+        code = NETWORK if status is None else code_of(status)
+        if code is not None:
+            record(verb_of(method, path), code)
+
+    writes.refused = refused

@@ -38,7 +38,7 @@ from lyra.api import names
 from lyra.core.gpus import MemoryDisagreement
 from lyra.operator import heap
 from lyra.operator.actions import ApplyDeployment, Decision, PatchStatus, SetNodeState
-from lyra.operator.api_errors import count_api_errors
+from lyra.operator.api_errors import count_api_errors, count_write_errors
 from lyra.operator.caches import watch_layer
 from lyra.operator.commit import Cluster
 from lyra.operator.config import LoopSettings
@@ -317,6 +317,7 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     reconciler = Reconciler(cluster, options, lease=lease)
     for api in (cluster.api, lease.api):  # the writes and the watch caches' client; the Lease's
         count_api_errors(api, reconciler.metrics.api_error)
+    count_write_errors(cluster.writes, reconciler.metrics.api_error)
     heap.tune_collector()
     reconciler.after_first_pass = heap.freeze_survivors  # the caches and the first readings: long-lived
     caches = cluster.caches or watch_layer(options.watch_layer, cluster.api)

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from lyra.operator.api_errors import CODES, NETWORK, VERBS, count_api_errors, verb_of
+from lyra.operator.api_errors import CODES, NETWORK, VERBS, count_api_errors, count_write_errors, verb_of
 from lyra.operator.commit import Cluster
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.metrics import API_ERRORS, OperatorMetrics
@@ -163,6 +163,7 @@ def test_a_write_the_fence_stops_is_not_sent_so_not_counted_whichever_is_install
     if fence_first:
         cluster.fence = lambda: open_fence[0]
     count_api_errors(cluster.api, metrics.api_error)
+    count_write_errors(cluster.writes, metrics.api_error)
     if not fence_first:
         cluster.fence = lambda: open_fence[0]
     with pytest.raises(ApiException):
@@ -171,3 +172,34 @@ def test_a_write_the_fence_stops_is_not_sent_so_not_counted_whichever_is_install
     with pytest.raises(LeadershipLostError):
         cluster.core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
     assert counted(metrics) == {("patch", "403"): 1.0}
+
+
+def test_the_commit_steps_writes_are_counted_as_the_clients_requests(server: str) -> None:
+    metrics = OperatorMetrics()
+    cluster = Cluster(api_at(server))
+    count_write_errors(cluster.writes, metrics.api_error)
+    cluster.core.patch_node("n2", {"metadata": {"labels": {"a": "b"}}})  # 200: not an error
+    for call, status in (
+        (lambda: cluster.core.read_namespaced_pod("gone", "ns"), 404),
+        (lambda: cluster.core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}}), 403),
+        (lambda: cluster.core.create_namespaced_pod("ns", {"metadata": {"name": "p"}}), 429),
+        (lambda: cluster.core.delete_namespaced_pod("p", "ns", grace_period_seconds=5), 500),
+    ):
+        with pytest.raises(ApiException) as refused:
+            call()
+        assert refused.value.status == status
+    assert counted(metrics) == {
+        ("get", "404"): 1.0,
+        ("patch", "403"): 1.0,
+        ("create", "429"): 1.0,
+        ("delete", "500"): 1.0,
+    }
+
+    with socket.socket() as closed:  # a port nothing listens on: no answer at all
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    unreachable = Cluster(api_at(f"http://127.0.0.1:{port}"))
+    count_write_errors(unreachable.writes, metrics.api_error)
+    with pytest.raises(ConnectionRefusedError):
+        unreachable.core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
+    assert counted(metrics)[("patch", NETWORK)] == 1.0
