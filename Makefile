@@ -36,6 +36,8 @@ test: install binaries ## Run every test: lint, unit and proofs, integration and
 	$(MAKE) lint
 	$(RUN) pytest tests/unit
 	$(RUN) pytest tests/integration
+	@# The real-node e2e test runs the images of dist/images (root only; skipped with the reason otherwise).
+	if [ "$$(id -u)" = 0 ]; then $(RUN) lyra image build; fi
 	$(RUN) pytest tests/e2e
 	$(MAKE) test-launcher
 
@@ -91,6 +93,12 @@ bench: binaries ## Run the benchmarks and print the figures recorded in docs/ben
 	$(RUN) python -m bench.scheduling_bench
 	$(RUN) python -m bench.operator_scale_bench --memory
 	$(RUN) python -m bench.operator_live_bench
+	$(RUN) python -m bench.operator_writes_bench --sizes 5000 --repeats 2
+
+.PHONY: bench-envelope
+bench-envelope: binaries ## The operator at 150,000 pods (and its plot), and live with 2,000 TrainingJobs (about 20 min).
+	$(RUN) python -m bench.operator_envelope_bench --plot docs/img/operator-envelope.png
+	$(RUN) python -m bench.operator_live_bench --queued-jobs 2000 --services 50 --rich-pods
 
 .PHONY: simulate
 simulate: install ## Compare every scheme on the shipped Philly trace and ServeGen load (docs/evaluation.md).

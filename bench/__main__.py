@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(text_table(results))
     if ratios:
-        print("\nratios (interleaved, median of per-round ratios):")
+        print("\nratios (interleaved, median of per-round ratios of CPU time):")
         for ratio, value in ratios:
             print(f"  {ratio.name}: {value:.2f}x")
     if args.markdown:
@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Machine: {header}; load average at the end {load_average()}\n")
         print(markdown_table(results))
         if ratios:
-            print("\n| ratio (interleaved, median of per-round ratios) | value |\n|---|---:|")
+            print("\n| ratio (interleaved, median of per-round ratios of CPU time) | value |\n|---|---:|")
             for ratio, value in ratios:
                 print(f"| {ratio.name} | {value:.2f}x |")
     return 0

@@ -191,8 +191,9 @@ def kubelet_pod(
 
 
 @functools.cache
-def cluster(nodes: int, seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
-    """The generated cluster at ``nodes`` nodes, by ``read_world``'s argument names (see the module docstring)."""
+def cluster(nodes: int, seed: int = SEED, pods_per_node: int = PODS_PER_NODE) -> dict[str, list[dict[str, Any]]]:
+    """The generated cluster at ``nodes`` nodes, by ``read_world``'s argument names (see the module docstring);
+    ``pods_per_node`` pods a node on average, the GPU pods the same at any value (the rest are other pods)."""
     rng = random.Random(seed)
     training = nodes // 4
     inference = nodes - training
@@ -275,7 +276,7 @@ def cluster(nodes: int, seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
                     free[host] += count * gpus
         jobs.append({"metadata": meta, "spec": spec, "status": status})
     hosts = [n["metadata"]["name"] for n in node_objects]
-    others = nodes * PODS_PER_NODE - len(pods)
+    others = nodes * pods_per_node - len(pods)
     for i in range(others):
         host = hosts[i % len(hosts)]
         kind = "daemon" if i < 2 * len(hosts) else "web"
@@ -492,9 +493,9 @@ def _rss_kib() -> int:
     return 0
 
 
-def write_pages(nodes: int, directory: Path, page_size: int = 500) -> None:
+def write_pages(nodes: int, directory: Path, page_size: int = 500, pods_per_node: int = PODS_PER_NODE) -> None:
     """The generated cluster as the API server would page it: ``<kind>-<page>.json`` list bodies."""
-    objects = cluster(nodes)
+    objects = cluster(nodes, pods_per_node=pods_per_node)
     for name, items in objects.items():
         for page, start in enumerate(range(0, max(len(items), 1), page_size)):
             body = {"metadata": {"resourceVersion": "5000"}, "items": items[start : start + page_size]}

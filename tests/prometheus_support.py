@@ -41,9 +41,15 @@ def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
 
 
 class Prometheus:
-    """``targets``: job name -> the ``host:port`` of each instance, scraped at ``/metrics``."""
+    """``targets``: job name -> the ``host:port`` of each instance, scraped at ``/metrics``; ``labels``: job name ->
+    labels added to each of its series (as Kubernetes' service discovery adds ``namespace``)."""
 
-    def __init__(self, directory: Path, targets: Mapping[str, Sequence[str]]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        targets: Mapping[str, Sequence[str]],
+        labels: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         self.directory = directory
         self.port = allocate_ports(1)[0]
         self.url = f"http://{LOOPBACK}:{self.port}"
@@ -51,7 +57,11 @@ class Prometheus:
         config = {
             "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
             "scrape_configs": [
-                {"job_name": job, "scrape_interval": SCRAPE_INTERVAL, "static_configs": [{"targets": list(instances)}]}
+                {
+                    "job_name": job,
+                    "scrape_interval": SCRAPE_INTERVAL,
+                    "static_configs": [{"targets": list(instances), "labels": dict((labels or {}).get(job, {}))}],
+                }
                 for job, instances in targets.items()
             ],
         }

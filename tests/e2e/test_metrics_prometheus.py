@@ -4,8 +4,16 @@ training job and reclaimed from it (all but one, scaling its flexible workers in
 with the real kube-scheduler calling the extender. Everything is asked of Prometheus' HTTP API: servers were loaned,
 loans and reclaims counted, exactly one leader and only its state gauges, pass durations observed, the extender
 answered the scheduler; and ``promtool check metrics`` passes on the live expositions. Then every query of every
-Grafana dashboard panel (``lyra.chart.dashboards``) answers data over the scenario, and ``lyra report`` plots each
-panel from this Prometheus."""
+Grafana dashboard panel (``lyra.dashboards.definitions``) answers data over the scenario, and ``lyra report`` plots each
+panel from this Prometheus.
+
+Two releases are scraped at once, as one Prometheus sees several clusters or releases: this scenario's (jobs
+``lyra-operator`` and ``lyra-extender`` in namespace ``lyra-system``) and a second one in shadow mode (an operator
+with ``--dry-run`` and an extender of its own, jobs ``shadow-lyra-operator`` and ``shadow-lyra-extender`` in
+namespace ``shadow``), whose series carry the same metric labels. Every panel's query answers without error (no
+many-to-many matching, no duplicate series) with every variable at "All", with the job or the namespace narrowed to
+this scenario's release, and narrowed to the shadow; the leader panel says one leader over both, one for this
+release, none for the shadow."""
 
 from __future__ import annotations
 
@@ -20,12 +28,12 @@ import pytest
 from kubernetes import client
 
 from lyra.api import names
-from lyra.chart.dashboards import DASHBOARDS
-from lyra.chart.grafana import concrete
+from lyra.dashboards.definitions import DASHBOARDS
+from lyra.dashboards.grafana import concrete
 from lyra.localcluster.ports import LOOPBACK, allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
-from tests.e2e.system_support import System
+from tests.e2e.system_support import Child, System
 from tests.operator_support import (
     DEADLINE_S,
     RECLAIM_DEADLINE_S,
@@ -44,6 +52,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 GPUS_PER_SERVER = 8
 OPERATOR_JOB, EXTENDER_JOB = "lyra-operator", "lyra-extender"
+NAMESPACE = "lyra-system"
+#: The second release: a shadow (it decides and writes nothing), with its own jobs and namespace.
+SHADOW_OPERATOR_JOB, SHADOW_EXTENDER_JOB, SHADOW_NAMESPACE = "shadow-lyra-operator", "shadow-lyra-extender", "shadow"
 
 
 def service(replicas: int) -> dict[str, object]:
@@ -54,22 +65,37 @@ def test_prometheus_sees_loans_reclaims_the_leader_and_pass_durations(
     system: System, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     api = system.api
-    ports = allocate_ports(2)
+    *ports, shadow_port, shadow_extender_port = allocate_ports(4)
     leader, standby = (
         Operator(system.operator_kubeconfig, system.logs / f"operator-metrics-{i}.log", http_port=port)
         for i, port in enumerate(ports)
+    )
+    shadow = Operator(
+        system.operator_kubeconfig, system.logs / "operator-shadow.log", http_port=shadow_port, options=("--dry-run",)
     )
     urls = [f"http://{LOOPBACK}:{port}" for port in ports]
     extender = f"http://{LOOPBACK}:{system.extender_port}"
     targets = {
         OPERATOR_JOB: [f"{LOOPBACK}:{port}" for port in ports],
         EXTENDER_JOB: [f"{LOOPBACK}:{system.extender_port}"],
+        SHADOW_OPERATOR_JOB: [f"{LOOPBACK}:{shadow_port}"],
+        SHADOW_EXTENDER_JOB: [f"{LOOPBACK}:{shadow_extender_port}"],
+    }
+    labels = {
+        job: {"namespace": NAMESPACE if job in (OPERATOR_JOB, EXTENDER_JOB) else SHADOW_NAMESPACE} for job in targets
     }
     with ExitStack() as stack:
         namespace = stack.enter_context(temporary_namespace(api, "metrics-prometheus"))
-        prometheus = stack.enter_context(Prometheus(tmp_path_factory.mktemp("prometheus"), targets))
+        prometheus = stack.enter_context(Prometheus(tmp_path_factory.mktemp("prometheus"), targets, labels))
         stack.callback(leader.stop)
         stack.callback(standby.stop)
+        shadow.start()
+        stack.callback(shadow.stop)
+        shadow_extender = Child(
+            system.logs / "extender-shadow.log",
+            "extender", "--kubeconfig", str(system.cluster.kubeconfig), "--port", str(shadow_extender_port),
+        )  # fmt: skip
+        stack.callback(shadow_extender.stop)
         try:
             started = time.time()
             _story(api, namespace, leader, standby, prometheus)
@@ -101,6 +127,8 @@ def _story(api: client.ApiClient, namespace: str, leader: Operator, standby: Ope
     standby.start()
     wait_for(lambda: count(f'count(up{{job="{OPERATOR_JOB}"}} == 1)') == 2, DEADLINE_S, "both operators scraped")
     wait_for(lambda: count(f'up{{job="{EXTENDER_JOB}"}}') == 1, DEADLINE_S, "the extender scraped")
+    for job in (SHADOW_OPERATOR_JOB, SHADOW_EXTENDER_JOB):
+        wait_for(lambda job=job: count(f'up{{job="{job}"}}') == 1, DEADLINE_S, f"the second release's {job} scraped")
     for port in (leader.http_port, standby.http_port):
         assert get(f"http://{LOOPBACK}:{port}/healthz")[0] == 200
         wait_for(lambda port=port: get(f"http://{LOOPBACK}:{port}/readyz")[0] == 200, DEADLINE_S, "ready")
@@ -187,19 +215,34 @@ def every_panel_answers(prometheus: Prometheus, started: float) -> None:
     for dashboard in DASHBOARDS:
         for panel in dashboard.panels:
             for query in panel.queries:
-                # As Grafana asks it with every variable at "All", and with the job variable on this scenario's jobs.
-                for choices in ({}, {"job": f"{OPERATOR_JOB}|{EXTENDER_JOB}"}):
+                # As Grafana asks it with every variable at "All" (both releases), and with the job or the namespace
+                # variable on this scenario's release: data each time (query_range fails on any error of the query,
+                # a many-to-many match or duplicate series among them).
+                for choices in ({}, {"job": f"{OPERATOR_JOB}|{EXTENDER_JOB}"}, {"namespace": NAMESPACE}):
                     expr = concrete(query.expr, dashboard.variables, choices)
                     result = prometheus.query_range(expr, start, end, 1)
                     numbers = [float(v) for series in result for _, v in series["values"] if math.isfinite(float(v))]
                     excused = moved and result and expr.startswith("histogram_quantile")
                     if not numbers and not excused:
                         missing.append(f"{dashboard.title}: {panel.title}: {expr} ({len(result)} series)")
+                # The shadow release alone: answered without error (it lends nothing, so may have no data).
+                prometheus.query_range(
+                    concrete(query.expr, dashboard.variables, {"namespace": SHADOW_NAMESPACE}), start, end, 1
+                )
                 # A release that is not scraped selects nothing: the variables really narrow every series.
                 other = concrete(query.expr, dashboard.variables, {"namespace": "another-release"})
                 if prometheus.query_range(other, start, end, 1):
                     leaked.append(f"{dashboard.title}: {panel.title}: {other}")
     assert missing == [], f"panels without data ({leaders} leaders during the scenario):\n" + "\n".join(missing)
+    leader_panel = next(p for d in DASHBOARDS for p in d.panels if p.title == "Leader")
+    [leader_query] = leader_panel.queries
+    variables = DASHBOARDS[-1].variables
+    for choices, leading in (({}, 1.0), ({"namespace": NAMESPACE}, 1.0), ({"namespace": SHADOW_NAMESPACE}, 0.0)):
+        assert prometheus.value(concrete(leader_query.expr, variables, choices)) == leading, choices
+    releases = prometheus.query("count by (namespace, job) (lyra_build_info)")
+    assert sorted((r["metric"]["namespace"], r["metric"]["job"]) for r in releases) == [
+        (NAMESPACE, OPERATOR_JOB), (SHADOW_NAMESPACE, SHADOW_OPERATOR_JOB)
+    ]  # fmt: skip
     assert leaked == [], "panels not narrowed by the namespace variable:\n" + "\n".join(leaked)
 
 

@@ -14,6 +14,7 @@ Pods do not run images here (KWOK fakes their containers), so objects are checke
 from __future__ import annotations
 
 import base64
+import functools
 import shutil
 import ssl
 import subprocess
@@ -341,13 +342,14 @@ def test_promtool_accepts_the_alerts(binaries: BinarySet, tmp_path: Path) -> Non
         [str(promtool()), "check", "rules", str(rules)], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout, result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout, result.stdout
 
 
 def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: BinarySet, tmp_path: Path) -> None:
     """promtool's rule unit tests: a forced reclaim, failing passes, no leader, the extender down or slow and the
     bundled scheduler gone fire their alerts; a healthy stretch (one leader, passes succeeding, reclaims drained, the
-    extender fast, the scheduler available) fires none. Every alert links its runbook section in the docs."""
+    extender fast, the scheduler available, only routine API errors) fires none; 403s on the operator's patches fire
+    LyraApiErrors. Every alert links its runbook section in the docs."""
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump(prometheus_rule(binaries)["spec"]))
     scope = 'job="lyra-operator", namespace="lyra-system"'
@@ -368,6 +370,10 @@ def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: Binar
          "values": "0+100x30"},
         {"series": f'lyra_extender_request_seconds_bucket{{{extender}, verb="prioritize", le="+Inf"}}',
          "values": "0+100x30"},
+        # the API server: 404s and 409s all along (routine); 403s on patches from minute 11
+        {"series": f'lyra_api_errors_total{{{scope}, verb="delete", code="404"}}', "values": "0+5x30"},
+        {"series": f'lyra_api_errors_total{{{scope}, verb="patch", code="409"}}', "values": "0+5x30"},
+        {"series": f'lyra_api_errors_total{{{scope}, verb="patch", code="403"}}', "values": "0x10 0+3x20"},
         # the bundled scheduler (kube-state-metrics): its one replica goes
         {"series": 'kube_deployment_status_replicas_available{deployment="lyra-scheduler", namespace="lyra-system"}',
          "values": "1x10 0x20"},
@@ -376,7 +382,9 @@ def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: Binar
 
     def fired(name: str, at: str, **labels: str) -> dict[str, Any]:
         annotations = {
-            key: text.replace("{{ $labels.gpu_type }}", labels.get("gpu_type", ""))
+            key: functools.reduce(
+                lambda done, label: done.replace(f"{{{{ $labels.{label} }}}}", labels[label]), labels, text
+            )
             for key, text in defined[name]["annotations"].items()
         }
         expected = {"exp_labels": defined[name]["labels"] | labels, "exp_annotations": annotations}
@@ -395,6 +403,7 @@ def test_the_alerts_fire_on_what_they_describe_and_not_otherwise(binaries: Binar
         fired("LyraExtenderDown", "17m"),
         fired("LyraExtenderSlow", "25m"),
         fired("LyraSchedulerDown", "17m"),
+        fired("LyraApiErrors", "25m", verb="patch", code="403"),
     ]
     tests = {
         "rule_files": [str(rules)],

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from lyra.chart.dashboards import DASHBOARDS
-from lyra.chart.grafana import concrete
 from lyra.chart.rendering import helm_template
+from lyra.dashboards.definitions import DASHBOARDS
+from lyra.dashboards.grafana import concrete
 from lyra.localcluster.binaries import KUBECTL_LAYER, BinaryCache
 from tests.prometheus_support import promtool
 

@@ -12,7 +12,10 @@ from lyra.api import names
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+#: examples/ (applied whole by the user guide and the whole-system e2e test) and examples/real-nodes/ (the project's
+#: workload images, for real nodes).
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml")) + sorted(EXAMPLES_DIR.glob("real-nodes/*.yaml"))
 PLURALS = {
     names.TRAINING_JOB_KIND: names.TRAINING_JOB_PLURAL,
     names.INFERENCE_SERVICE_KIND: names.INFERENCE_SERVICE_PLURAL,
@@ -24,7 +27,7 @@ def test_there_are_examples_of_both_kinds() -> None:
     assert kinds == set(PLURALS)
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+@pytest.mark.parametrize("path", EXAMPLES, ids=[str(p.relative_to(EXAMPLES_DIR)) for p in EXAMPLES])
 def test_an_example_is_accepted(path: Path, kube_api: client.ApiClient, namespace: str) -> None:
     body = yaml.safe_load(path.read_text())
     plural = PLURALS[body["kind"]]

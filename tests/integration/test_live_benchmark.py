@@ -1,6 +1,7 @@
 """The live benchmark, small (``bench/operator_live_bench.py``): the operator on its watch caches, on a real control
-plane with KWOK nodes, other teams' GPU and CPU pods, and a stream of job submissions, job deletions and inference
-scale changes. It fails if a pass lists the cluster, or if the operator's caches miss an event.
+plane with KWOK nodes, other teams' GPU and CPU pods (shaped like real ones: environment, volumes, probes), 30
+TrainingJobs and 3 InferenceServices before the operator starts, and a stream of job submissions, job deletions and
+inference scale changes. It fails if a pass lists the cluster, or if the operator's caches miss an event.
 
 * **Every change acted on** within a deadline: an operator whose cache missed a job's creation or a scale change
   never acts on it, and the benchmark reports the change as missed (it does not wait without end).
@@ -33,7 +34,17 @@ from lyra.operator.caches import KINDS
 pytestmark = pytest.mark.integration
 
 SMALL = LiveSizes(
-    nodes=20, gpu_pods=40, other_pods=40, jobs=10, interval_s=0.5, change_deadline_s=60, resync_s=2, steady_passes=3
+    nodes=20,
+    gpu_pods=40,
+    other_pods=40,
+    jobs=10,
+    interval_s=0.5,
+    change_deadline_s=60,
+    resync_s=2,
+    steady_passes=3,
+    queued_jobs=30,
+    services=3,
+    rich_pods=True,
 )
 
 
@@ -52,3 +63,4 @@ def test_the_live_benchmark_small_no_pass_lists_and_the_caches_miss_no_event(tmp
     assert not result.cache_differences, f"the operator's caches differ from a fresh list: {result.cache_differences}"
     assert result.converged, "the cluster did not converge, or the operator made no passes after"
     assert not result.steady_writes, f"steady passes wrote: {result.steady_writes}"
+    assert result.peak_mib >= result.rss_mib > 0, "the operator's peak memory is read from its /proc status"

@@ -95,7 +95,7 @@ def test_restore_refuses_while_unsafe_then_drains_and_leaves_no_lyra_key(
             assert again.returncode == 0, again.stderr
             assert "nothing to restore" in again.stdout
 
-            _a_plain_gpu_pod_runs_on(api, namespace, lent[0])
+            a_plain_gpu_pod_runs_on(api, namespace, lent[0])
         except BaseException:
             print("--- operator ---\n" + operator.tail())
             raise
@@ -103,7 +103,7 @@ def test_restore_refuses_while_unsafe_then_drains_and_leaves_no_lyra_key(
             operator.stop()
 
 
-def _a_plain_gpu_pod_runs_on(api: client.ApiClient, namespace: str, node: str) -> None:
+def a_plain_gpu_pod_runs_on(api: client.ApiClient, namespace: str, node: str) -> None:
     """A GPU pod that tolerates none of Lyra's taints schedules on a server Lyra had lent."""
     pod = {
         "apiVersion": "v1",

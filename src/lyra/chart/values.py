@@ -337,6 +337,13 @@ class PrometheusRule(Strict):
         alias="componentDownFor",
         description="LyraExtenderDown and LyraSchedulerDown fire after this long",
     )
+    api_errors_for: str = Field(
+        "10m",
+        pattern=_DURATION,
+        alias="apiErrorsFor",
+        description="LyraApiErrors fires after the API server refused the operator (401, 403, 429, 5xx) or did "
+        "not answer for this long",
+    )
     runbook_url: str = Field(
         "docs/operations.md",
         min_length=1,
@@ -378,6 +385,46 @@ class UserRoles(Strict):
     )
 
 
+class Cleanup(Pods):
+    """A Helm post-delete hook that runs `lyra nodes restore` once the release's objects are gone
+    (docs/operations.md, "Returning nodes to how they were")."""
+
+    restore_nodes_on_uninstall: bool = Field(
+        False,
+        alias="restoreNodesOnUninstall",
+        description="`helm uninstall` runs a Job (the chart's image, its own ServiceAccount allowed only what the "
+        "restore needs) that removes every label, taint and annotation the operator wrote on nodes, after the "
+        "operator is gone; it refuses, failing the uninstall's hook, while training runs on lent servers unless "
+        "drain is set",
+    )
+    drain: bool = Field(
+        False,
+        description="delete the training pods on lent servers first, each with its grace period (--drain; the "
+        "ServiceAccount may then get and delete pods)",
+    )
+    pool_labels: bool = Field(
+        False, alias="poolLabels", description="also remove the admin's lyra.dev/pool labels (--pool-labels)"
+    )
+    timeout_seconds: int = Field(
+        600,
+        ge=1,
+        alias="timeoutSeconds",
+        description="how long --drain waits for the training pods to go (--timeout); give `helm uninstall` a "
+        "--timeout longer than this",
+    )
+    backoff_limit: int = Field(
+        4,
+        ge=0,
+        le=10,
+        alias="backoffLimit",
+        description="the Job's retries (10 s, 20 s, 40 s... apart): the restore refuses while a terminating "
+        "operator still holds its Lease",
+    )
+    resources: Resources = Field(
+        default_factory=lambda: _resources("50m", "128Mi", "256Mi"), description="the container's requests and limits"
+    )
+
+
 class Values(Strict):
     """Lyra's Helm chart."""
 
@@ -396,6 +443,7 @@ class Values(Strict):
     scheduler: Scheduler = Field(default_factory=Scheduler)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     user_roles: UserRoles = Field(default_factory=UserRoles, alias="userRoles")
+    cleanup: Cleanup = Field(default_factory=Cleanup)
 
 
 def defaults() -> dict[str, Any]:

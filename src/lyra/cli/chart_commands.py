@@ -74,7 +74,7 @@ def _write_or_check(wanted: dict[Path, str], check: bool, remedy: str) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from lyra.chart import dashboards, newcomer
+    from lyra.chart import dashboard_files, newcomer
     from lyra.chart.sources import generated_files, with_reference
 
     chart: Path = args.chart_dir
@@ -82,14 +82,14 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"lyra chart generate: {chart} is not a chart (no Chart.yaml)", file=sys.stderr)
         return EXIT_BAD_INPUT
     wanted = {chart / name: text for name, text in generated_files().items()}
-    wanted |= {args.dashboards_dir / name: text for name, text in dashboards.dashboard_files().items()}
+    wanted |= {args.dashboards_dir / name: text for name, text in dashboard_files.dashboard_files().items()}
     try:
         steps = newcomer.script_steps(args.newcomer_script.read_text())
     except (OSError, ValueError) as error:
         print(f"lyra chart generate: {args.newcomer_script}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        document = dashboards.with_reference(with_reference(args.docs.read_text()))
+        document = dashboard_files.with_reference(with_reference(args.docs.read_text()))
         wanted[args.docs] = newcomer.with_commands(document, steps)
     except (OSError, ValueError) as error:
         print(f"lyra chart generate: {args.docs}: {error}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import ipaddress
+import os
 import sys
 import time
 import urllib.parse
@@ -65,6 +66,21 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         default=Path("manifests/crds"),
         metavar="DIR",
         help="apply every YAML file of this directory if it exists (default: manifests/crds)",
+    )
+    up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start N real nodes (kubelet, containerd, runc, fake GPU device plugin; root only) shaped by the "
+        "profile's realNodeGroups, with the images of --images-dir imported (default: 0)",
+    )
+    up.add_argument(
+        "--images-dir",
+        type=Path,
+        default=Path("dist/images"),
+        metavar="DIR",
+        help="OCI archives imported into every real node, from `make image` (default: dist/images)",
     )
     up.add_argument(
         "--timeout",
@@ -124,12 +140,12 @@ def _error(message: str) -> None:
 
 
 def run_binaries(args: argparse.Namespace) -> int:
-    from lyra.localcluster.binaries import COMPONENTS, TOOLS, BinariesError, BinaryCache
+    from lyra.localcluster.binaries import COMPONENTS, REAL_NODE_COMPONENTS, TOOLS, BinariesError, BinaryCache
 
     cache = BinaryCache()
     started = time.monotonic()
     try:
-        cache.ensure(_say, (*COMPONENTS, *TOOLS))
+        cache.ensure(_say, (*COMPONENTS, *TOOLS, *REAL_NODE_COMPONENTS))
     except BinariesError as error:
         _error(str(error))
         return EXIT_FAILED
@@ -138,7 +154,7 @@ def run_binaries(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from lyra.localcluster.binaries import BinariesError, BinaryCache
+    from lyra.localcluster.binaries import REAL_NODE_COMPONENTS, BinariesError, BinaryCache
     from lyra.localcluster.componentconfig import DEFAULT_EXTENDER_URL
     from lyra.localcluster.controlplane import (
         ClusterExistsError,
@@ -149,6 +165,7 @@ def run_up(args: argparse.Namespace) -> int:
     )
     from lyra.localcluster.processes import ProcessStartError
     from lyra.localcluster.profile import ProfileError, load_default_profile, load_profile
+    from lyra.localcluster.realnodes.cluster import RealNodesError, image_archives
     from lyra.localcluster.state import Liveness, StateError
 
     if args.timeout <= 0:
@@ -165,6 +182,19 @@ def run_up(args: argparse.Namespace) -> int:
     except ProfileError as error:
         _error(f"bad cluster profile: {error}")
         return EXIT_BAD_INPUT
+    if args.real_nodes < 0:
+        _error(f"--real-nodes must be 0 or more, got {args.real_nodes}")
+        return EXIT_BAD_INPUT
+    if args.real_nodes:
+        if os.geteuid() != 0:
+            _error("--real-nodes needs root (network and mount namespaces, cgroups, containers)")
+            return EXIT_BAD_INPUT
+        try:
+            profile.real_node_plan(args.real_nodes)
+            image_archives(args.images_dir.absolute())
+        except (ProfileError, RealNodesError, OSError, ValueError) as error:
+            _error(f"--real-nodes {args.real_nodes}: {error}")
+            return EXIT_BAD_INPUT
     state_dir = _state_dir(args)
     try:
         check_state_dir(state_dir, _say)
@@ -182,6 +212,8 @@ def run_up(args: argparse.Namespace) -> int:
     cache = BinaryCache()
     try:
         binaries = cache.ensure(_say, report_cached=False)
+        if args.real_nodes:
+            cache.ensure(_say, REAL_NODE_COMPONENTS, report_cached=False)
     except BinariesError as error:
         _error(str(error))
         return EXIT_FAILED
@@ -195,6 +227,8 @@ def run_up(args: argparse.Namespace) -> int:
         extender_url=extender_url,
         crd_dir=crd_dir.absolute(),
         step_timeout=args.timeout,
+        real_nodes=args.real_nodes,
+        images_dir=args.images_dir.absolute(),
     )
     gpus = profile.gpu_total()
     _say(
@@ -206,7 +240,7 @@ def run_up(args: argparse.Namespace) -> int:
     control_plane = ControlPlane(binaries, options)
     try:
         state = control_plane.start(_say)
-    except (ClusterStartError, ProcessStartError, StateError) as error:
+    except (ClusterStartError, ProcessStartError, StateError, RealNodesError) as error:
         _error(f"the local cluster did not start: {error}")
         _error(f"logs are kept in {control_plane.layout.logs}; `lyra cluster down` removes them")
         return EXIT_FAILED

@@ -2,7 +2,7 @@
 
 Every ``--interval`` seconds it advances each running TrainingJob at the pace its workers would train at (the
 policy core's speed model: slowest worker's GPU, scaling efficiency) and marks the workers of a finished job
-Succeeded (:mod:`lyra.operator.emulate`). Use it with the local cluster and in tests, never on real GPUs.
+Succeeded (:mod:`lyra.emulator`). Use it with the local cluster and in tests, never on real GPUs.
 Exit codes: 0 stopped (Ctrl-C), 1 it could not run, 2 bad input.
 """
 
@@ -40,8 +40,8 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
         return EXIT_BAD_INPUT
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.core.gpus import GpuCatalog
+    from lyra.emulator import Progress, advance, complete
     from lyra.operator.commit import Cluster
-    from lyra.operator.emulate import Progress, advance, complete
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("lyra.emulate")

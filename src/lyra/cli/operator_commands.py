@@ -30,6 +30,9 @@ from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
 if TYPE_CHECKING:
     from lyra.operator.leader import LeaseTiming
 
+#: The environment variable that chooses the watch layer when ``--watch-layer`` is not given.
+WATCH_LAYER_ENV = "LYRA_WATCH_LAYER"
+
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register `lyra operator`."""
@@ -96,6 +99,13 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="the highest spec.priority a namespace's TrainingJobs are queued at; jobs above it are ordered at it and "
         "carry PriorityBounded=True (repeatable; *=PRIORITY for every namespace not named, *=0 unless given)",
     )
+    parser.add_argument(
+        "--watch-layer",
+        default=os.environ.get(WATCH_LAYER_ENV, "kubewatch"),
+        metavar="LAYER",
+        help="what keeps the caches a pass reads: kubewatch (Lyra's list-and-watch caches) or kopf (kopf's indexes; "
+        "docs/architecture.md has the two measured side by side) (default: $LYRA_WATCH_LAYER or kubewatch)",
+    )
     add_gpu_catalog_argument(parser)
     parser.set_defaults(run=run_operator_command)
 
@@ -123,6 +133,15 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if args.resync_s <= 0:
         print("lyra operator: --resync must be > 0 seconds", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from lyra.operator.caches import WATCH_LAYERS
+
+    if args.watch_layer not in WATCH_LAYERS:
+        print(
+            f"lyra operator: --watch-layer (or ${WATCH_LAYER_ENV}) {args.watch_layer!r}: not a watch layer (one of "
+            f"{', '.join(WATCH_LAYERS)})",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     from lyra.operator.priority_bounds import DEFAULT_MAX_PRIORITY, PriorityBounds
     from lyra.operator.sizing import DEFAULT_INFERENCE_GPU_CAP, InferenceGpuCaps
@@ -166,6 +185,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         http_address=args.http_address,
         http_port=args.http_port,
         debug_endpoints=args.debug_endpoints,
+        watch_layer=args.watch_layer,
     )
     cluster = Cluster(api)
     if args.once:

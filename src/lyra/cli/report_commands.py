@@ -72,7 +72,7 @@ def label_regex(text: str) -> str:
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register the `report` command."""
-    from lyra.chart.dashboards import DASHBOARDS, RECLAIM_DEADLINE
+    from lyra.dashboards.definitions import DASHBOARDS, RECLAIM_DEADLINE
 
     report = commands.add_parser(
         "report", help="plot the Grafana dashboards' panels to PNG files from Prometheus", description=__doc__
@@ -112,8 +112,8 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from lyra.chart.dashboards import DASHBOARDS, RECLAIM_DEADLINE
     from lyra.cli.report_panels import PrometheusApi, PrometheusError, Window, write_report
+    from lyra.dashboards.definitions import DASHBOARDS, RECLAIM_DEADLINE
 
     if missing := missing_plotting("lyra report"):
         print(f"lyra report: {missing}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``lyra report``'s work: each panel of Lyra's dashboards (:data:`lyra.chart.dashboards.DASHBOARDS`) asked of
+"""``lyra report``'s work: each panel of Lyra's dashboards (:data:`lyra.dashboards.definitions.DASHBOARDS`) asked of
 Prometheus' HTTP API (``/api/v1/query_range``, the same PromQL as in Grafana) and plotted to a PNG with matplotlib.
 
 Errors a user can act on are :class:`PrometheusError` with a one-line message: Prometheus unreachable, an answer that
@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lyra.chart.grafana import Dashboard, HelmValue, Panel, PanelKind, Query, concrete
+from lyra.dashboards.grafana import Dashboard, HelmValue, Panel, PanelKind, Query, concrete
 
 #: Points per series a plot asks for (the step is the range divided by this, at least a second).
 POINTS = 300

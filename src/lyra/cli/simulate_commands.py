@@ -75,6 +75,26 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="simulations run in parallel processes during a sweep (default: the CPUs, %(default)s)",
     )
+    parser.add_argument(
+        "--loaning-pays",
+        action="store_true",
+        help="instead of the table: does loaning pay beyond elasticity on these inputs? lyra against "
+        "lyra-no-loaning (same elasticity), the mean-JCT gain, and yes where it is 10%% or more",
+    )
+    parser.add_argument(
+        "--loaning-pays-map",
+        action="store_true",
+        help="with the inputs' trace, load and window: the gain at every combination of the regimes that decide it "
+        "(inference idle share, share of jobs a T4 fits, training offered load, T4 speed; see --regime)",
+    )
+    parser.add_argument(
+        "--regime",
+        action="append",
+        default=[],
+        metavar="AXIS=V1,V2,...",
+        help="values of one axis of --loaning-pays-map (idle-share, fit-share, offered-load, inference-speed; "
+        "default 0.1,0.5 / 0.25,0.75 / 1.2,2.4 / 0.3,0.5)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run_simulate)
 
@@ -183,9 +203,19 @@ def run_simulate(args: argparse.Namespace) -> int:
     if not args.no_plots and (missing := missing_plotting("lyra simulate")):
         print(f"lyra simulate: {missing}; or pass --no-plots", file=sys.stderr)
         return EXIT_FAILED
+    from lyra.sim.loaning_pays import LoaningPaysError, check_mappable, parse_axes
+
     try:
         schemes = resolve(args.scheme)
         knobs = parse_knobs([s for s in args.sweep if s]) if args.sweep is not None else None
+        loaning_pays = args.loaning_pays or args.loaning_pays_map
+        if args.loaning_pays and args.loaning_pays_map:
+            raise LoaningPaysError("give --loaning-pays or --loaning-pays-map, not both")
+        if loaning_pays and knobs is not None:
+            raise LoaningPaysError("--loaning-pays and --loaning-pays-map do not combine with --sweep")
+        if args.regime and not args.loaning_pays_map:
+            raise LoaningPaysError("--regime sets an axis of --loaning-pays-map; give that flag too")
+        grid = parse_axes(args.regime) if args.loaning_pays_map else None
         writes_out_dir = knobs is None or not args.no_plots
         check_outputs(json_path=args.json, out_dir=args.out_dir if writes_out_dir else None)
         trace = read_trace(_default_input("trace", args.trace, DEFAULT_TRACE))
@@ -199,7 +229,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         if args.calibrate:
             check_calibratable(scenario)
             check_load_calibratable(load, scenario.calibration.inference_utilisation)
+        if loaning_pays:
+            check_mappable(scenario)
     except (
+        LoaningPaysError,
         FileNotFoundError,
         CalibrationError,
         TraceError,
@@ -249,6 +282,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     if knobs is not None:
         return _run_sweep(args, (trace, load, scenario, window), knobs)
+    if loaning_pays:
+        return _run_loaning_pays(args, (trace, load, scenario, window), grid)
 
     started = time.perf_counter()
     comparison = compare(
@@ -261,7 +296,14 @@ def run_simulate(args: argparse.Namespace) -> int:
         f" UTC, {comparison.context['inputs']['jobs_in_window']} jobs; training {scenario.training.describe()}, "
         f"inference {scenario.inference.describe()}"
     )
-    print(format_table(comparison.metrics))
+    print(format_table(comparison.metrics, bound_s=comparison.bound.mean_jct_s))
+    bound = comparison.bound
+    print(
+        f"bound: no scheme's mean JCT can be below {bound.mean_jct_s:.0f} s on this workload (each job alone at its "
+        f"best pace: {bound.alone_mean_s:.0f} s; the work on one machine of the cluster's "
+        f"{bound.capacity_gpus:g} V100-equivalent GPUs, shortest first: {bound.capacity_mean_s:.0f} s; combined: "
+        f'docs/evaluation.md, "A lower bound on mean JCT")'
+    )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         context = {**comparison.context, "inference_load": seen}
@@ -340,5 +382,47 @@ def _run_sweep(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any], knob
         args.out_dir.mkdir(parents=True, exist_ok=True)
         path = write_sweep_plot(args.out_dir / "sweep.png", result)
         print(f"wrote {path}", file=sys.stderr)
+    print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return EXIT_OK
+
+
+def _run_loaning_pays(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any], grid: Any) -> int:
+    """`--loaning-pays` (the inputs as they are) or `--loaning-pays-map` (every combination of ``grid``)."""
+    import json
+    from dataclasses import asdict
+
+    from lyra.sim.loaning_pays import PAYS, answer, format_answers, grid_regimes, measure
+
+    trace, load, scenario, window = inputs
+    started = time.perf_counter()
+    measured = measure(trace, load, scenario, window)
+    print(f"these inputs: {measured.describe()}")
+    regimes = [None] if grid is None else grid_regimes(grid)
+
+    def finished(done: int, total: int, scheme: str, regime: str) -> None:
+        if not args.quiet:
+            print(
+                f"loaning-pays {done}/{total}: {scheme} ({regime}) after {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+            )
+
+    answers = answer(trace, load, scenario, window, regimes, workers=args.jobs, on_done=finished)
+    print(format_answers(answers))
+    if grid is None:
+        (only,) = answers
+        verdict = "pays" if only.pays else "does not pay"
+        direction = "lower" if only.gain >= 0 else "higher"
+        print(
+            f"loaning {verdict} here: lyra's mean JCT is {abs(only.gain):.1%} {direction} than lyra-no-loaning's "
+            f"({only.jct_lyra_s:.0f} s against {only.jct_no_loaning_s:.0f} s; it pays from {PAYS:.0%} lower)"
+        )
+    else:
+        paying = [a for a in answers if a.pays]
+        print(f"loaning pays (>= {PAYS:.0%} beyond elasticity) at {len(paying)} of {len(answers)} regimes")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        document = {"measured": asdict(measured), "pays_from": PAYS, "answers": [a.as_dict() for a in answers]}
+        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}", file=sys.stderr)
     print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return EXIT_OK

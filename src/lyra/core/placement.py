@@ -137,12 +137,21 @@ def filter_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> FilterResult:
     return FilterResult(tuple(passed), MappingProxyType(failed), frozenset(unresolvable))
 
 
-def score_nodes(pod: PodRequest, nodes: Sequence[NodeView]) -> list[tuple[str, int]]:
-    """Score every node 0..10 for ``pod`` (nodes it may not use score 0). Order follows ``nodes``."""
+def last_loaned_rank(nodes: Sequence[NodeView]) -> int:
+    """The highest reclaim rank among the loaned ``nodes`` (at least 1): a loaned node's safety is its rank over it."""
+    return max((n.reclaim_rank for n in nodes if n.state is LoanState.LOANED), default=0) or 1
+
+
+def score_nodes(pod: PodRequest, nodes: Sequence[NodeView], last_rank: int | None = None) -> list[tuple[str, int]]:
+    """Score every node 0..10 for ``pod`` (nodes it may not use score 0). Order follows ``nodes``.
+
+    ``last_rank`` is :func:`last_loaned_rank` of the nodes being compared; a caller that scores them a few at a time
+    (the extender keeps each node's score current as the node changes) passes that of the whole set."""
     role = pod.role
     want = pod.gpus
     job_nodes = pod.job_nodes
-    last_rank = max((n.reclaim_rank for n in nodes if n.state is LoanState.LOANED), default=0) or 1
+    if last_rank is None:
+        last_rank = last_loaned_rank(nodes)
     training_role = role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
     flexible = role is PodRole.TRAINING_FLEXIBLE
     loaned = LoanState.LOANED

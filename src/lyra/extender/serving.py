@@ -1,12 +1,15 @@
 """How the extender's HTTP server is run: uvicorn with deadlines for slow clients and a bound on connections.
 
-uvicorn cuts an idle keep-alive connection (``timeout_keep_alive``) and bounds a request head's size (h11's 16 KiB),
-but it has no deadline for a request head that arrives slowly: a client that connects and sends a byte now and then
-(slowloris) holds its connection for ever. :func:`deadline_protocol` adds one: from the connection's start, and
-again from the first byte after each answer, the head must be complete within ``client_timeout_s`` or the
-connection is closed. The body has its own deadline in the app (:func:`lyra.extender.app.create_app`, 408), as
-uvicorn has none. Past ``MAX_CONNECTIONS`` open connections, uvicorn answers 503 at once. With TLS, asyncio gives a
-handshake 60 s before it drops the connection.
+The HTTP/1.1 parser is httptools (llhttp, native code) on uvloop: kube-scheduler waits on every round trip inside a
+pod's scheduling cycle, and h11 (pure Python) cost about as much CPU per request as the extender's answer itself
+(docs/benchmarks.md, "Scheduler extender"). uvicorn cuts an idle keep-alive connection (``timeout_keep_alive``), but
+it has no deadline for a request head that arrives slowly (a client that connects and sends a byte now and then,
+slowloris, would hold its connection for ever) and, with httptools, no bound on a head's size.
+:func:`deadline_protocol` adds both: from the connection's start, and again from the first byte after each answer,
+the head must be complete within ``client_timeout_s`` or the connection is closed, and a head over
+``MAX_HEAD_BYTES`` (h11's bound) gets a 400 and the connection closed. The body has its own deadline in the app
+(:func:`lyra.extender.app.create_app`, 408), as uvicorn has none. Past ``MAX_CONNECTIONS`` open connections,
+uvicorn answers 503 at once. With TLS, asyncio gives a handshake 60 s before it drops the connection.
 """
 
 from __future__ import annotations
@@ -17,26 +20,40 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 #: Connections served at once; past it, requests are answered 503 (kube-scheduler opens a few).
 MAX_CONNECTIONS = 100
+#: Bytes a request head (request line and headers) may take, as h11's default bound: kube-scheduler's are a few
+#: hundred bytes.
+MAX_HEAD_BYTES = 16 * 1024
 #: Seconds an idle keep-alive connection stays open (uvicorn's default).
 KEEP_ALIVE_S = 5
 
 
-def deadline_protocol(client_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's HTTP/1.1 protocol with a deadline on each request head (see the module's docstring)."""
+def deadline_protocol(client_timeout_s: float) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP/1.1 protocol (httptools) with a deadline on each request head and a bound on its size (see the
+    module's docstring)."""
 
-    class DeadlineH11Protocol(H11Protocol):
+    class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         _head_deadline: asyncio.TimerHandle | None = None
+        _head_bytes = 0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            waiting = self.cycle is None or self.cycle.response_complete
+            before = self.cycle
             super().data_received(data)
+            if waiting and self.cycle is before and not self.transport.is_closing():
+                self._head_bytes += len(data)  # no request began: every byte so far is part of a head
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self.send_400_response(f"request head over {MAX_HEAD_BYTES} bytes")
+                    return
+            else:
+                self._head_bytes = 0
             if self.cycle is None or self.cycle.response_complete:
                 if self._head_deadline is None:  # a head (or the rest of a refused body) is on its way
                     self._arm()
@@ -60,7 +77,7 @@ def deadline_protocol(client_timeout_s: float) -> type[H11Protocol]:
             if self.cycle is None or self.cycle.response_complete:
                 self.transport.close()
 
-    return DeadlineH11Protocol
+    return DeadlineHttpToolsProtocol
 
 
 def server_config(

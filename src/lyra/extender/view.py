@@ -31,6 +31,7 @@ from lyra.api.objects import Node, Pod
 from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
 from lyra.core.placement import NodeView, PodRequest, PodRole
 from lyra.core.reclaim import reclaim_order
+from lyra.extender.scores import ScoreTables
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 
@@ -45,6 +46,8 @@ class ClusterView:
     job_nodes: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
     #: GPUs requested by the bound, unfinished pods of every node (Lyra's or not).
     used_gpus: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    #: Each node's ``prioritize`` answer per kind of pod, kept current with the nodes (``None``: score from scratch).
+    scores: ScoreTables | None = None
 
     def request_for(self, pod: Pod) -> PodRequest:
         role = pod_role(pod)
@@ -72,11 +75,13 @@ class LiveView:
         self._used: dict[str, int] = {}
         self._ranks: dict[str, int] = {}
         self._ranks_stale = False
+        self.scores = ScoreTables(self._nodes, self._lock)
         self.view = ClusterView(
             nodes=MappingProxyType(self._nodes),
             pods=MappingProxyType(self._pods),
             job_nodes=MappingProxyType(self._job_nodes),
             used_gpus=MappingProxyType(self._used),
+            scores=self.scores,
         )
 
     @property
@@ -92,7 +97,8 @@ class LiveView:
             if new is None:
                 self._nodes.pop(name, None)
             else:
-                self._nodes[name] = dataclasses.replace(new, reclaim_rank=self._ranks.get(name, 0))
+                new = self._nodes[name] = dataclasses.replace(new, reclaim_rank=self._ranks.get(name, 0))
+            self.scores.node_changed(name, old, new)
             if LoanState.LOANED in (old.state if old else None, new.state if new else None):
                 self._ranks_stale = True
 
@@ -117,7 +123,8 @@ class LiveView:
             self._used.pop(host, None)
         known = self._nodes.get(host)
         if known is not None:
-            self._nodes[host] = dataclasses.replace(known, free_gpus=max(known.gpus - used, 0))
+            changed = self._nodes[host] = dataclasses.replace(known, free_gpus=max(known.gpus - used, 0))
+            self.scores.node_changed(host, known, changed)
         if pod.job is None:
             return
         hosts = dict(self._job_nodes.get(pod.job, _EMPTY))  # a new mapping: readers may hold the old one
@@ -148,7 +155,8 @@ class LiveView:
                 known = self._nodes.get(name)
                 rank = ranks.get(name, 0)
                 if known is not None and known.reclaim_rank != rank:
-                    self._nodes[name] = dataclasses.replace(known, reclaim_rank=rank)
+                    changed = self._nodes[name] = dataclasses.replace(known, reclaim_rank=rank)
+                    self.scores.node_changed(name, known, changed)
             self._ranks = ranks
 
 

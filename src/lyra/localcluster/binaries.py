@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -33,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from lyra.localcluster import debpackages, gobuild, wheels
@@ -48,6 +50,7 @@ PROMETHEUS_VERSION = "2.42.0"
 MMDEBSTRAP_VERSION = "1.3.5"
 CONTAINERD_VERSION = "1.6.20"
 RUNC_VERSION = "1.1.5"
+CNI_PLUGINS_VERSION = "1.1.1"
 
 BUILD_INFO = "BUILD-INFO.json"
 
@@ -78,6 +81,14 @@ KUBERNETES = Component(
     executables=("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
     source=f"Go module k8s.io/kubernetes@{KUBERNETES_VERSION}",
     cold_estimate="about 5 minutes on 2 cores, up to 15 on a busy machine (later builds reuse the Go caches)",
+    version_probe=("--version",),
+)
+KUBELET = Component(
+    name="kubelet",
+    version=KUBERNETES_VERSION,
+    executables=("kubelet",),
+    source=f"Go module k8s.io/kubernetes@{KUBERNETES_VERSION} (cmd/kubelet)",
+    cold_estimate="about 35 s with warm Go caches, 3 to 4 minutes cold on 2 cores",
     version_probe=("--version",),
 )
 KWOK = Component(
@@ -142,7 +153,32 @@ COMPONENTS = (ETCD, KUBECTL_LAYER, KWOK, KUBERNETES)
 TOOLS = (PROMETHEUS,)
 #: What ``lyra image build`` needs (the base filesystem) and what ``lyra image verify`` runs the images with.
 IMAGE_TOOLS = (MMDEBSTRAP,)
+CNI_PLUGINS = Component(
+    name="cni-plugins",
+    version=CNI_PLUGINS_VERSION,
+    executables=("bridge", "host-local", "loopback", "portmap"),
+    source=f"Debian package containernetworking-plugins {CNI_PLUGINS_VERSION} (apt-get download, unpacked, never "
+    "installed)",
+    cold_estimate="a few seconds (a 10 MB download)",
+    version_probe=(),
+)
+#: Lyra's fake GPU device plugin (Go, src/lyra/localcluster/realnodes/deviceplugin): its version is its sources' hash,
+#: so an edit rebuilds it.
+DEVICE_PLUGIN_SOURCES = resources.files("lyra.localcluster.realnodes").joinpath("deviceplugin")
+DEVICE_PLUGIN_FILES = ("go.mod", "go.sum", "main.go")
+DEVICE_PLUGIN = Component(
+    name="lyra-fake-gpu",
+    version=hashlib.sha256(
+        b"".join(DEVICE_PLUGIN_SOURCES.joinpath(name).read_bytes() for name in DEVICE_PLUGIN_FILES)
+    ).hexdigest()[:12],
+    executables=("lyra-fake-gpu",),
+    source="Go sources in lyra.localcluster.realnodes.deviceplugin (modules from the Go module cache)",
+    cold_estimate="a few seconds once the kubelet is built (its modules are cached)",
+    version_probe=("-h",),
+)
 CONTAINER_RUNTIME = (CONTAINERD, RUNC)
+#: What ``lyra cluster up --real-nodes`` adds: a kubelet of the control plane's version, its runtime and CNI plugins.
+REAL_NODE_COMPONENTS = (KUBELET, CONTAINERD, RUNC, CNI_PLUGINS, DEVICE_PLUGIN)
 
 
 @dataclass(frozen=True)
@@ -260,10 +296,10 @@ class BinaryCache:
 
     def _produce(self, component: Component, output: Path, log_path: Path, report: Reporter) -> None:
         try:
-            if component is KUBERNETES or component is KWOK:
+            if component in (KUBERNETES, KUBELET, KWOK):
                 go = gobuild.find_go(self.root)
                 work = self.root / "go" / "work" / component.key
-                if component is KUBERNETES:
+                if component is not KWOK:
                     gobuild.build_kubernetes(
                         go,
                         version=component.version,
@@ -300,6 +336,21 @@ class BinaryCache:
             elif component is PROMETHEUS:
                 executables = {"usr/bin/prometheus": "prometheus", "usr/bin/promtool": "promtool"}
                 debpackages.extract_executables("prometheus", component.version, executables, output, log_path)
+            elif component is DEVICE_PLUGIN:
+                with resources.as_file(DEVICE_PLUGIN_SOURCES) as sources:
+                    gobuild.build_local_module(
+                        gobuild.find_go(self.root),
+                        sources=[Path(sources) / name for name in DEVICE_PLUGIN_FILES],
+                        work_dir=self.root / "go" / "work" / component.key,
+                        output=output / "lyra-fake-gpu",
+                        log_path=log_path,
+                        report=report,
+                    )
+            elif component is CNI_PLUGINS:
+                executables = {f"usr/lib/cni/{name}": name for name in component.executables}
+                debpackages.extract_executables(
+                    "containernetworking-plugins", component.version, executables, output, log_path
+                )
             elif component in (MMDEBSTRAP, CONTAINERD, RUNC):
                 where = "usr/sbin" if component is RUNC else "usr/bin"
                 executables = {f"{where}/{name}": name for name in component.executables}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lyra.api.names import GPU_RESOURCE
+from lyra.api.scheduler_extender import ExtenderClientTls, extender_stanza
 from lyra.localcluster.binaries import BinarySet
 from lyra.localcluster.credentials import SERVICE_CLUSTER_IP_RANGE, Credentials
 from lyra.localcluster.fakenodes import KUBELET_GONE_SELECTOR, KWOK_NODE_SELECTOR
@@ -19,7 +19,6 @@ from lyra.settings import local_extender_url
 
 #: Where kube-scheduler calls the extender unless told otherwise: a ``lyra extender`` with its default settings.
 DEFAULT_EXTENDER_URL = local_extender_url()
-EXTENDER_TIMEOUT = "5s"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 NODE_LEASE_SECONDS = 40
 # Cloud-provider controllers have nothing to talk to here and only log errors.
@@ -102,39 +101,6 @@ class Layout:
 
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"
-
-
-@dataclass(frozen=True, slots=True)
-class ExtenderClientTls:
-    """How kube-scheduler calls an ``https`` extender: the CA it trusts and the client certificate it presents (none
-    when the extender checks no client)."""
-
-    ca_file: Path
-    cert_file: Path | None = None
-    key_file: Path | None = None
-
-
-def extender_stanza(url: str, tls: ExtenderClientTls | None = None) -> dict[str, Any]:
-    """How kube-scheduler calls Lyra's extender (one entry of ``extenders``): the local cluster's scheduler and the
-    Helm chart's bundled scheduler both use this, so the stanza is spelled once."""
-    extender: dict[str, Any] = {
-        "urlPrefix": url,
-        "prioritizeVerb": "prioritize",
-        "preemptVerb": "preempt",
-        "weight": 1,
-        "nodeCacheCapable": True,
-        # Scoring only: Lyra's rules are in the taints and node affinity, so kube-scheduler places pods
-        # correctly without the extender (docs/architecture.md, "Where a pod lands").
-        "ignorable": True,
-        "httpTimeout": EXTENDER_TIMEOUT,
-        "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}],
-    }
-    if tls is not None:
-        extender["enableHTTPS"] = True
-        extender["tlsConfig"] = {"caFile": str(tls.ca_file)}
-        if tls.cert_file is not None and tls.key_file is not None:
-            extender["tlsConfig"] |= {"certFile": str(tls.cert_file), "keyFile": str(tls.key_file)}
-    return extender
 
 
 def scheduler_config(

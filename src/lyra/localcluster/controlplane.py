@@ -21,16 +21,38 @@ from pathlib import Path
 
 import urllib3
 import yaml
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lyra.api.scheduler_extender import ExtenderClientTls
 from lyra.localcluster import componentconfig, populate
-from lyra.localcluster.binaries import BinarySet
+from lyra.localcluster.binaries import (
+    CNI_PLUGINS,
+    CONTAINERD,
+    DEVICE_PLUGIN,
+    KUBELET,
+    REAL_NODE_COMPONENTS,
+    RUNC,
+    BinaryCache,
+    BinarySet,
+    Component,
+)
 from lyra.localcluster.componentconfig import DEFAULT_EXTENDER_URL, Layout, Ports
-from lyra.localcluster.credentials import Credentials, generate_credentials
+from lyra.localcluster.credentials import (
+    SERVICE_IP,
+    Credentials,
+    append_users,
+    generate_credentials,
+    issue_client_certificate,
+)
 from lyra.localcluster.kubeconfig import write_kubeconfig
 from lyra.localcluster.ports import LOOPBACK, allocate_ports
 from lyra.localcluster.processes import ProcessRecord, is_running, launch, read_start_ticks, tail, terminate
 from lyra.localcluster.profile import ClusterProfile
+from lyra.localcluster.realnodes import cgroups
+from lyra.localcluster.realnodes import cluster as realcluster
+from lyra.localcluster.realnodes.network import NetworkConfig, egress_configuration
+from lyra.localcluster.realnodes.nodeconfig import NodeSpec, write_json
 from lyra.localcluster.state import (
     ClusterState,
     Liveness,
@@ -46,7 +68,15 @@ from lyra.localcluster.waiting import WaitTimeoutError, wait_for
 Reporter = Callable[[str], None]
 
 # Stop in reverse dependency order: nothing should find its API server gone while it still works.
-STOP_ORDER = ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+# Real nodes (realnode-*, not listed) stop first, then the cluster's network namespace.
+STOP_ORDER = (
+    realcluster.NETWORK_PROCESS,
+    "kwok",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kube-apiserver",
+    "etcd",
+)
 _NOT_YET = (OSError, ValueError, populate.ProbeError, ApiException, urllib3.exceptions.HTTPError)
 
 
@@ -73,6 +103,10 @@ class ClusterOptions:
     crd_dir: Path | None = None
     die_with_parent: bool = False
     step_timeout: float = 90.0
+    #: Real nodes (kubelets with containerd) beside the KWOK ones, shaped by the profile's realNodeGroups.
+    real_nodes: int = 0
+    images_dir: Path = realcluster.DEFAULT_IMAGES_DIR
+    real_node_timeout: float = 300.0
 
 
 class ControlPlane:
@@ -85,6 +119,7 @@ class ControlPlane:
         self._popens: dict[str, subprocess.Popen[bytes]] = {}
         self._state: ClusterState | None = None
         self._credentials: Credentials | None = None
+        self.real_nodes: list[realcluster.PlannedNode] = []
 
     @property
     def state(self) -> ClusterState:
@@ -179,7 +214,7 @@ class ControlPlane:
             )
         tls = None
         if options.extender_url is not None and options.extender_url.startswith("https:"):
-            tls = componentconfig.ExtenderClientTls(
+            tls = ExtenderClientTls(
                 credentials.ca_cert, credentials.scheduler_client_cert, credentials.scheduler_client_key
             )
         scheduler_config = componentconfig.scheduler_config(
@@ -195,17 +230,19 @@ class ControlPlane:
         self._wait("etcd", "etcd to report healthy", lambda: populate.etcd_healthy(etcd_url))
         report(f"  etcd ready at {etcd_url} ({_since(started)})")
 
-        self._launch(
-            "kube-apiserver",
-            componentconfig.api_server_command(self.binaries, layout, ports, credentials),
-            api_server,
-        )
+        api_server_argv = componentconfig.api_server_command(self.binaries, layout, ports, credentials)
+        if options.real_nodes:
+            api_server_argv += self._prepare_real_nodes(credentials)
+        self._launch("kube-apiserver", api_server_argv, api_server)
         self._wait(
             "kube-apiserver",
             "kube-apiserver /readyz to answer ok",
             lambda: populate.https_get(f"{api_server}/readyz", credentials.ca_cert, credentials.admin.token) == "ok",
         )
         report(f"  kube-apiserver ready at {api_server} ({_since(started)})")
+        if options.real_nodes:
+            self._start_network(ports.api_server)
+            report(f"  cluster network namespace ready ({_since(started)})")
 
         controller_manager = f"https://{LOOPBACK}:{ports.controller_manager}"
         scheduler = f"https://{LOOPBACK}:{ports.scheduler}"
@@ -250,6 +287,111 @@ class ControlPlane:
                 "the default service account of namespace default",
                 lambda: populate.service_account_exists(api_client, "default"),
             )
+            if self.real_nodes:
+                self._start_real_nodes(api_client, report, started)
+
+    def _prepare_real_nodes(self, credentials: Credentials) -> list[str]:
+        """Plan the real nodes, give their kubelets identities, and return the API server's extra flags."""
+        options, layout = self.options, self.layout
+        images = realcluster.image_archives(options.images_dir)
+        self._real_images = images
+        self.real_nodes = realcluster.plan(options.profile.real_node_plan(options.real_nodes))
+        append_users(credentials, [node.user for node in self.real_nodes])
+        client_cert, client_key = layout.pki / "kubelet-client.crt", layout.pki / "kubelet-client.key"
+        issue_client_certificate(credentials, "kube-apiserver-kubelet-client", client_cert, client_key)
+        egress = layout.state_dir / "egress-selector.yaml"
+        egress.write_text(yaml.safe_dump(egress_configuration(self._egress_socket)), encoding="utf-8")
+        return [
+            # Node names resolve nowhere; the kubelets' addresses are in the cluster's network namespace, reached
+            # through the egress proxy.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={client_cert}",
+            f"--kubelet-client-key={client_key}",
+            f"--egress-selector-config-file={egress}",
+        ]
+
+    @property
+    def _egress_socket(self) -> Path:
+        return self.layout.state_dir / "egress.sock"
+
+    def _start_network(self, api_server_port: int) -> None:
+        layout = self.layout
+        ready = layout.state_dir / "network.ready"
+        config = NetworkConfig(
+            api_server_port=api_server_port,
+            service_ip=SERVICE_IP,
+            node_ips=tuple(node.node_ip for node in self.real_nodes),
+            egress_socket=self._egress_socket,
+            ready_file=ready,
+        )
+        config_path = layout.state_dir / "network.json"
+        write_json(config_path, config.to_json())
+        self._launch(realcluster.NETWORK_PROCESS, realcluster.network_command(config_path), str(self._egress_socket))
+        self._wait(realcluster.NETWORK_PROCESS, "the cluster network namespace", ready.exists)
+
+    def _start_real_nodes(self, api_client: client.ApiClient, report: Reporter, started: float) -> None:
+        options, layout = self.options, self.layout
+        cache = BinaryCache()
+        for component in REAL_NODE_COMPONENTS:
+            if not cache.is_cached(component):
+                raise ClusterStartError(
+                    f"{component.key} is not cached; run `make binaries` (or `lyra cluster binaries --real-nodes`)"
+                )
+
+        def tool(component: Component, name: str) -> Path:
+            return cache.component_dir(component) / name
+
+        parent = realcluster.cgroup_parent(options.name, options.state_dir)
+        network_pid = next(r.pid for r in self.state.processes if r.name == realcluster.NETWORK_PROCESS)
+        references = realcluster.image_references(self._real_images)
+        for node in self.real_nodes:
+            directory = layout.state_dir / "nodes" / node.name
+            directory.mkdir(parents=True, exist_ok=True)
+            spec = NodeSpec(
+                name=node.name,
+                directory=directory,
+                node_ip=node.node_ip,
+                pod_cidr=node.pod_cidr,
+                gateway=node.gateway,
+                bridge=node.bridge,
+                cgroup_parent=f"{parent}/{node.name}",
+                api_server=realcluster.api_server_url(),
+                ca_cert=self.credentials.ca_cert,
+                token=node.token,
+                kubelet=tool(KUBELET, "kubelet"),
+                containerd=tool(CONTAINERD, "containerd"),
+                ctr=tool(CONTAINERD, "ctr"),
+                runc=tool(RUNC, "runc"),
+                cni_bin=cache.component_dir(CNI_PLUGINS),
+                device_plugin=tool(DEVICE_PLUGIN, "lyra-fake-gpu"),
+                gpu_count=node.gpu_count,
+                labels=node.labels(),
+                taints=tuple(
+                    {"key": taint.key, "value": taint.value, "effect": taint.effect} for taint in node.group.taints
+                ),
+                max_pods=node.group.pods,
+                images=self._real_images,
+                log_dir=layout.logs,
+            )
+            for sub in ("runtime", "pods"):
+                cgroups.create(f"{spec.cgroup_parent}/{sub}")
+            spec_path = directory / "node.json"
+            write_json(spec_path, spec.to_json())
+            spec_path.chmod(0o600)
+            self._launch(
+                f"{realcluster.NODE_PROCESS_PREFIX}{node.name}",
+                realcluster.node_command(network_pid, spec_path),
+                node.node_ip,
+            )
+        for node in self.real_nodes:
+            wait_for_node = replace(self.options, step_timeout=options.real_node_timeout)
+            self._wait(
+                f"{realcluster.NODE_PROCESS_PREFIX}{node.name}",
+                f"real node {node.name} to be Ready with {node.gpu_count} GPUs and {len(references)} images",
+                lambda node=node: realcluster.node_ready(api_client, node, references),  # type: ignore[misc]
+                timeout=wait_for_node.step_timeout,
+            )
+        report(f"  {len(self.real_nodes)} real nodes Ready ({_since(started)})")
 
     def _launch(self, name: str, argv: list[str], endpoint: str) -> None:
         environment = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
@@ -264,7 +406,7 @@ class ControlPlane:
         self._popens[name] = popen
         self._save(self.state.with_process(record, endpoint))
 
-    def _wait(self, component: str, what: str, condition: Callable[[], bool]) -> None:
+    def _wait(self, component: str, what: str, condition: Callable[[], bool], timeout: float | None = None) -> None:
         """Poll ``condition``; fail at once if any started process has exited, with its log tail."""
 
         def check() -> bool:
@@ -275,7 +417,7 @@ class ControlPlane:
             return condition()
 
         try:
-            wait_for(check, self.options.step_timeout, what, retry_on=_NOT_YET)
+            wait_for(check, self.options.step_timeout if timeout is None else timeout, what, retry_on=_NOT_YET)
         except WaitTimeoutError as error:
             log_path = self.layout.log(component)
             raise ClusterStartError(f"{error}. Last lines of {log_path}:\n{tail(log_path, 40)}") from error
@@ -348,8 +490,16 @@ def _terminate_all(state: ClusterState, report: Reporter, popens: dict[str, subp
         state.processes,
         key=lambda record: STOP_ORDER.index(record.name) if record.name in STOP_ORDER else -1,
     )
-    for record in records:
+    nodes = [record for record in records if record.name.startswith(realcluster.NODE_PROCESS_PREFIX)]
+    for record in nodes:
         if terminate(record, popens.get(record.name)):
+            report(f"  stopped {record.name} (pid {record.pid})")
+    # Containers and shims outlive their node's runner by design; the node's cgroups hold them all.
+    left = realcluster.remove_leftovers(state.name, state.state_dir)
+    if left:
+        raise StateError(f"could not remove the real nodes' cgroups {', '.join(left)}")
+    for record in records:
+        if record not in nodes and terminate(record, popens.get(record.name)):
             report(f"  stopped {record.name} (pid {record.pid})")
     survivors = [record.name for record in state.processes if is_running(record)]
     if survivors:

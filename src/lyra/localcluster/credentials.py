@@ -187,3 +187,20 @@ def _write_private(path: Path, data: bytes) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "wb") as out:
         out.write(data)
+
+
+def issue_client_certificate(credentials: Credentials, common_name: str, cert_path: Path, key_path: Path) -> None:
+    """A client certificate signed by the cluster's CA (the API server presents one to the real nodes' kubelets)."""
+    ca_key = serialization.load_pem_private_key(credentials.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{credentials.ca_key} is not the EC key this module writes")
+    ca_name = x509.load_pem_x509_certificate(credentials.ca_cert.read_bytes()).subject
+    key, cert = _leaf(ca_key, ca_name, common_name, None)
+    _write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(key_path, _private_pem(key))
+
+
+def append_users(credentials: Credentials, users: list[User]) -> None:
+    """Add identities to the token file (before the API server starts: it reads the file once)."""
+    with credentials.token_file.open("a", encoding="utf-8") as out:
+        out.writelines(_token_line(user) + "\n" for user in users)

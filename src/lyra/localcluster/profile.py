@@ -74,6 +74,27 @@ class NodeGroup:
 class ClusterProfile:
     name: str
     node_groups: tuple[NodeGroup, ...]
+    #: Shapes of the real nodes ``lyra cluster up --real-nodes N`` may start (kubelets with containers; their cpu
+    #: and memory are the machine's, so only pool, GPUs, pods, labels and taints apply). N takes nodes from the
+    #: groups in turn: the first node of each group, then the second, and so on.
+    real_node_groups: tuple[NodeGroup, ...] = ()
+
+    def real_node_plan(self, count: int) -> list[tuple[str, NodeGroup]]:
+        """The first ``count`` real nodes, (name, group), taking the groups in turn; ProfileError when the profile
+        offers fewer."""
+        available = sum(group.count for group in self.real_node_groups)
+        if count > available:
+            raise ProfileError(
+                f"profile {self.name!r} offers {available} real nodes (realNodeGroups), {count} asked for"
+            )
+        plan: list[tuple[str, NodeGroup]] = []
+        index = 0
+        while len(plan) < count:
+            for group in self.real_node_groups:
+                if index < group.count and len(plan) < count:
+                    plan.append((f"{group.name}-{index}", group))
+            index += 1
+        return plan
 
     def node_names(self) -> list[str]:
         return [node for group in self.node_groups for node in group.node_names()]
@@ -107,7 +128,7 @@ def parse_profile_text(text: str, source: str) -> ClusterProfile:
 
 def parse_profile(data: object, source: str) -> ClusterProfile:
     """Validate already-loaded YAML data; ``source`` names the file in error messages."""
-    fields = _mapping(data, source, "the profile", {"name", "nodeGroups"}, required={"nodeGroups"})
+    fields = _mapping(data, source, "the profile", {"name", "nodeGroups", "realNodeGroups"}, required={"nodeGroups"})
     name = _dns_label(fields.get("name", "default"), source, "name")
     raw_groups = fields["nodeGroups"]
     if not isinstance(raw_groups, list) or not raw_groups:
@@ -122,7 +143,16 @@ def parse_profile(data: object, source: str) -> ClusterProfile:
     # Node names are "<group>-<index>" and an index has no '-', so distinct group names give distinct nodes.
     if not any(group.count for group in groups):
         raise ProfileError(f"{source}: nodeGroups: the profile creates no node (every count is 0)")
-    return ClusterProfile(name=name, node_groups=groups)
+    raw_real = fields.get("realNodeGroups", [])
+    if not isinstance(raw_real, list):
+        raise ProfileError(f"{source}: realNodeGroups: expected a list of node groups")
+    real = tuple(_node_group(raw, source, f"realNodeGroups[{index}]") for index, raw in enumerate(raw_real))
+    for index, group in enumerate(real):
+        where = f"realNodeGroups[{index}].name"
+        if group.name in seen:
+            raise ProfileError(f"{source}: {where}: {group.name!r} is already used by {seen[group.name]}")
+        seen[group.name] = where
+    return ClusterProfile(name=name, node_groups=groups, real_node_groups=real)
 
 
 def _node_group(raw: object, source: str, where: str) -> NodeGroup:

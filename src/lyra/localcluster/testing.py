@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import secrets
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,6 +27,8 @@ from lyra.localcluster.profile import ClusterProfile, load_default_profile
 from lyra.localcluster.waiting import wait_for
 
 LOG_LINES_PER_COMPONENT = 150
+#: ``make image`` writes the images here (the repository's dist/images).
+REPOSITORY_IMAGES = Path(__file__).resolve().parents[3] / "dist" / "images"
 NAMESPACE_READY_SECONDS = 30.0
 
 
@@ -63,6 +67,70 @@ def session_control_plane(
         yield control_plane
     finally:
         control_plane.stop(lambda _message: None, keep_state=True)
+
+
+@dataclass(frozen=True)
+class RealNodeCluster:
+    """What :func:`real_node_cluster` yields: the admin kubeconfig, the real nodes' names (in profile order: one
+    T4 inference node, one A100 training node, ... with the default profile) and the control plane itself."""
+
+    kubeconfig: Path
+    real_node_names: tuple[str, ...]
+    control_plane: ControlPlane
+
+
+@contextmanager
+def real_node_cluster(
+    state_dir: Path,
+    *,
+    real_nodes: int = 2,
+    images_dir: Path | None = None,
+    profile: ClusterProfile | None = None,
+    extender_url: str | None = None,
+    crd_dir: Path | None = None,
+    keep_state: bool = True,
+) -> Iterator[RealNodeCluster]:
+    """A local cluster with ``real_nodes`` real nodes (kubelet, containerd, runc, Lyra's fake GPU device plugin)
+    beside the profile's KWOK nodes, always stopped afterwards (every process, cgroup, mount and the network
+    namespace; see :func:`lyra.localcluster.controlplane.stop_cluster`). ``keep_state`` keeps the state directory
+    (logs, configurations) for a post-mortem, without containerd's data; without it the directory goes.
+
+    The images in ``images_dir`` (default: the repository's ``dist/images``, from ``make image``) are imported into
+    every node and listed in its status; pods use them with ``imagePullPolicy: Never`` or ``IfNotPresent``. Nodes
+    carry the GPU labels of real clusters (``nvidia.com/gpu.product``, ``.count``, ``.memory``), Lyra's pool label
+    and ``localcluster.lyra.dev/real-node=true``; ``nvidia.com/gpu`` is allocatable through the device plugin.
+    Pods reach the API server through the ``kubernetes`` Service (10.96.0.1:443). Needs root and the cached
+    binaries of ``make binaries`` (kubelet, containerd, runc, CNI plugins, device plugin).
+    """
+    binaries = BinaryCache().binary_set()
+    control_plane = ControlPlane(
+        binaries,
+        ClusterOptions(
+            state_dir=state_dir,
+            profile=profile if profile is not None else load_default_profile(),
+            profile_source="default profile" if profile is None else profile.name,
+            name="pytest-real",
+            extender_url=extender_url,
+            crd_dir=crd_dir,
+            die_with_parent=True,
+            real_nodes=real_nodes,
+            images_dir=images_dir if images_dir is not None else REPOSITORY_IMAGES,
+        ),
+    )
+    try:
+        control_plane.start(lambda _message: None)
+        yield RealNodeCluster(
+            kubeconfig=control_plane.kubeconfig,
+            real_node_names=tuple(node.name for node in control_plane.real_nodes),
+            control_plane=control_plane,
+        )
+    finally:
+        control_plane.stop(lambda _message: None, keep_state=keep_state)
+        if keep_state:
+            # Logs and configurations stay for a post-mortem; containerd's data (about 250 MB a node) does not.
+            for node_dir in (state_dir / "nodes").glob("*"):
+                for data in ("containerd-root", "containerd-state"):
+                    shutil.rmtree(node_dir / data, ignore_errors=True)
 
 
 def log_offsets(control_plane: ControlPlane | None) -> dict[str, int]:

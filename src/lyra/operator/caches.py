@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 
@@ -61,6 +61,60 @@ _BY_RESOURCE_KIND = {
     names.INFERENCE_SERVICE_KIND: "services",
     "Deployment": "deployments",
 }
+
+
+#: The watch layers ``lyra operator --watch-layer`` chooses from: these caches, or kopf's indexes
+#: (:mod:`lyra.operator.kopf_caches`); the pass is the same on either.
+WATCH_LAYERS = ("kubewatch", "kopf")
+
+
+class WatchCounts(Protocol):
+    """What a watch layer counts per kind, for ``lyra_watch_*_total``."""
+
+    lists: int
+    errors: int
+    events: int
+
+
+class PassCaches(Protocol):
+    """What a pass and the runner read of a watch layer (:class:`ClusterCaches`, or
+    :class:`lyra.operator.kopf_caches.KopfCaches`)."""
+
+    on_change: Callable[[], None] | None
+
+    @property
+    def caches(self) -> Mapping[str, WatchCounts]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    @property
+    def synced(self) -> bool: ...
+
+    def wait_synced(self, timeout_s: float) -> bool: ...
+
+    def wrote(self, kind: str, version: str) -> None: ...
+
+    def catch_up(self) -> None: ...
+
+    def node_kinds(self) -> set[tuple[str, Pool]]: ...
+
+    def versions(self) -> dict[str, dict[str, str]]: ...
+
+    def snapshot(self) -> dict[str, list[JsonObject]]: ...
+
+
+def watch_layer(name: str, api: client.ApiClient) -> PassCaches:
+    """The watch layer called ``name`` (one of :data:`WATCH_LAYERS`) on the API server ``api`` talks to."""
+    if name == "kopf":
+        # Imported here: kopf (and aiohttp) load only in an operator that runs on them, and kopf_caches imports this.
+        from lyra.operator.kopf_caches import KopfCaches  # noqa: PLC0415
+
+        return KopfCaches(api.configuration)
+    if name != "kubewatch":
+        raise ValueError(f"no watch layer {name!r} (one of {', '.join(WATCH_LAYERS)})")
+    return ClusterCaches.on_api(api)
 
 
 class StaleCacheError(RuntimeError):

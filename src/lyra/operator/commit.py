@@ -15,6 +15,11 @@ The running operator reads from its watch caches (:mod:`lyra.operator.caches`) a
 write tells the caches the resourceVersion the API answered, and the next pass reads only once they have seen it.
 Without caches (one-shot commands) :meth:`Cluster.observe` lists each kind once, in pages.
 
+A busy pass writes thousands of objects, each a round trip to the API server: the actions go in runs of one kind, in
+the decision's order, each run done before the next begins; a long run has up to :data:`WRITERS` requests in flight,
+one object's actions always in order and by one writer (so every order of :mod:`lyra.operator.actions` holds). The
+requests themselves are :mod:`lyra.operator.writes`'.
+
 A node left out of a pass (:meth:`Cluster.report_left_out`) gets its Event at most once every :data:`EVENT_REPEAT_S`.
 """
 
@@ -22,9 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -42,13 +48,14 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
-from lyra.operator.caches import ClusterCaches, list_once
+from lyra.operator.caches import PassCaches, list_once
 from lyra.operator.isolation import TRANSIENT_STATUSES, Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.node_health import HealthMemory
 from lyra.operator.readers import Readings, read_world
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import ObjectRef, World
+from lyra.operator.writes import ApiWrites
 
 log = logging.getLogger("lyra.operator")
 
@@ -56,6 +63,10 @@ log = logging.getLogger("lyra.operator")
 #: Statuses that are not one object's fault: the pass ends (the runner retries it with backoff).
 PASS_ERRORS = frozenset({401, 429})
 EVENT_REPEAT_S = 600.0
+#: Requests in flight at once within a run of actions of one kind (one object's actions always go one by one), and
+#: the shortest run written in parallel: a busy pass writes thousands of objects, each a round trip to the API server.
+WRITERS = 8
+PARALLEL_FROM = 16
 
 #: What became of each action (:attr:`Outcome.results`): applied; refused by the API; deferred to the next pass (its
 #: object changed since it was read, or is gone); held back by the object's backoff; skipped (its object, node or
@@ -80,19 +91,46 @@ class Outcome:
     settled: tuple[Failure, ...] = ()
 
 
+@dataclass
+class _Pass:
+    """What one commit has done so far, shared by its writers (under ``lock``): subjects with an action refused,
+    held or skipped (``blocked``), subjects refused (``failed``), the refusals by action index, and each action's
+    result by index."""
+
+    now: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    blocked: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+    failures: list[tuple[int, Failure]] = field(default_factory=list)
+    results: dict[int, str] = field(default_factory=dict)
+
+
+def _runs(actions: tuple[Action, ...]) -> list[tuple[int, int]]:
+    """The index ranges of the longest runs of actions of one kind, in order."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for index in range(1, len(actions) + 1):
+        if index == len(actions) or type(actions[index]) is not type(actions[start]):
+            runs.append((start, index))
+            start = index
+    return runs
+
+
 class Cluster:
     """The operator's access to the API server."""
 
-    def __init__(
-        self, api: client.ApiClient, backoff: Backoff | None = None, caches: ClusterCaches | None = None
-    ) -> None:
+    def __init__(self, api: client.ApiClient, backoff: Backoff | None = None, caches: PassCaches | None = None) -> None:
         self.api = api
         self.caches = caches
+        self.writers = WRITERS  # requests in flight at once (:meth:`apply`); 1 writes one by one
         self._fence: Callable[[], bool] | None = None
         self._read_at: World | None = None  # the World the decision being applied was made on
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        # Every call of the commit step, as one lean request each (:mod:`lyra.operator.writes`), the fence asked
+        # as it is sent; named by the API group whose call it makes, as the kubernetes client's are.
+        self.writes = ApiWrites(api, lambda: self._fence)
+        self.core: ApiWrites = self.writes
+        self.apps: ApiWrites = self.writes
+        self.custom: ApiWrites = self.writes
         self.backoff = backoff or Backoff()
         self._posted: dict[tuple[str, str], float] = {}  # node left out, why -> when its Event was posted
         self.health = HealthMemory()  # when each node's GPU dip was first seen, across passes
@@ -119,77 +157,135 @@ class Cluster:
 
     def apply(self, decision: Decision, now: float, world: World | None = None) -> Outcome:
         """Apply ``decision`` object by object (see the module docstring). With the ``world`` it was decided on,
-        status writes are conditional on the resourceVersion each object was read at, as node writes always are."""
+        status writes are conditional on the resourceVersion each object was read at, as node writes always are.
+
+        The actions go in runs of one kind, in order, each run finished before the next starts (so every order of
+        :mod:`lyra.operator.actions` holds). Within a run of at least :data:`PARALLEL_FROM` actions, up to
+        :attr:`writers` requests are in flight at once, one per object: each object's actions go in order, by one
+        writer; an error that ends the pass stops every writer before its next request."""
         self._read_at = world
-        applied = held = skipped = 0
-        blocked: set[str] = set()  # subjects with an action refused, held or skipped in this pass
-        failed: set[str] = set()  # subjects refused in this pass
-        failures: list[Failure] = []
-        results: list[str] = []
-        for action in decision.actions:
-            subject = subject_of(action)
-            key = key_of(subject)
-            waits_for = [k for k in needs_of(action) if k in blocked]
-            if key in failed or (not isinstance(action, Emit) and (key in blocked or waits_for)):
-                skipped += 1  # an Event about an object whose writes failed would say what did not happen
-                blocked.add(key)
-                results.append(SKIPPED)
-                continue
-            if self.backoff.holds(action, now) is not None:
-                held += 1
-                blocked.add(key)
-                results.append(HELD)
-                continue
-            try:
-                version = self._apply(action, now)
-            except ApiException as error:
-                if error.status == 409 and isinstance(action, CreatePod) and self._removed_stale_namesake(action):
-                    blocked.add(key)
-                    results.append(DEFERRED)
-                    continue
-                if error.status == 409 and _creates(action) and _already_exists(error):
-                    applied += 1
-                    results.append(APPLIED)
-                    continue
-                if error.status == 404 and isinstance(action, DeletePod | SetPodRole):
-                    applied += 1
-                    results.append(APPLIED)
-                    continue
-                if error.status in PASS_ERRORS:
-                    raise
-                reason = _reason(error)
-                if isinstance(action, Emit):  # a report that could not be posted: said in the log only
-                    log.warning("%s failed: %s", describe(action), reason)
-                    results.append(REFUSED)
-                    continue
-                blocked.add(key)
-                gone = error.status == 404 and (
-                    isinstance(action, PatchStatus | SetNodeState)
-                    or (isinstance(action, ApplyDeployment) and not action.create)
-                )
-                if gone or (
-                    error.status == 409 and isinstance(action, SetNodeState | PatchStatus | DeletePod | ApplyDeployment)
-                ):
-                    # gone, or changed since the pass read it: the next pass reads it afresh
-                    log.info("%s: %s; its dependants wait for the next pass", describe(action), reason)
-                    results.append(DEFERRED)
-                    continue
-                failed.add(key)
-                transient = error.status in TRANSIENT_STATUSES
-                failure = self.backoff.record(action, _status_reason(error), reason, now, transient=transient)
-                failures.append(failure)
-                log.warning("%s %s: %s", subject.kind, subject.key, failure.message)
-                self._report(failure, now)
-                results.append(REFUSED)
-                continue
-            if self.caches is not None and version:
-                self.caches.wrote(_written_kind(action), version)
-            applied += 1
-            results.append(APPLIED)
-        settled = self.backoff.settle(failed, now)
+        state = _Pass(now)
+        actions = decision.actions
+        for start, end in _runs(actions):
+            chains: dict[str, list[int]] = {}
+            for index in range(start, end):
+                chains.setdefault(key_of(subject_of(actions[index])), []).append(index)
+            if self.writers > 1 and end - start >= PARALLEL_FROM and len(chains) > 1:
+                self._in_parallel(actions, list(chains.values()), state)
+            else:
+                for index in range(start, end):
+                    state.results[index] = self._one(index, actions[index], state)
+        results = tuple(state.results[i] for i in range(len(actions)))
+        failures = [failure for _, failure in sorted(state.failures, key=lambda item: item[0])]
+        settled = self.backoff.settle(state.failed, now)
         for over in settled:
             log.info("%s %s: writes go through again", over.subject.kind, over.subject.key)
-        return Outcome(applied, len(failures), held, skipped, tuple(failures), tuple(results), tuple(settled))
+        return Outcome(
+            results.count(APPLIED),
+            len(failures),
+            results.count(HELD),
+            results.count(SKIPPED),
+            tuple(failures),
+            results,
+            tuple(settled),
+        )
+
+    def _in_parallel(self, actions: tuple[Action, ...], chains: list[list[int]], state: _Pass) -> None:
+        """Each chain (one object's actions, in order) by one of up to :attr:`writers` threads; the first error
+        that ends the pass stops them all before their next action, and is raised."""
+        pending = iter(chains)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            while not stop.is_set():
+                with state.lock:
+                    chain = next(pending, None)
+                if chain is None:
+                    return
+                for index in chain:
+                    if stop.is_set():
+                        return
+                    try:
+                        state.results[index] = self._one(index, actions[index], state)
+                    except BaseException as error:  # the pass ends: raised below, in the pass's thread
+                        with state.lock:
+                            errors.append(error)
+                        stop.set()
+                        return
+
+        writers = [
+            threading.Thread(target=write, name=f"lyra-writer-{n}", daemon=True)
+            for n in range(min(self.writers, len(chains)))
+        ]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        if errors:
+            raise errors[0]
+
+    def _one(self, index: int, action: Action, state: _Pass) -> str:
+        """One action, as the module docstring says; what became of it (:data:`APPLIED` ...)."""
+        now = state.now
+        subject = subject_of(action)
+        key = key_of(subject)
+        with state.lock:
+            waits_for = any(k in state.blocked for k in needs_of(action))
+            if key in state.failed or (not isinstance(action, Emit) and (key in state.blocked or waits_for)):
+                state.blocked.add(key)  # an Event about an object whose writes failed would say what did not happen
+                return SKIPPED
+            if self.backoff.holds(action, now) is not None:
+                state.blocked.add(key)
+                return HELD
+        try:
+            version = self._apply(action, now)
+        except ApiException as error:
+            return self._refused(index, action, error, state)
+        if self.caches is not None and version:
+            self.caches.wrote(_written_kind(action), version)
+        return APPLIED
+
+    def _refused(self, index: int, action: Action, error: ApiException, state: _Pass) -> str:
+        """What became of an action the API refused (see the module docstring); raises the errors that end a pass."""
+        now = state.now
+        subject = subject_of(action)
+        key = key_of(subject)
+        if error.status == 409 and isinstance(action, CreatePod) and self._removed_stale_namesake(action):
+            with state.lock:
+                state.blocked.add(key)
+            return DEFERRED
+        if error.status == 409 and _creates(action) and _already_exists(error):
+            return APPLIED
+        if error.status == 404 and isinstance(action, DeletePod | SetPodRole):
+            return APPLIED
+        if error.status in PASS_ERRORS:
+            raise error
+        reason = _reason(error)
+        if isinstance(action, Emit):  # a report that could not be posted: said in the log only
+            log.warning("%s failed: %s", describe(action), reason)
+            return REFUSED
+        gone = error.status == 404 and (
+            isinstance(action, PatchStatus | SetNodeState)
+            or (isinstance(action, ApplyDeployment) and not action.create)
+        )
+        if gone or (
+            error.status == 409 and isinstance(action, SetNodeState | PatchStatus | DeletePod | ApplyDeployment)
+        ):
+            # gone, or changed since the pass read it: the next pass reads it afresh
+            with state.lock:
+                state.blocked.add(key)
+            log.info("%s: %s; its dependants wait for the next pass", describe(action), reason)
+            return DEFERRED
+        transient = error.status in TRANSIENT_STATUSES
+        with state.lock:
+            state.blocked.add(key)
+            state.failed.add(key)
+            failure = self.backoff.record(action, _status_reason(error), reason, now, transient=transient)
+            state.failures.append((index, failure))
+        log.warning("%s %s: %s", subject.kind, subject.key, failure.message)
+        self._report(failure, now)
+        return REFUSED
 
     def _removed_stale_namesake(self, action: CreatePod) -> bool:
         """After a 409 on creating a pod: whether the pod of that name is an earlier run's (its controller is not the
@@ -206,9 +302,8 @@ class Cluster:
             if controller is None or controller.get("uid") == owner_uid:
                 return False
             self._fenced(action)
-            preconditions = client.V1Preconditions(uid=str(metadata.get("uid", "")))
             self.core.delete_namespaced_pod(
-                action.ref.name, action.ref.namespace, body=client.V1DeleteOptions(preconditions=preconditions)
+                action.ref.name, action.ref.namespace, body={"preconditions": {"uid": str(metadata.get("uid", ""))}}
             )
         except ApiException as error:
             if error.status == 404:
@@ -320,13 +415,11 @@ class Cluster:
             return _version_in(response)
         if isinstance(action, DeletePod):
             # Only the pod the pass read (not a new one of the same name): a UID precondition (409 otherwise).
-            preconditions = client.V1Preconditions(uid=action.ref.uid) if action.ref.uid else None
+            options: dict[str, Any] = {"gracePeriodSeconds": action.grace_seconds}
+            if action.ref.uid:
+                options["preconditions"] = {"uid": action.ref.uid}
             response = self.core.delete_namespaced_pod(
-                action.ref.name,
-                action.ref.namespace,
-                grace_period_seconds=action.grace_seconds,
-                body=client.V1DeleteOptions(grace_period_seconds=action.grace_seconds, preconditions=preconditions),
-                **raw,
+                action.ref.name, action.ref.namespace, grace_period_seconds=action.grace_seconds, body=options, **raw
             )
             log.info("pod %s deleted (%s, grace %d s)", action.ref.key, action.reason, action.grace_seconds)
             return _version_in(response)
@@ -339,16 +432,14 @@ class Cluster:
             )
             return _version_in(response)
         if isinstance(action, CreateService):
-            self.core.create_namespaced_service(action.ref.namespace, cast(Any, dict(action.manifest)))
+            self.core.create_namespaced_service(action.ref.namespace, action.manifest)
         elif isinstance(action, CreatePod):
-            response = self.core.create_namespaced_pod(action.ref.namespace, cast(Any, dict(action.manifest)), **raw)
+            response = self.core.create_namespaced_pod(action.ref.namespace, action.manifest, **raw)
             log.info("pod %s created", action.ref.key)
             return _version_in(response)
         elif isinstance(action, ApplyDeployment):
             if action.create:
-                response = self.apps.create_namespaced_deployment(
-                    action.ref.namespace, cast(Any, dict(action.manifest)), **raw
-                )
+                response = self.apps.create_namespaced_deployment(action.ref.namespace, action.manifest, **raw)
             else:
                 response = self.apps.patch_namespaced_deployment(
                     action.ref.name, action.ref.namespace, deployment_patch(action), **raw
@@ -385,7 +476,7 @@ class Cluster:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        self.core.create_namespaced_event(namespace, cast(Any, body))
+        self.core.create_namespaced_event(namespace, body)
 
 
 class FencedPool:

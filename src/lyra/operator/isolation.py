@@ -33,6 +33,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import TracebackType
 from typing import Protocol, TypeVar
 
 from lyra.api import names
@@ -94,17 +95,41 @@ class Undecidable:
     message: str
 
 
+class Alone:
+    """A ``with`` block that runs one object's part of a pass. Whatever it raises (a value no bound foresaw, a bug)
+    stops that object only: the actions it had added are undone, the error is logged with its traceback, the block
+    is left, and :attr:`failure` words it for the object's status (``InvalidSpec``), while every other object's
+    decision goes on in the same pass. The caller runs the part itself, so the data flows from it to the part and
+    never back through here."""
+
+    def __init__(self, changes: Undoable, ref: ObjectRef, what: str) -> None:
+        self.changes = changes
+        self.ref = ref
+        self.what = what
+        self.failure: Undecidable | None = None
+        self._mark = (0, 0)
+
+    def __enter__(self) -> Alone:
+        self._mark = self.changes.mark()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> bool:
+        if not isinstance(error, Exception):
+            return False
+        self.changes.undo(self._mark)
+        log.error("%s %s: %s failed", self.ref.kind, self.ref.key, self.what, exc_info=error)
+        self.failure = Undecidable(f"{self.what} failed: {type(error).__name__}: {error}")
+        return True
+
+
 def decide_alone(changes: Undoable, ref: ObjectRef, what: str, step: Callable[[], T]) -> T | Undecidable:
-    """Run one object's part of a pass. Whatever it raises (a value no bound foresaw, a bug) stops that object only:
-    the actions it had added are undone, the error is logged with its traceback, and the caller reports it on the
-    object (``InvalidSpec``) while every other object's decision goes on in the same pass."""
-    mark = changes.mark()
-    try:
+    """Run ``step``, one object's part of a pass, in an :class:`Alone` block: its result, or why it failed."""
+    with Alone(changes, ref, what) as alone:
         return step()
-    except Exception as error:
-        changes.undo(mark)
-        log.exception("%s %s: %s failed", ref.kind, ref.key, what)
-        return Undecidable(f"{what} failed: {type(error).__name__}: {error}")
+    assert alone.failure is not None
+    return alone.failure
 
 
 def key_of(ref: ObjectRef) -> str:

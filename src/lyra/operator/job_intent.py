@@ -5,11 +5,9 @@ crash between the two is completed by the next pass."""
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
-from functools import partial
 
 from lyra.api import conditions
 from lyra.api.resources import JobPhase, WorkerCounts
@@ -24,34 +22,25 @@ from lyra.operator.timestamps import format_time
 from lyra.operator.training_pass import PREEMPTED_BY_ALLOCATION, JobState, TrainingPass
 from lyra.operator.world import PodRecord
 
-log = logging.getLogger("lyra.operator")
+#: One job in the core's snapshot: its core model, its state, and the workers it counts as placed.
+Entry = tuple[TrainingJob, JobState, list[PodRecord]]
 
 
 class JobIntents:
-    """The allocation of the pass and the intent it gives each job."""
+    """The allocation of the pass and the intent it gives each job. :class:`lyra.operator.jobs.JobBook` runs its
+    steps, each job's alone: the servers and the jobs to model, each job's entry, the snapshot they make, the plan,
+    and each job's intent from it."""
 
     def __init__(self, training: TrainingPass, work: WorkLedger, life: JobLives) -> None:
         self.training = training
         self.work = work
         self.life = life
 
-    def training_snapshot(self, states: Mapping[str, LoanState]) -> ClusterSnapshot:
-        return self.snapshot(states, allocating=False)[0]
-
-    def snapshot(
-        self, states: Mapping[str, LoanState], *, allocating: bool = True
-    ) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
-        """The core's view: servers in their loan states after this pass, running jobs where their workers are, and
-        GPUs held by everything else (replicas, other GPU pods, leaving workers). A lost node is left out; an
-        unhealthy one is in it with all its GPUs its jobs' workers do not use held. ``allocating``: the view the
-        allocation decides on, where a job whose workers are still leaving (:meth:`JobLives.leaving`) is left out
-        with all its GPUs held, so that it alone waits for them (the reclaims' view keeps it where it runs).
-
-        A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
-        out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
-        # An inference server the loan cycle leaves out (it runs GPU pods Lyra does not manage) is serving: no
-        # training work goes there, and the GPUs those pods hold are held here too.
-        servers = tuple(
+    def servers(self, states: Mapping[str, LoanState]) -> tuple[Server, ...]:
+        """The servers in their loan states after this pass; a lost node is left out. An inference server the loan
+        cycle leaves out (it runs GPU pods Lyra does not manage) is serving: no training work goes there, and the
+        GPUs those pods hold are held here too."""
+        return tuple(
             Server(
                 n.name,
                 n.pool,
@@ -62,20 +51,33 @@ class JobIntents:
             for n in self.training.world.nodes
             if n.name not in self.training.lost_nodes
         )
-        hosts = {s.name for s in servers if s.hosts_training}
-        entries: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
-        for job in list(self.training.jobs.values()):
+
+    def modelled(self, *, allocating: bool) -> list[JobState]:
+        """The jobs the core's snapshot holds. ``allocating``: the view the allocation decides on, where a job whose
+        workers are still leaving (:attr:`JobState.leaving`) is left out with all its GPUs held, so that it alone
+        waits for them (the reclaims' view keeps it where it runs)."""
+        modelled = []
+        for job in self.training.jobs.values():
             if job.status.phase not in (JobPhase.RUNNING, JobPhase.QUEUED) or job.finishing:
                 continue  # a finishing job's last workers hold their GPUs until they exit; nothing to decide
-            if job.status.phase is JobPhase.QUEUED and self.training.held_back(job):
+            if job.status.phase is JobPhase.QUEUED and job.held_back:
                 continue  # its pods would be refused again: it is not given GPUs until its retry is due
-            if any(p.node in self.training.unknown_nodes for p in job.bound_live()):
+            if job.on_unknown_node:
                 continue  # workers on a node nothing says the size of: the job is kept as it is, its GPUs held
-            if allocating and self.life.leaving(job):
+            if allocating and job.leaving:
                 continue  # it waits for its own leaving workers; their GPUs (and its others') are held
-            entry = self.training.alone(job, "modelling the job", partial(self.entry, job, hosts))
-            if entry is not None:
-                entries.append(entry)
+            modelled.append(job)
+        return modelled
+
+    def snapshot(
+        self, servers: tuple[Server, ...], entries: list[Entry]
+    ) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
+        """The core's view: ``servers``, the jobs of ``entries`` where their workers are, and GPUs held by everything
+        else (replicas, other GPU pods, leaving workers). An unhealthy node is in it with all its GPUs its jobs'
+        workers do not use held. Returns the snapshot, the GPUs held on each node and the jobs it holds by name.
+
+        A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
+        out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
         snapshot, kept = self._consistent(servers, entries)
         counted = {p.ref.key for _, _, placed in kept for p in placed}
         held: dict[str, int] = defaultdict(int)
@@ -92,11 +94,11 @@ class JobIntents:
                 held[server.name] = max(server.gpus - workers_on[server.name], held[server.name])
         return snapshot, dict(held), {core.name: job for core, job, _ in kept}
 
-    def entry(self, job: JobState, hosts: set[str]) -> tuple[TrainingJob, JobState, list[PodRecord]]:
+    def entry(self, job: JobState, hosts: set[str]) -> Entry:
         """One job as the core's snapshot holds it, with the workers it counts as placed."""
         placed = [
             p
-            for p in job.bound_live()
+            for p in job.bound_live
             if job.status.phase is JobPhase.RUNNING
             and p.node in hosts
             and p.ref.key not in self.training.changes.deleted
@@ -108,15 +110,13 @@ class JobIntents:
             placement[pod.node] += 1
         return self.work.core_job(job, placement, self.work.remaining_work(job)), job, placed
 
-    def _consistent(
-        self, servers: tuple[Server, ...], entries: list[tuple[TrainingJob, JobState, list[PodRecord]]]
-    ) -> tuple[ClusterSnapshot, list[tuple[TrainingJob, JobState, list[PodRecord]]]]:
+    def _consistent(self, servers: tuple[Server, ...], entries: list[Entry]) -> tuple[ClusterSnapshot, list[Entry]]:
         """The snapshot of ``servers`` and the jobs of ``entries`` that agree with them, and those entries."""
         try:
             return ClusterSnapshot(servers, tuple(core for core, _, _ in entries), self.training.config.gpus), entries
         except InvalidClusterError:
             pass
-        kept: list[tuple[TrainingJob, JobState, list[PodRecord]]] = []
+        kept: list[Entry] = []
         for entry in entries:
             try:
                 ClusterSnapshot(servers, (*(core for core, _, _ in kept), entry[0]), self.training.config.gpus)
@@ -127,54 +127,15 @@ class JobIntents:
             kept.append(entry)
         return ClusterSnapshot(servers, tuple(core for core, _, _ in kept), self.training.config.gpus), kept
 
-    def allocate(self, states: Mapping[str, LoanState]) -> None:
-        try:
-            snapshot, held, by_name = self.snapshot(states)
-            plan = self.allocation(snapshot, held, by_name)
-        except InvalidClusterError as error:
-            self.training.changes.report = replace(self.training.changes.report, allocation_error=str(error))
-            return
-        if plan is None:
-            return
-        self.training.changes.report = replace(self.training.changes.report, allocation=_allocation_report(plan))
-        rooms: dict[int, dict[str, int]] = {}  # GPUs per worker -> workers each GPU type holds, empty
-        for name, job in by_name.items():
-            if job.key in self.training.jobs:
-                self.training.alone(
-                    job, "applying the allocation", partial(self.intend, job, name, plan, snapshot, rooms)
-                )
+    def plan(self, snapshot: ClusterSnapshot, held: Mapping[str, int]) -> AllocationPlan:
+        """``allocate_workers`` on ``snapshot`` with the pass's search budget."""
+        return allocate_workers(snapshot, held=held, search_budget=self.training.config.search_budget)
 
-    def allocation(
-        self, snapshot: ClusterSnapshot, held: Mapping[str, int], by_name: Mapping[str, JobState]
-    ) -> AllocationPlan | None:
-        """``allocate_workers`` on the pass's snapshot. Should it raise anything but :class:`InvalidClusterError`
-        (a value no bound foresaw), each job is allocated alone on the same servers: those that raise alone fail
-        alone (``InvalidSpec``), and the others are allocated together again. ``None``: even they raise together
-        (no intent changes in this pass; the report says why)."""
-        budget = self.training.config.search_budget
-        try:
-            return allocate_workers(snapshot, held=held, search_budget=budget)
-        except InvalidClusterError:
-            raise
-        except Exception:
-            log.exception("the allocation failed; allocating each job alone to find the ones that fail it")
-        kept = []
-        for core in snapshot.jobs:
-            alone = replace(snapshot, jobs=(core,))
-            tried = self.training.alone(
-                by_name[core.name],
-                "allocating GPUs",
-                partial(allocate_workers, alone, held=held, search_budget=budget),
-            )
-            if tried is not None:
-                kept.append(core)
-        try:
-            return allocate_workers(replace(snapshot, jobs=tuple(kept)), held=held, search_budget=budget)
-        except Exception as error:
-            log.exception("the allocation failed with every job that fails alone left out")
-            report = self.training.changes.report
-            self.training.changes.report = replace(report, allocation_error=f"{type(error).__name__}: {error}")
-            return None
+    def report(self, plan: AllocationPlan) -> None:
+        self.training.changes.report = replace(self.training.changes.report, allocation=_allocation_report(plan))
+
+    def report_error(self, error: str) -> None:
+        self.training.changes.report = replace(self.training.changes.report, allocation_error=error)
 
     def intend(
         self,

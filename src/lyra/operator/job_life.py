@@ -6,7 +6,6 @@ earlier run of a job of the same name are deleted (with their UID as preconditio
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 
 from lyra.api import conditions
 from lyra.api.resources import JobPhase, WorkerCounts
@@ -92,11 +91,6 @@ class JobLives:
         report = self.training.changes.report
         self.training.changes.report = replace(report, preempted={**report.preempted, job.key: cause})
 
-    def lives(self) -> None:
-        self.clean_stale()
-        for job in list(self.training.jobs.values()):
-            self.training.alone(job, "deciding the job's life", partial(self.life, job))
-
     def life(self, job: JobState) -> None:
         """One job's life in the pass (see the module docstring)."""
         spec, status = job.record.spec, job.status
@@ -132,11 +126,11 @@ class JobLives:
     def lose_workers(self, job: JobState, disrupted: list[PodRecord]) -> bool:
         """Workers on lost nodes and disrupted ones are gone: the job is scaled in if it keeps its base, else re-queued
         (counted as a preemption). Returns whether the job was re-queued."""
-        on_lost = [p for p in job.live if p.node and self.training.node_lost(p.node) is not None]
+        on_lost = [p for p, _ in job.on_lost_nodes]
         gone = {p.ref.key: p for p in [*on_lost, *disrupted]}
         if not gone:
             return False
-        reasons = sorted({why for p in on_lost if (why := self.training.node_lost(p.node)) is not None})
+        reasons = sorted({why for _, why in job.on_lost_nodes})
         reasons += [f"worker {p.ref.name} disrupted ({p.disruption})" for p in disrupted]
         why = "; ".join(reasons)
         remaining = [p for p in job.live if p.ref.key not in gone]
@@ -156,7 +150,7 @@ class JobLives:
         """A started gang must bind within the gang timeout; a running job that lost its base is re-queued."""
         spec = job.record.spec
         started = parse_time(job.status.started_at) or job.record.created
-        bound = job.bound_live()
+        bound = job.bound_live
         pending = [p for p in job.live if not p.node]
         overdue = self.training.changes.now - started > self.training.config.gang_timeout_s
         if len(bound) >= spec.min_workers:
@@ -208,17 +202,10 @@ class JobLives:
 
     def settled(self) -> bool:
         """Allocation waits while workers are in flight (being placed, or deleted by this pass): it decides on a
-        settled cluster. A worker still terminating holds up only its own job (:meth:`leaving`), never the others'
+        settled cluster. A worker still terminating holds up only its own job, never the others'
         allocation: a pod that does not terminate (a finalizer, SIGTERM ignored under a long grace) is its job's
-        business, and its GPUs are counted as held on its node until it is gone."""
+        business (:attr:`JobState.leaving`), and its GPUs are counted as held on its node until it is gone."""
         for job in self.training.jobs.values():
             if job.status.phase is JobPhase.RUNNING and any(not p.node for p in job.live):
                 return False
         return not self.training.changes.deletes()
-
-    def leaving(self, job: JobState) -> bool:
-        """Whether workers of ``job`` are still terminating on a node that takes work: the allocation leaves the job
-        as it is (not started, resized or preempted by it) until they are gone. Pods stuck terminating on an
-        unhealthy node (its kubelet cannot confirm) do not hold it: that node takes no new work anyway, and its GPUs
-        stay counted as held."""
-        return any(p.terminating and p.holds_gpus and self.training.plannable(p.node) for p in job.pods)

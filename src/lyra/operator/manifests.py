@@ -160,7 +160,8 @@ def worker_pod(
     """One worker pod of a TrainingJob, from the job's template.
 
     ``rendezvous_host`` is the index of the base worker whose agent hosts the job's c10d store (the lowest-indexed
-    base worker of the gang); every worker of a gang must be given the same one. Environment the template sets wins.
+    base worker of the gang); every worker of a gang must be given the same one. Environment the template sets wins;
+    Lyra's variables come first in each container's list, so the template's values may refer to them as ``$(NAME)``.
     ``scheduler_name`` is the operator's ``--scheduler-name`` (empty: the cluster's default scheduler).
     """
     workers = WorkerPodBuilder(
@@ -228,8 +229,8 @@ class WorkerPodBuilder:
         }
         self.host_conf = rendezvous_conf(is_host=True)
         self.member_conf = rendezvous_conf(is_host=False)
-        # Per container of the template: the container without its environment, the template's environment, then
-        # Lyra's variables the template does not set (a shared entry, or the name of a pod's own).
+        # Per container of the template: the container without its environment, the template's environment, and
+        # Lyra's variables the template does not set (a shared entry, or the name of a pod's own), which go first.
         self.containers: list[tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, str] | str]]] = []
         for position, given in enumerate(self.spec.get("containers") or []):
             container = dict(given)
@@ -276,7 +277,9 @@ class WorkerPodBuilder:
         containers = []
         for given, own_env, lyra_env in self.containers:
             container = dict(given)
-            container["env"] = own_env + [e if isinstance(e, dict) else {"name": e, "value": own[e]} for e in lyra_env]
+            # Lyra's variables first: the kubelet expands ``$(NAME)`` only to variables earlier in the list, so a
+            # template's own value may name them (``/checkpoints/$(LYRA_JOB)-w$(LYRA_WORKER).json``).
+            container["env"] = [e if isinstance(e, dict) else {"name": e, "value": own[e]} for e in lyra_env] + own_env
             containers.append(container)
         node_affinity: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": self.required}
         if planned_node:

@@ -33,6 +33,7 @@ from lyra.api.resources import JobPhase, TrainingJobStatus
 from lyra.core.model import LoanState, Pool
 from lyra.core.placement import PodRole
 from lyra.exposition import exporter_registry
+from lyra.operator import api_errors
 from lyra.operator.actions import Decision, DeletePod, PatchStatus, SetNodeState
 from lyra.operator.commit import APPLIED
 from lyra.operator.timestamps import parse_time
@@ -160,6 +161,15 @@ WATCH_EVENTS = MetricSpec(
     "Watch events each cache applied (bookmarks included), by cache",
     ("cache",),
 )
+API_ERRORS = MetricSpec(
+    "lyra_api_errors_total",
+    COUNTER,
+    "Requests to the API server that it refused (by status code) or that got no answer (code network), by "
+    "Kubernetes verb (get, list, watch, create, update, patch, delete): the operator's writes, its watch caches' "
+    "lists and watches, its Lease's reads and renewals; every verb and known code from zero. 404 and 409 are "
+    "routine (an object gone or changed since it was read); 401, 403, 429, 5xx and network are not",
+    ("verb", "code"),
+)
 LEADER = MetricSpec("lyra_leader", GAUGE, "1 while this operator holds the leader Lease and acts, else 0")
 BUILD_INFO = MetricSpec("lyra_build_info", GAUGE, "Always 1; the operator's version as a label", ("version",))
 
@@ -182,6 +192,7 @@ METRICS: tuple[MetricSpec, ...] = (
     WATCH_LISTS,
     WATCH_ERRORS,
     WATCH_EVENTS,
+    API_ERRORS,
     LEADER,
     BUILD_INFO,
 )
@@ -416,6 +427,9 @@ class OperatorMetrics:
             self._counters[PREEMPTIONS.name].labels(reason.value)
         for result in (SUCCEEDED, FAILED):
             self._counters[PASSES.name].labels(result)
+        for verb in api_errors.VERBS:
+            for code in api_errors.CODES:
+                self._counters[API_ERRORS.name].labels(verb, code)
         for phase in (OBSERVE, DECIDE, COMMIT):
             self._histograms[PASS_DURATION.name].labels(phase)
         self._leader = PromGauge(LEADER.name, LEADER.help, registry=self.registry)
@@ -485,6 +499,10 @@ class OperatorMetrics:
 
     def phase_took(self, phase: str, seconds: float) -> None:
         self._histograms[PASS_DURATION.name].labels(phase).observe(seconds)
+
+    def api_error(self, verb: str, code: str) -> None:
+        """The API server refused a request (``code``: its status) or it got no answer (``network``)."""
+        self._counters[API_ERRORS.name].labels(verb, code).inc()
 
     def pass_ended(self, result: str) -> None:
         self._counters[PASSES.name].labels(result).inc()

@@ -1,6 +1,7 @@
 """The running operator: watch caches wake a reconcile loop that observes, decides and commits.
 
-The caches (:mod:`lyra.operator.caches`, on :mod:`lyra.kubewatch`) keep list-and-watch streams on pool nodes, pods,
+The caches (:mod:`lyra.operator.caches`, on :mod:`lyra.kubewatch`; or, with ``watch_layer="kopf"``, kopf's indexes,
+:mod:`lyra.operator.kopf_caches`) keep list-and-watch streams on pool nodes, pods,
 TrainingJobs, InferenceServices and Lyra's Deployments (resuming, with backoff); any change to an object they keep
 wakes the loop. The loop makes no pass before every cache has listed once (``/readyz`` is not ready meanwhile), then
 one pass at a time (coalescing the events that arrived meanwhile), and at least one every ``resync_s`` so that timed
@@ -37,7 +38,8 @@ from lyra.api import names
 from lyra.core.gpus import MemoryDisagreement
 from lyra.operator import heap
 from lyra.operator.actions import ApplyDeployment, Decision, PatchStatus, SetNodeState
-from lyra.operator.caches import ClusterCaches
+from lyra.operator.api_errors import count_api_errors, count_write_errors
+from lyra.operator.caches import watch_layer
 from lyra.operator.commit import Cluster
 from lyra.operator.config import LoopSettings
 from lyra.operator.decide import OperatorConfig, decide, observed_gpus
@@ -71,6 +73,7 @@ class RunOptions:
     http_address: str = ""  # all interfaces
     http_port: int = 0  # 0: no metrics or health endpoints
     debug_endpoints: bool = False  # also /debug/caches on http_port
+    watch_layer: str = "kubewatch"  # or "kopf" (lyra.operator.caches.WATCH_LAYERS)
 
     @property
     def liveness_window_s(self) -> float:
@@ -312,9 +315,12 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     """Run until SIGINT/SIGTERM: the watch caches, the reconcile loop and the Lease's loop."""
     lease = leader_lease(cluster, options)
     reconciler = Reconciler(cluster, options, lease=lease)
+    for api in (cluster.api, lease.api):  # the writes and the watch caches' client; the Lease's
+        count_api_errors(api, reconciler.metrics.api_error)
+    count_write_errors(cluster.writes, reconciler.metrics.api_error)
     heap.tune_collector()
     reconciler.after_first_pass = heap.freeze_survivors  # the caches and the first readings: long-lived
-    caches = cluster.caches or ClusterCaches.on_api(cluster.api)
+    caches = cluster.caches or watch_layer(options.watch_layer, cluster.api)
     cluster.caches = caches
     reconciler.metrics.watch(caches.caches)
     debug = caches.versions if options.debug_endpoints else None

@@ -6,13 +6,10 @@ core refuses. The parts that act on it, one responsibility each: :mod:`lyra.oper
 
 from __future__ import annotations
 
-import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from lyra.api import conditions
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
@@ -21,7 +18,7 @@ from lyra.operator.actions import PatchStatus
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.config import OperatorConfig
-from lyra.operator.isolation import Undecidable, decide_alone, key_of
+from lyra.operator.isolation import key_of
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import JobRecord, PodRecord, World
 
@@ -37,33 +34,33 @@ PREEMPTED_LOST_BASE = conditions.PreemptionCause.LOST_BASE
 PREEMPTED_NODE_LOST = conditions.PreemptionCause.NODE_LOST
 PREEMPTED_BY_DISRUPTION = conditions.PreemptionCause.DISRUPTION
 
-log = logging.getLogger("lyra.operator")
-T = TypeVar("T")
-
 
 @dataclass(slots=True)
 class JobState:
-    """A job during the pass: its record, its pods, and the status this pass will leave it with."""
+    """A job during the pass: its record, its pods, the status this pass will leave it with, and what the parts of
+    the training side read about it, worked out once when the pass starts (its pods and the nodes' health do not
+    change during a pass), so that no part calls back into the pass for them."""
 
     record: JobRecord
     pods: tuple[PodRecord, ...]
     status: TrainingJobStatus
-
-    @property
-    def key(self) -> str:
-        return self.record.ref.key
-
-    @property
-    def live(self) -> list[PodRecord]:
-        return [p for p in self.pods if p.is_live]
-
-    @property
-    def finishing(self) -> bool:
-        """A worker has exited 0: the job is ending (the others follow); it is neither resized nor restarted."""
-        return any(p.phase == "Succeeded" for p in self.pods)
-
-    def bound_live(self) -> list[PodRecord]:
-        return [p for p in self.pods if p.is_live and p.node]
+    #: ``namespace/name``.
+    key: str
+    #: The pods that count as its workers (not terminating, not finished), and those of them bound to a node.
+    live: tuple[PodRecord, ...]
+    bound_live: tuple[PodRecord, ...]
+    #: A worker has exited 0: the job is ending (the others follow); it is neither resized nor restarted.
+    finishing: bool
+    #: Its live workers on lost or gone nodes, each with why the node is out (:meth:`TrainingPass.node_lost`).
+    on_lost_nodes: tuple[tuple[PodRecord, str], ...]
+    #: A bound worker is on a node nothing says the size of (:attr:`TrainingPass.unknown_nodes`).
+    on_unknown_node: bool
+    #: Workers of it are still terminating on a node that takes work: the allocation leaves the job as it is (not
+    #: started, resized or preempted by it) until they are gone. Pods stuck terminating on an unhealthy node (its
+    #: kubelet cannot confirm) do not hold it: that node takes no new work anyway, and its GPUs stay counted as held.
+    leaving: bool
+    #: The API refused its writes and its retry is not due yet (:mod:`lyra.operator.isolation`).
+    held_back: bool
 
     def update(self, **changes: Any) -> None:
         self.status = self.status.model_copy(update=changes)
@@ -76,13 +73,6 @@ class TrainingPass:
         self.world = world
         self.config = config
         self.changes = changes
-        self.jobs = {
-            j.ref.key: JobState(j, world.pods_of(j.ref.key), j.status)
-            for j in world.jobs
-            if not (j.status.phase in FINISHED_PHASES and not any(p.is_live for p in world.pods_of(j.ref.key)))
-            and not j.deleting  # the garbage collector removes (or orphans) its pods; nothing is decided for it
-        }
-        self.refused: list[JobState] = []
         now = changes.now
         #: Nodes in no plan: lost (unhealthy past the grace), and gone ones (neither read nor left out as unreadable).
         self.lost_nodes = {n.name: n.health for n in world.nodes if n.lost(now, config.node_grace_s)}
@@ -104,6 +94,13 @@ class TrainingPass:
             | {u.ref.name for u in world.unreadable if u.ref.kind == "Node"}
             | {m.ref.name for m in world.misread}
         )
+        self.jobs = {
+            j.ref.key: self.job_state(j, world.pods_of(j.ref.key))
+            for j in world.jobs
+            if not (j.status.phase in FINISHED_PHASES and not any(p.is_live for p in world.pods_of(j.ref.key)))
+            and not j.deleting  # the garbage collector removes (or orphans) its pods; nothing is decided for it
+        }
+        self.refused: list[JobState] = []
         #: Worker indices whose names are still taken by pods that are not the job's (an earlier run's, or any pod
         #: of that name Lyra does not manage, such as a worker orphaned by a deletion): not reused meanwhile.
         self.stale_indices: dict[str, set[int]] = defaultdict(set)
@@ -125,6 +122,26 @@ class TrainingPass:
                 if not self.config.elasticity and model.max_workers > model.min_workers:
                     model = replace(model, max_workers=model.min_workers)  # --elasticity off: the base gang only
                 self.models[key] = model
+
+    def job_state(self, record: JobRecord, pods: tuple[PodRecord, ...]) -> JobState:
+        """The job as the pass starts with it, with what the parts read about it worked out (:class:`JobState`)."""
+        live = tuple(p for p in pods if p.is_live)
+        bound_live = tuple(p for p in live if p.node)
+        on_lost = tuple((p, why) for p in bound_live if (why := self.node_lost(p.node)) is not None)
+        failure = self.changes.failures.get(key_of(record.ref))
+        return JobState(
+            record,
+            pods,
+            record.status,
+            key=record.ref.key,
+            live=live,
+            bound_live=bound_live,
+            finishing=any(p.phase == "Succeeded" for p in pods),
+            on_lost_nodes=on_lost,
+            on_unknown_node=any(p.node in self.unknown_nodes for p in bound_live),
+            leaving=any(p.terminating and p.holds_gpus and self.plannable(p.node) for p in pods),
+            held_back=failure is not None and self.changes.now < failure.retry_at,
+        )
 
     def bounded(self, job: JobState, model: TrainingJob) -> TrainingJob:
         """The job as the queue orders it: at most its namespace's priority bound (``--max-priority``), and the
@@ -165,17 +182,11 @@ class TrainingPass:
         self.changes.emit(job.record.ref, conditions.INVALID_SPEC, message, warning=True)
         self.refused.append(job)
 
-    def alone(self, job: JobState, what: str, step: Callable[[], T]) -> T | None:
-        """Run one job's part of the pass under the per-object isolation (:func:`lyra.operator.isolation.decide_alone`):
-        if it raises, what it decided is undone and the job fails alone (``InvalidSpec``, the error named), out of
-        the rest of the pass; the other jobs are decided as before. Returns the step's result, ``None`` if it raised."""
-        outcome = decide_alone(self.changes, job.record.ref, what, step)
-        if isinstance(outcome, Undecidable):
-            self.jobs.pop(job.key, None)
-            self.models.pop(job.key, None)
-            self.refuse(job, outcome.message)
-            return None
-        return outcome
+    def drop(self, job: JobState, message: str) -> None:
+        """Take ``job`` out of the rest of the pass and fail it alone (``InvalidSpec``, ``message`` its error)."""
+        self.jobs.pop(job.key, None)
+        self.models.pop(job.key, None)
+        self.refuse(job, message)
 
     def plannable(self, node: str) -> bool:
         """Whether new work may be planned onto ``node``: it is known and healthy."""
@@ -188,15 +199,6 @@ class TrainingPass:
         if node and node not in self.known_nodes:
             return f"node {node} is gone"
         return None
-
-    def held_back(self, job: JobState) -> bool:
-        """Whether the API refused ``job``'s writes and its retry is not due yet (:mod:`lyra.operator.isolation`)."""
-        failure = self.changes.failures.get(key_of(job.record.ref))
-        return failure is not None and self.changes.now < failure.retry_at
-
-    def write_statuses(self) -> None:
-        for job in [*self.jobs.values(), *self.refused]:
-            decide_alone(self.changes, job.record.ref, "writing the status", partial(self.write_status, job))
 
     def write_status(self, job: JobState) -> None:
         status = job.status.model_copy(update={"observed_generation": job.record.generation})

@@ -4,19 +4,15 @@ new worker never reuses an index still held by a pod of an earlier run."""
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 
 from lyra.api import conditions, names
-from lyra.api.resources import JobPhase
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
 from lyra.operator.actions import CreatePod, CreateService, SetPodRole
 from lyra.operator.job_work import WorkLedger
 from lyra.operator.training_pass import JobState, TrainingPass
 from lyra.operator.world import ObjectRef, PodRecord
-
-log = logging.getLogger("lyra.operator")
 
 
 class WorkerPods:
@@ -25,21 +21,6 @@ class WorkerPods:
     def __init__(self, training: TrainingPass, work: WorkLedger) -> None:
         self.training = training
         self.work = work
-
-    def converge(self) -> None:
-        """Make every running job's pods match its intent (target and planned placement). A job whose pods cannot be
-        built fails alone: what was decided for it is undone and the others go on."""
-        for job in list(self.training.jobs.values()):
-            if job.status.phase is not JobPhase.RUNNING or job.finishing:
-                continue
-            mark = self.training.changes.mark()
-            try:
-                self.converge_job(job)
-            except Exception as error:  # one job's bad template or a bug in building it: that job only
-                log.exception("TrainingJob %s: its worker pods cannot be built", job.key)
-                self.training.changes.undo(mark)
-                del self.training.jobs[job.key]
-                self.training.refuse(job, f"the worker pods cannot be built: {type(error).__name__}: {error}")
 
     def converge_job(self, job: JobState) -> None:
         """One running job's pods made to match its intent."""

@@ -114,24 +114,21 @@ class PodRecord:
     #: name); a worker whose labels were edited has them written back.
     labelled: bool = True
 
-    @property
-    def is_finished(self) -> bool:
-        return self.phase in _FINISHED
+    #: Worked out once from the fields above, so that a pass reads them as data, never calls back in for them:
+    #: finished (``Succeeded`` or ``Failed``); started (running, with no container stuck waiting: a pod in
+    #: ``ImagePullBackOff`` is not running, however long); holding GPUs (bound and not finished: a terminating pod
+    #: holds them until it is gone); live (counts as a worker of its job: not terminating, not finished).
+    is_finished: bool = field(init=False, repr=False, compare=False)
+    started: bool = field(init=False, repr=False, compare=False)
+    holds_gpus: bool = field(init=False, repr=False, compare=False)
+    is_live: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def started(self) -> bool:
-        """Running, with no container stuck waiting (a pod in ``ImagePullBackOff`` is not running, however long)."""
-        return self.phase == "Running" and not self.stuck
-
-    @property
-    def holds_gpus(self) -> bool:
-        """Bound and not finished: the GPUs are taken (a terminating pod holds them until it is gone)."""
-        return bool(self.node) and not self.is_finished
-
-    @property
-    def is_live(self) -> bool:
-        """Counts as a worker of its job: not terminating, not finished."""
-        return not self.terminating and not self.is_finished
+    def __post_init__(self) -> None:
+        finished = self.phase in _FINISHED
+        object.__setattr__(self, "is_finished", finished)
+        object.__setattr__(self, "started", self.phase == "Running" and not self.stuck)
+        object.__setattr__(self, "holds_gpus", bool(self.node) and not finished)
+        object.__setattr__(self, "is_live", not self.terminating and not finished)
 
 
 @dataclass(frozen=True, slots=True)

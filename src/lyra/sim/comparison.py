@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lyra.sim.bound import JctBound, jct_bound
 from lyra.sim.calibration import CalibrationReport
 from lyra.sim.engine import ProgressCallback, Simulation, SimulationResult
 from lyra.sim.load import LoadSeries
@@ -25,6 +26,8 @@ class Comparison:
     results: tuple[SimulationResult, ...]
     metrics: dict[str, SchemeMetrics]
     context: dict[str, Any]
+    #: The lower bound on mean JCT that no scheme can beat on this workload (:mod:`lyra.sim.bound`).
+    bound: JctBound
 
 
 def compare(
@@ -43,6 +46,7 @@ def compare(
         callback = progress(scheme.name) if progress is not None else None
         results.append(Simulation(workload, scenario, scheme, load, progress=callback).run())
     metrics = {result.scheme: summarise(result) for result in results}
+    bound = jct_bound(workload, scenario)
     context: dict[str, Any] = {
         "inputs": {
             "trace": trace.path,
@@ -60,5 +64,6 @@ def compare(
         },
         "scenario": scenario.model_dump(mode="json"),
         "calibration": calibration.as_dict() if calibration is not None else None,
+        "jct_bound": bound.as_dict(),
     }
-    return Comparison(tuple(results), metrics, context)
+    return Comparison(tuple(results), metrics, context, bound)

@@ -81,13 +81,17 @@ def where_the_gain_comes_from(metrics: Mapping[str, SchemeMetrics]) -> str | Non
     return f"where the gain comes from (mean JCT, baseline {base:.0f} s): {parts}; {verdict}; {usage}"
 
 
-def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = True) -> str:
+def format_table(
+    metrics: Mapping[str, SchemeMetrics], *, bound_s: float | None = None, with_poster: bool = True
+) -> str:
+    """The table; ``bound_s`` (the lower bound on mean JCT, :mod:`lyra.sim.bound`) adds a ``bound`` column: the
+    bound and the scheme's mean JCT over it."""
     baseline = metrics.get("baseline")
     header = (
         f"{'scheme':<18} {'queue mean/median/p95 (s)':>27} {'JCT mean/median/p95 (s)':>27} "
         f"{'usage tr/all':>12} {'lent used':>9} {'preempt':>8} {'lost GPU-h':>10} {'inf. short s / share':>20} "
         f"{'inf. wait':>9} {'queue x':>8} {'JCT x':>6}"
-    )
+    ) + (f" {'bound (JCT / bound)':>20}" if bound_s is not None else "")
     lines = [header, "-" * len(header)]
     for name, m in metrics.items():
         r = ratios(m, baseline)
@@ -105,6 +109,7 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
                 queue_ratio=r["queue_mean_reduction"],
                 jct_ratio=r["jct_mean_reduction"],
             )
+            + (f" {bound_cell(m.jct_mean_s, bound_s):>20}" if bound_s is not None else "")
         )
     sentence = where_the_gain_comes_from(metrics)
     if sentence is not None:
@@ -130,6 +135,12 @@ def format_table(metrics: Mapping[str, SchemeMetrics], *, with_poster: bool = Tr
                 )
             )
     return "\n".join(lines)
+
+
+def bound_cell(jct_mean_s: float, bound_s: float) -> str:
+    """``bound (mean JCT / bound)``, e.g. ``5210 (1.47x)``: how far a scheme is from the best possible."""
+    ratio = f"{jct_mean_s / bound_s:.2f}x" if bound_s > 0 else "-"
+    return f"{bound_s:.0f} ({ratio})"
 
 
 def _row(

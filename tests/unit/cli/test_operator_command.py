@@ -31,6 +31,8 @@ from lyra.settings import DEFAULT_INFERENCE_GPU_CAP, DEFAULT_MAX_PRIORITY
         (["--max-priority", "ML=1"], "'ML' is not a namespace name"),
         (["--max-priority", "ml=2000000"], "the bound of ml must be -1000000 to 1000000"),
         (["--max-priority", "ml=1", "--max-priority", "ml=2"], "a namespace is bounded twice: ml"),
+        (["--watch-layer", "informer"], "--watch-layer (or $LYRA_WATCH_LAYER) 'informer': not a watch layer"),
+        (["--watch-layer", ""], "not a watch layer (one of kubewatch, kopf)"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,6 +42,14 @@ def test_bad_flags_exit_2_with_a_message(argv: list[str], message: str, capsys: 
         code = int(exit_.code or 0)
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_bad_watch_layer_in_the_environment_exits_2_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(operator_commands.WATCH_LAYER_ENV, "KOPF")
+    assert main(["operator"]) == 2
+    assert "--watch-layer (or $LYRA_WATCH_LAYER) 'KOPF': not a watch layer" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["operator", "status", "emulate"])

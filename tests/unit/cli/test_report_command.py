@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from lyra.chart.dashboards import DASHBOARDS
-from lyra.chart.grafana import concrete
 from lyra.cli import main
 from lyra.cli.report_panels import PrometheusApi, Window, write_report
+from lyra.dashboards.definitions import DASHBOARDS
+from lyra.dashboards.grafana import concrete
 from lyra.localcluster.ports import allocate_ports
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -12,9 +12,10 @@ import jsonschema
 import pytest
 import yaml
 
+from lyra.api.scheduler_extender import ExtenderClientTls, extender_stanza
 from lyra.chart import sources, values
 from lyra.cli import main
-from lyra.localcluster.componentconfig import ExtenderClientTls, extender_stanza, scheduler_config
+from lyra.localcluster.componentconfig import scheduler_config
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 CHART = REPOSITORY / "helm" / "lyra"

@@ -3,7 +3,7 @@ their labels; every panel reads the datasource variable; panels tile the grid wi
 differs from the importable one only in the reclaim deadline, which it reads from the values.
 
 The oracle for names and labels is the live exposition of the metrics code, read by prometheus_client's parser and
-regular expressions over the queries: it shares no code with :mod:`lyra.chart.dashboards`' query builders."""
+regular expressions over the queries: it shares no code with :mod:`lyra.dashboards.definitions`' query builders."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lyra.chart import dashboards, grafana
+from lyra.dashboards import definitions as dashboards
+from lyra.dashboards import grafana
 from lyra.extender.app import ExtenderMetrics
 from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.metrics import AppliedCounts, OperatorMetrics
@@ -27,7 +28,7 @@ REPOSITORY = Path(__file__).resolve().parents[3]
 EXPECTED_PANELS = {
     "lyra-loans": 6,
     "lyra-training": 3,
-    "lyra-internals": 6,
+    "lyra-internals": 7,
 }
 _METRIC = re.compile(r"\b(lyra_[a-z0-9_]+)")
 
@@ -79,7 +80,14 @@ def queries() -> list[tuple[str, str, str]]:
 def test_the_dashboards_have_the_panels_the_issue_asks_for() -> None:
     assert {d.uid: len(d.panels) for d in dashboards.DASHBOARDS} == EXPECTED_PANELS
     titles = {panel.title for d in dashboards.DASHBOARDS for panel in d.panels}
-    for wanted in ("GPUs lent now", "Reclaims per hour", "p95 queue wait", "Leader", "Extender p99 latency"):
+    for wanted in (
+        "GPUs lent now",
+        "Reclaims per hour",
+        "p95 queue wait",
+        "Leader",
+        "Extender p99 latency",
+        "API errors by verb and code",
+    ):
         assert wanted in titles
 
 

@@ -4,6 +4,7 @@ while streaming, the bytes held across requests are capped (503), and slow clien
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import select
@@ -26,7 +27,7 @@ from lyra.extender.app import (
     FixedView,
     create_app,
 )
-from lyra.extender.serving import server_config
+from lyra.extender.serving import MAX_HEAD_BYTES, server_config
 from lyra.extender.view import build_view
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.waiting import wait_for
@@ -156,6 +157,37 @@ def test_a_client_that_sends_its_headers_slowly_is_cut() -> None:
             cut = closed_within(sock, 6, drip=head)
         assert cut is not None, "a head dripping for 6 s was never cut"
         assert 0.8 <= cut <= 4
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["at-once", "in-pieces"])
+def test_a_request_head_over_the_bound_gets_a_400_and_the_connection_closed(split: bool) -> None:
+    """httptools has no bound of its own on a head (h11 had 16 KiB): the server keeps it."""
+    with serving(empty_app(), client_timeout_s=10) as port:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with sock:
+            head = b"POST /prioritize HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES + 1024)
+            pieces = [head[i : i + 4096] for i in range(0, len(head), 4096)] if split else [head]
+            for piece in pieces:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    sock.sendall(piece)
+            readable, _, _ = select.select([sock], [], [], 5)
+            assert readable, "no answer to a head over the bound"
+            answer = sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+            assert f"request head over {MAX_HEAD_BYTES} bytes".encode() in answer
+            assert closed_within(sock, 5) is not None
+
+
+def test_a_head_within_the_bound_followed_by_a_large_body_is_served() -> None:
+    """A head and the start of its body arrive in one read: the body's bytes never count against the head's bound."""
+    with serving(empty_app(), client_timeout_s=10) as port:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with sock:
+            body = json.dumps({"Pod": POD, "NodeNames": [f"node-{i:05d}" for i in range(5_000)]}).encode()
+            head = f"POST /prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            sock.sendall(head + body)
+            answer = sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
 
 
 def test_a_client_that_connects_and_sends_nothing_is_cut() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lyra.api.scheduler_extender import ExtenderClientTls
 from lyra.localcluster.binaries import BinarySet
 from lyra.localcluster.componentconfig import (
-    ExtenderClientTls,
     Layout,
     Ports,
     api_server_command,

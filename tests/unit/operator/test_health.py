@@ -458,8 +458,8 @@ class PodApiWithNamesake:
         body = {"metadata": {"name": name, "namespace": namespace, "uid": "old-pod", "ownerReferences": [owner]}}
         return SimpleNamespace(data=json.dumps(body).encode())
 
-    def delete_namespaced_pod(self, name: str, namespace: str, body: client.V1DeleteOptions, **_: Any) -> None:
-        self.deleted.append((f"{namespace}/{name}", body.preconditions.uid if body.preconditions else None))
+    def delete_namespaced_pod(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> None:
+        self.deleted.append((f"{namespace}/{name}", (body.get("preconditions") or {}).get("uid")))
 
 
 def create_worker(owner_uid: str) -> tuple[Outcome, PodApiWithNamesake]:

@@ -28,9 +28,10 @@ from lyra.operator.actions import (
     PatchStatus,
     SetNodeState,
 )
+from lyra.operator.changes import Changes
 from lyra.operator.commit import Cluster, Outcome
 from lyra.operator.decide import OperatorConfig, decide
-from lyra.operator.isolation import FIRST_DELAY_S, Backoff
+from lyra.operator.isolation import FIRST_DELAY_S, Alone, Backoff, Undecidable
 from lyra.operator.runner import Reconciler, RunOptions
 from lyra.operator.world import ObjectRef, World
 
@@ -63,6 +64,27 @@ def pods_of(cluster: FakeCluster, owner: str) -> list[str]:
 
 
 # -- deciding: one object's problem stays with it --------------------------------------------------------------------
+
+
+def test_an_alone_block_undoes_a_failing_part_words_its_error_and_lets_an_interrupt_through(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    changes = Changes(0.0)
+    ref = ObjectRef("TrainingJob", "ml", "j")
+    changes.emit(ref, "Kept", "before the block")
+    with Alone(changes, ref, "deciding the job's life") as failing:
+        changes.emit(ref, "Undone", "inside the block")
+        raise ValueError("bad value")
+    assert [a.reason for a in changes.actions if isinstance(a, Emit)] == ["Kept"]
+    assert failing.failure == Undecidable("deciding the job's life failed: ValueError: bad value")
+    assert "TrainingJob ml/j: deciding the job's life failed" in caplog.text
+    assert "Traceback" in caplog.text
+    with Alone(changes, ref, "writing the status") as fine:
+        changes.emit(ref, "Kept", "a part that does not raise")
+    assert fine.failure is None
+    assert len(changes.actions) == 2
+    with pytest.raises(KeyboardInterrupt), Alone(changes, ref, "interrupted"):
+        raise KeyboardInterrupt
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """The rendezvous wiring on a job's worker pods: one c10d store on a base worker, reached by a stable DNS name through
-the job's headless Service, settings that let torchrun live through scale-ins, and the template's own values first.
+the job's headless Service, settings that let torchrun live through scale-ins, and the template's own values winning
+and able to name Lyra's (``$(LYRA_WORKER)``).
 
 Expectations are written from torchrun's documented options and Kubernetes' DNS rules for pods with ``hostname`` and
 ``subdomain`` (``<hostname>.<subdomain>.<namespace>.svc``), not from :mod:`lyra.operator.manifests`' constants.
@@ -90,6 +91,27 @@ def test_the_template_s_own_values_win() -> None:
     assert by_name["PET_RDZV_CONF"]["value"] == "join_timeout=60"
     assert "valueFrom" in by_name["PET_RDZV_ENDPOINT"]
     assert by_name["PET_RDZV_BACKEND"]["value"] == "c10d", "what the template leaves out is still set"
+
+
+def expand(value: str, defined: dict[str, str]) -> str:
+    """The kubelet's ``$(NAME)`` expansion (k8s.io/kubernetes third_party/forked/golang/expansion): a name defined
+    earlier in the list is replaced, ``$$`` is a literal ``$``, anything else is kept as written."""
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else defined.get(m.group(1), m.group(0)),
+        value,
+    )
+
+
+def test_a_template_value_may_name_lyra_s_variables_as_the_kubelet_expands_them() -> None:
+    path = {"name": "LYRA_CHECKPOINT_PATH", "value": "/checkpoints/$(LYRA_JOB)-w$(LYRA_WORKER).json"}
+    template = {"spec": {"containers": [{"name": "trainer", "env": [path, {"name": "LITERAL", "value": "$$(X)"}]}]}}
+    for index in (0, 3):
+        defined: dict[str, str] = {}
+        for entry in pod(index, template=template)["spec"]["containers"][0]["env"]:
+            defined[entry["name"]] = expand(entry.get("value", ""), defined)
+        assert defined["LYRA_CHECKPOINT_PATH"] == f"/checkpoints/bert-w{index}.json", "one checkpoint per worker"
+        assert defined["LITERAL"] == "$(X)"
 
 
 def test_the_headless_service_selects_the_job_s_workers_and_belongs_to_the_job() -> None:

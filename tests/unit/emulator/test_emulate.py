@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from lyra.core.gpus import GpuCatalog
+from lyra.emulator import Progress, advance
 from lyra.operator.decide import OperatorConfig, decide
-from lyra.operator.emulate import Progress, advance
-
-from .fake_cluster import A100, T4, FakeCluster, node, training_job
+from tests.unit.operator.fake_cluster import A100, T4, FakeCluster, node, training_job
 
 
 def running_cluster(product: str, workers: int) -> FakeCluster:

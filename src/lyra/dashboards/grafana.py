@@ -3,7 +3,7 @@ Grafana 10 and later): a dashboard of time series and stat panels, each with Pro
 source chosen by a ``datasource`` variable, laid out on Grafana's 24-column grid in order.
 
 The same model feeds the dashboards' JSON (:meth:`Dashboard.document`) and ``lyra report``, which plots each panel's
-queries itself; :mod:`lyra.chart.dashboards` defines Lyra's three dashboards with it.
+queries itself; :mod:`lyra.dashboards.definitions` defines Lyra's three dashboards with it.
 
 A threshold can be a :class:`HelmValue`: the chart's copy of a dashboard then reads it from the release's values at
 install (:func:`dashboard_json` renders it as a Helm expression), the standalone copy carries its default.

@@ -1,0 +1,447 @@
+"""The busy pass as the operator pays it, writes included: read, decide and apply against a stand-in API server.
+
+``uv run python -m bench.operator_writes_bench`` builds the scale benchmark's cluster
+(:mod:`bench.operator_scale_bench`) at 500, 1,000 and 5,000 nodes and runs, in this process as the running operator
+does (its collector settings, a burst of changes read from the caches, its readings kept), busy passes: ``read``,
+``decide`` and then :meth:`lyra.operator.commit.Cluster.apply` of every action the pass decides (at 5,000 nodes
+7,374 writes), through the operator's own commit step and client configuration (HTTPS, the server's certificate
+verified, a bearer token, the fence asked before each write). The writes go to a stand-in API server in a child
+process (its CPU is not this process's): it answers every write as kube-apiserver does (the object whole, a new
+resourceVersion; a created object echoed with the fields the server adds, managed fields included) after a fixed
+latency per request (``--latency-ms``). The figures of record are this process's CPU time (``time.process_time``:
+every thread of the client's), beside wall.
+
+It prints, per size, the pass's CPU split into read and decide and apply, wall, the number of writes and the CPU per
+write; at the largest size, the CPU per write of each kind of action; and the whole process's peak resident memory
+(``VmHWM``). ``--sizes`` and ``--repeats`` choose what is run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.server
+import json
+import logging
+import os
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes import client
+
+from bench.__main__ import load_average, machine
+from bench.operator_scale_bench import SIZES, STAMP, _managed, _operator_heap, kubelet_node, kubelet_pod
+from lyra.operator import heap
+from lyra.operator.actions import Action, Decision
+from lyra.operator.commit import WRITERS, Cluster
+from lyra.operator.decide import decide
+from lyra.operator.world import World
+
+PASS_TARGET_S = 2.0
+DEFAULT_LATENCY_MS = 2.0
+TOKEN = "bench-token"  # the stand-in's bearer token, checked by nothing
+
+
+class StandInState:
+    """What the stand-in answers: the object each kind of write returns, with a resourceVersion that grows."""
+
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
+        self._version = 100_000
+        self._lock = threading.Lock()
+        self.node = json.dumps(kubelet_node("t4-00000", "inference", "Tesla-T4", "loaned"))
+        pod = kubelet_pod("ml", "job-00000-w0", {"lyra.dev/role": "base", "lyra.dev/job": "job-00000"}, "t4-0", 1)
+        self.pod = json.dumps(pod)
+        self.job = json.dumps(
+            {
+                "apiVersion": "lyra.dev/v1alpha1",
+                "kind": "TrainingJob",
+                "metadata": {
+                    "name": "job-00000",
+                    "namespace": "ml",
+                    "uid": "uid-job",
+                    "resourceVersion": "1",
+                    "generation": 1,
+                    "creationTimestamp": STAMP,
+                    "managedFields": _managed("lyra-operator"),
+                },
+                "spec": {
+                    "minWorkers": 3,
+                    "maxWorkers": 6,
+                    "gpusPerWorker": 1,
+                    "gpuTypes": ["Tesla-T4"],
+                    "template": {"spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}},
+                },
+                "status": {
+                    "phase": "Running",
+                    "queuedAt": STAMP,
+                    "startedAt": STAMP,
+                    "workers": {"current": 3, "target": 3, "base": 3, "flexible": 0},
+                },
+            }
+        )
+
+    def version(self) -> str:
+        with self._lock:
+            self._version += 1
+            return str(self._version)
+
+    def answer(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        version = self.version()
+        if method == "POST":
+            made = json.loads(body or b"{}")
+            meta = made.setdefault("metadata", {})
+            name = meta.get("name") or f"{meta.get('generateName', 'x')}{version}"
+            meta.update(
+                name=name,
+                uid=f"uid-{version}",
+                resourceVersion=version,
+                creationTimestamp=STAMP,
+                managedFields=_managed("lyra-operator"),
+            )
+            if path.endswith("/pods"):
+                made["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+            return 201, json.dumps(made).encode()
+        if "/nodes/" in path:
+            text = self.node
+        elif "/pods/" in path:
+            text = self.pod
+        else:
+            text = self.job
+        return 200, text.replace('"resourceVersion": "', f'"resourceVersion": "{version}', 1).encode()
+
+
+class StandInHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: StandInServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no delayed-ACK stall per answer
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        state = self.server.state
+        if state.latency_s:
+            time.sleep(state.latency_s)
+        status, payload = state.answer(self.command, self.path, body)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _answer  # noqa: N815 - the names http.server calls
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+class StandInServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, state: StandInState) -> None:
+        super().__init__(("127.0.0.1", 0), StandInHandler)
+        self.state = state
+
+
+def serve(directory: Path, latency_ms: float) -> None:
+    """The stand-in API server (run in a child process): HTTPS with ``directory``'s certificate, its port written to
+    ``directory/port``; it serves until its parent closes its standard input."""
+    server = StandInServer(StandInState(latency_ms / 1000))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (directory / "port.tmp").write_text(str(server.server_address[1]))
+    (directory / "port.tmp").rename(directory / "port")
+    sys.stdin.read()
+    server.shutdown()
+
+
+@contextmanager
+def stand_in(latency_ms: float) -> Iterator[client.ApiClient]:
+    """An API client of the operator's kind (HTTPS, the server's certificate verified, a bearer token) talking to a
+    stand-in API server in a child process, stopped on exit."""
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+             "-keyout", str(directory / "key.pem"), "-out", str(directory / "cert.pem")],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        command = [sys.executable, "-m", "bench.operator_writes_bench", "--serve", scratch, str(latency_ms)]
+        child = subprocess.Popen(command, stdin=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not (directory / "port").exists():
+                if child.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the stand-in API server did not start")
+                time.sleep(0.05)
+            configuration = client.Configuration()
+            configuration.host = f"https://127.0.0.1:{(directory / 'port').read_text()}"
+            configuration.ssl_ca_cert = str(directory / "cert.pem")
+            configuration.api_key = {"authorization": f"Bearer {TOKEN}"}
+            api = client.ApiClient(configuration)
+            try:
+                yield api
+            finally:
+                api.close()
+        finally:
+            assert child.stdin is not None
+            child.stdin.close()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+@dataclass(frozen=True)
+class PassCost:
+    nodes: int
+    writes: int
+    read_cpu_s: float
+    decide_cpu_s: float
+    apply_cpu_s: float
+    wall_s: float
+    apply_wall_s: float
+
+    @property
+    def cpu_s(self) -> float:
+        return self.read_cpu_s + self.decide_cpu_s + self.apply_cpu_s
+
+
+def _kind(action: Action) -> str:
+    return type(action).__name__
+
+
+def busy_passes(nodes: int, api: client.ApiClient, repeats: int) -> tuple[list[PassCost], Decision, World]:
+    """``repeats`` busy passes at ``nodes`` nodes, each read after a burst of changes, decided and applied."""
+    read = _operator_heap(nodes)
+    heap.freeze_survivors()
+    cluster = Cluster(api)
+    cluster.fence = lambda: True
+    before = heap.tune_collector()
+    costs: list[PassCost] = []
+    try:
+        world = read()
+        decision = decide(world)
+        cluster.apply(decision, world.now, world)  # warm-up: connections open, code paths taken once
+        for _ in range(repeats):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            world = read()
+            read_cpu = time.process_time()
+            decision = decide(world)
+            decide_cpu = time.process_time()
+            apply_start = time.perf_counter()
+            outcome = cluster.apply(decision, world.now, world)
+            end_cpu = time.process_time()
+            end = time.perf_counter()
+            if outcome.applied != len(decision.actions):
+                raise RuntimeError(f"{len(decision.actions) - outcome.applied} writes not applied: {outcome.failures}")
+            costs.append(
+                PassCost(
+                    nodes,
+                    len(decision.actions),
+                    read_cpu - start_cpu,
+                    decide_cpu - read_cpu,
+                    end_cpu - decide_cpu,
+                    end - start,
+                    end - apply_start,
+                )
+            )
+    finally:
+        gc.set_threshold(*before)
+    return costs, decision, world
+
+
+def per_kind(cluster: Cluster, decision: Decision, world: World, repeats: int) -> dict[str, tuple[int, float, float]]:
+    """Each kind of action applied alone, one write at a time: its count, and the median CPU and wall microseconds a
+    write."""
+    cluster.writers = 1
+    kinds = Counter(_kind(a) for a in decision.actions)
+    made: dict[str, tuple[int, float, float]] = {}
+    for kind, count in kinds.items():
+        alone = Decision(tuple(a for a in decision.actions if _kind(a) == kind))
+        cpu, wall = [], []
+        for _ in range(repeats):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            cluster.apply(alone, world.now, world)
+            cpu.append((time.process_time() - start_cpu) / count * 1e6)
+            wall.append((time.perf_counter() - start) / count * 1e6)
+        made[kind] = (count, statistics.median(cpu), statistics.median(wall))
+    return made
+
+
+#: The ways of writing compared, in the order each round runs them: the commit step's calls through the kubernetes
+#: client (as the operator wrote before :mod:`lyra.operator.writes`: its ``CoreV1Api``, ``AppsV1Api`` and
+#: ``CustomObjectsApi``, one write at a time), and through the lean requests one at a time and with 4 and 8 writers
+#: (the operator's :data:`~lyra.operator.commit.WRITERS`).
+WAYS = (
+    "kubernetes client, 1 writer",
+    "lean requests, 1 writer",
+    "lean requests, 4 writers",
+    "lean requests, 8 writers",
+)
+
+
+def ways_compared(
+    api: client.ApiClient, decision: Decision, world: World, rounds: int
+) -> dict[str, tuple[float, float, float]]:
+    """The whole decision applied each of the :data:`WAYS`, alternating in each of ``rounds`` rounds: the median CPU
+    and wall seconds of each, and the median of the per-round ratios of its CPU to the first way's."""
+    lean = Cluster(api)
+    lean.fence = lambda: True
+    reference = Cluster(api)
+    reference.fence = lambda: True
+    reference.core = cast(Any, client.CoreV1Api(api))
+    reference.apps = cast(Any, client.AppsV1Api(api))
+    reference.custom = cast(Any, client.CustomObjectsApi(api))
+    setups: list[tuple[Cluster, int]] = [(reference, 1), (lean, 1), (lean, 4), (lean, 8)]
+    cpu: dict[str, list[float]] = {way: [] for way in WAYS}
+    wall: dict[str, list[float]] = {way: [] for way in WAYS}
+    for _ in range(rounds):
+        for way, (cluster, writers) in zip(WAYS, setups, strict=True):
+            cluster.writers = writers
+            start, start_cpu = time.perf_counter(), time.process_time()
+            cluster.apply(decision, world.now, world)
+            cpu[way].append(time.process_time() - start_cpu)
+            wall[way].append(time.perf_counter() - start)
+    return {
+        way: (
+            statistics.median(cpu[way]),
+            statistics.median(wall[way]),
+            statistics.median(c / r for c, r in zip(cpu[way], cpu[WAYS[0]], strict=True)),
+        )
+        for way in WAYS
+    }
+
+
+def peak_mib() -> float:
+    """The whole process's peak resident memory (``VmHWM``), MiB."""
+    with open("/proc/self/status", encoding="utf-8") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _median(costs: list[PassCost], field: Callable[[PassCost], float]) -> float:
+    return statistics.median(field(c) for c in costs)
+
+
+def run(sizes: tuple[int, ...], repeats: int, latency_ms: float) -> str:
+    lines = [
+        "| nodes | writes | read CPU s | decide CPU s | apply CPU s | pass CPU s | us CPU a write | apply wall s | "
+        "pass wall s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    kinds: dict[str, tuple[int, float, float]] = {}
+    compared: dict[str, tuple[float, float, float]] = {}
+    with stand_in(latency_ms) as api:
+        for nodes in sizes:
+            costs, decision, world = busy_passes(nodes, api, repeats)
+            writes = costs[0].writes
+            apply_cpu = _median(costs, lambda c: c.apply_cpu_s)
+            lines.append(
+                f"| {nodes:,} | {writes:,} | {_median(costs, lambda c: c.read_cpu_s):.3f} | "
+                f"{_median(costs, lambda c: c.decide_cpu_s):.3f} | {apply_cpu:.3f} | "
+                f"**{_median(costs, lambda c: c.cpu_s):.3f}** | {apply_cpu / max(writes, 1) * 1e6:.0f} | "
+                f"{_median(costs, lambda c: c.apply_wall_s):.2f} | {_median(costs, lambda c: c.wall_s):.2f} |"
+            )
+            print(lines[-1], file=sys.stderr, flush=True)
+            if nodes == max(sizes):
+                cluster = Cluster(api)
+                cluster.fence = lambda: True
+                compared = ways_compared(api, decision, world, repeats)
+                kinds = per_kind(cluster, decision, world, repeats)
+            gc.unfreeze()
+    lines += ["", "| action (largest size) | writes | us CPU a write | us wall a write |", "|---|---:|---:|---:|"]
+    lines += [f"| `{kind}` | {n:,} | {cpu:.0f} | {wall:.0f} |" for kind, (n, cpu, wall) in sorted(kinds.items())]
+    lines += [
+        "",
+        "| writing (largest size, interleaved rounds) | apply CPU s | apply wall s | CPU / the kubernetes client's |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {way} | {cpu:.3f} | {wall:.2f} | {ratio:.2f} |" for way, (cpu, wall, ratio) in compared.items()]
+    lines.append("")
+    lines.append(
+        f"whole process peak RSS (VmHWM): {peak_mib():.0f} MiB; stand-in latency {latency_ms} ms a request; "
+        f"the operator writes with {WRITERS} writers"
+    )
+    return "\n".join(lines)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected node counts separated by commas, got {text!r}") from None
+    if not sizes or min(sizes) < 200:
+        raise argparse.ArgumentTypeError(f"each size must be at least 200 nodes, got {text!r}")
+    return sizes
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _latency(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be within 0-1000 ms, got {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.operator_writes_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=_sizes, default=SIZES, help="node counts, comma-separated (500,1000,5000)")
+    parser.add_argument("--repeats", type=_positive, default=3, help="busy passes per size (3)")
+    parser.add_argument(
+        "--latency-ms", type=_latency, default=DEFAULT_LATENCY_MS, help="the stand-in's latency a request (2)"
+    )
+    parser.add_argument("--serve", nargs=2, metavar=("DIR", "LATENCY_MS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve is not None:
+        serve(Path(args.serve[0]), float(args.serve[1]))
+        return 0
+    with open(os.devnull, "w", encoding="utf-8") as discard:  # the operator's log lines made, as it makes them
+        logging.basicConfig(
+            level=logging.INFO, stream=discard, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        return _report(args)
+
+
+def _report(args: argparse.Namespace) -> int:
+    print(f"Machine: {machine()}; pid {os.getpid()}")
+    print(run(args.sizes, args.repeats, args.latency_ms))
+    print(f"load average at the end {load_average()}; pass target <= {PASS_TARGET_S} s of CPU at the largest size")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

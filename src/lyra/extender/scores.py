@@ -1,0 +1,136 @@
+"""Each node's ``prioritize`` answer, kept current as the node changes, so that a request only looks names up.
+
+kube-scheduler calls ``prioritize`` inside every GPU pod's scheduling cycle, with the names of the nodes that passed
+its filters (``nodeCacheCapable``): a millisecond there is a millisecond of every cycle. A node's score
+(:func:`lyra.core.placement.score_nodes`) depends on the node and on four things of the request only: the pod's
+role, the GPUs it asks for, the GPU types its job was allocated, and (loaned nodes, training pods) the highest
+reclaim rank among the candidates. So :class:`ScoreTables` keeps, per such key, a table of every node of the view
+that scores above 0 and its answer entry already encoded as JSON (``{"Host":"n","Score":7}``). A table is built
+the first time a key is asked for, and from then on each node event rescores that one node in every table
+(:meth:`ScoreTables.node_changed`, called by :class:`~lyra.extender.view.LiveView` under its lock), so an event
+costs a few microseconds per table and a request a lookup per name. The only part that depends on the pod itself,
+the nodes where its job already runs, is scored per request: a handful of nodes.
+
+The answer is the same as scoring the candidates from scratch (``tests/unit/extender/test_scores.py`` checks it
+after random events): request order, nodes scoring 0 and names the view does not know left out, duplicates kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import TypeAlias
+
+from lyra.core.model import LoanState
+from lyra.core.placement import NodeView, PodRequest, PodRole, score_nodes
+
+#: Tables kept at once (one per role, GPU count, allowed GPU types and last rank asked for); past it the oldest is
+#: dropped and rebuilt when asked for again. A cluster's pods ask for a few kinds; each table is about 100 bytes per
+#: node, and each kept table adds a rescoring of one node to every node event.
+MAX_TABLES = 32
+
+#: Encoded entries kept: a node name and a score each, 11 scores per node of a 15,000-node cluster fit.
+MAX_ENTRIES = 11 * 15_000
+Key: TypeAlias = tuple[PodRole, int, frozenset[str] | None, int]
+_TRAINING = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+
+
+@functools.lru_cache(maxsize=MAX_ENTRIES)
+def entry(name: str, score: int) -> bytes:
+    """One ``HostPriority`` as JSON (the name escaped by ``json``: a node name sent by the API server is trusted
+    no more than any other input). Kept: the nodes of a pod's job are rescored on every request."""
+    return b'{"Host":%s,"Score":%d}' % (json.dumps(name).encode(), score)
+
+
+class ScoreTables:
+    """Per-key tables of encoded answer entries over the nodes of a :class:`~lyra.extender.view.LiveView` (see the
+    module's docstring). Writers hold the view's lock; a request reads the tables without it (each table entry is
+    replaced whole) and takes it only to build a table."""
+
+    def __init__(self, nodes: Mapping[str, NodeView], lock: threading.Lock) -> None:
+        self._nodes = nodes
+        self._lock = lock
+        self._tables: dict[Key, dict[str, bytes]] = {}
+        self._requests: dict[Key, PodRequest] = {}
+        #: The loaned nodes, highest reclaim rank first, with their ranks; ``None`` when a loaned node changed.
+        self._by_rank: tuple[tuple[str, int], ...] | None = None
+        self.builds = 0
+
+    def node_changed(self, name: str, old: NodeView | None, new: NodeView | None) -> None:
+        """Rescore node ``name`` (now ``new``, or gone) in every table. Called with the view's lock held."""
+        loaned = LoanState.LOANED
+        was_loaned = old is not None and old.state is loaned
+        is_loaned = new is not None and new.state is loaned
+        if was_loaned != is_loaned or (
+            is_loaned and old is not None and new is not None and old.reclaim_rank != new.reclaim_rank
+        ):
+            self._by_rank = None
+        for key, table in self._tables.items():
+            score = score_nodes(self._requests[key], [new], key[3])[0][1] if new is not None else 0
+            if score > 0:
+                table[name] = entry(name, score)
+            else:
+                table.pop(name, None)
+
+    def answer(self, pod: PodRequest, names: Sequence[str]) -> bytes:
+        """The ``HostPriorityList`` for ``pod`` over the nodes ``names``, encoded."""
+        training = pod.role in _TRAINING
+        last_rank = self._last_rank(names) if training else 1
+        key: Key = (pod.role, pod.gpus, pod.gpu_types, last_rank)
+        kept = self._tables.get(key)
+        table: Mapping[str, bytes] = self._build(key) if kept is None else kept
+        if training and pod.job_nodes:
+            table = self._with_job(table, pod, last_rank)
+        return b"[" + b",".join(filter(None, map(table.get, names))) + b"]"
+
+    def _last_rank(self, names: Sequence[str]) -> int:
+        """The highest reclaim rank among the loaned nodes named (at least 1), as the core computes it."""
+        by_rank = self._by_rank
+        if by_rank is None:
+            with self._lock:
+                by_rank = tuple(
+                    sorted(
+                        ((v.name, v.reclaim_rank) for v in self._nodes.values() if v.state is LoanState.LOANED),
+                        key=lambda pair: (-pair[1], pair[0]),
+                    )
+                )
+                self._by_rank = by_rank
+        if not by_rank:
+            return 1
+        named = set(names)
+        for name, rank in by_rank:
+            if name in named:
+                return rank or 1
+        return 1
+
+    def _build(self, key: Key) -> dict[str, bytes]:
+        role, gpus, gpu_types, last_rank = key
+        request = PodRequest(role=role, gpus=gpus, job=None, job_nodes=_EMPTY, gpu_types=gpu_types)
+        with self._lock:
+            views = list(self._nodes.values())
+            table = {name: entry(name, score) for name, score in score_nodes(request, views, last_rank) if score > 0}
+            while len(self._tables) >= MAX_TABLES:
+                oldest = next(iter(self._tables))
+                del self._tables[oldest], self._requests[oldest]
+            self._requests[key] = request
+            self._tables[key] = table
+            self.builds += 1
+        return table
+
+    def _with_job(self, table: Mapping[str, bytes], pod: PodRequest, last_rank: int) -> Mapping[str, bytes]:
+        """``table`` with the nodes where the pod's job runs rescored for it (a worker there scores higher)."""
+        known = self._nodes
+        hosts = [view for view in map(known.get, pod.job_nodes) if view is not None]
+        if not hosts:
+            return table
+        changed = dict(table)
+        for name, score in score_nodes(pod, hosts, last_rank):
+            if score > 0:
+                changed[name] = entry(name, score)
+            else:
+                changed.pop(name, None)
+        return changed

@@ -1,0 +1,99 @@
+"""The operator on kopf's watches (``--watch-layer kopf``): the same passes lend, place, reclaim and converge.
+
+kopf's indexes are the caches the pass reads (:mod:`lyra.operator.kopf_caches`); the fenced Lease still says who
+writes. One story on a control plane of the module's own: idle T4 servers are lent and an elastic job grows there,
+an A100-only job runs on training servers, then more inference load takes two servers back (the reclaim deletes
+workers: a deletion, which no kopf index handler sees, must wake the pass), and ``lyra check`` finds nothing wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from lyra.api import names
+from lyra.localcluster.testing import temporary_namespace
+from lyra.localcluster.waiting import wait_for
+from tests.operator_support import (
+    A100,
+    DEADLINE_S,
+    T4,
+    Operator,
+    assert_check_clean,
+    create_job,
+    create_service,
+    custom,
+    inference_service,
+    job,
+    labels_of,
+    lease_holder,
+    node_states,
+    running,
+    workers,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(300)
+def test_the_operator_on_kopf_lends_places_reclaims_and_converges(
+    operator_kubeconfig: Path, api: client.ApiClient, tmp_path: Path
+) -> None:
+    operator = Operator(operator_kubeconfig, tmp_path / "operator.log", options=("--watch-layer", "kopf"))
+    with temporary_namespace(api, "kopf-story") as namespace:
+        try:
+            _story(api, namespace, operator)
+        except BaseException:
+            print(f"--- {operator.log.name} ---\n" + operator.tail())
+            raise
+        finally:
+            operator.stop()
+    log = operator.log.read_text()
+    assert "Forbidden" not in log, "kopf's watches need no more than the chart's RBAC"
+    assert "Traceback" not in log
+
+
+def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
+    create_service(api, namespace, inference_service("chat", replicas=4, gpus=2, min_replicas=1, max_replicas=64))
+    create_job(api, namespace, "elastic", minWorkers=2, maxWorkers=12, gpusPerWorker=4, gpuTypes=[T4])
+    create_job(api, namespace, "a100-only", minWorkers=2, maxWorkers=2, gpusPerWorker=8, gpuTypes=[A100])
+    operator.start()
+    wait_for(lambda: f"-{operator.pid}-" in lease_holder(api), DEADLINE_S, "the operator to lead")
+
+    def settled_loans() -> bool:
+        states = list(node_states(api).values())
+        return "idle" not in states and "" not in states and states.count("loaned") >= 2
+
+    wait_for(settled_loans, DEADLINE_S, "the idle T4 servers to be lent")
+    loaned = list(node_states(api).values()).count("loaned")
+    serving = 8 - loaned
+    grown = min(12, 2 * loaned)
+    wait_for(lambda: running(api, namespace, "elastic", grown), DEADLINE_S, f"the elastic job at {grown} workers")
+    wait_for(lambda: running(api, namespace, "a100-only", 2), DEADLINE_S, "the A100-only job running")
+    for pod in workers(api, namespace, "elastic"):
+        assert labels_of(api, pod.spec.node_name).get(names.STATE_LABEL) == "loaned", pod.metadata.name
+    for pod in workers(api, namespace, "a100-only"):
+        assert labels_of(api, pod.spec.node_name)[names.POOL_LABEL] == names.POOL_TRAINING
+
+    replicas = 4 * (serving + 2)  # two servers' worth more: two loaned servers come back, the elastic job shrinks
+    custom(api).patch_namespaced_custom_object_scale(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": {"replicas": replicas}}
+    )
+
+    def converged() -> bool:
+        states = list(node_states(api).values())
+        deployment = client.AppsV1Api(api).read_namespaced_deployment("chat", namespace)
+        return (
+            "reclaiming" not in states
+            and states.count("loaned") == loaned - 2
+            and (deployment.status.ready_replicas or 0) == replicas
+        )
+
+    wait_for(converged, DEADLINE_S, f"the reclaim to finish and {replicas} replicas to be ready")
+    elastic = job(api, namespace, "elastic")["status"]
+    assert elastic["phase"] == "Running"
+    assert elastic["preemptions"] == 0
+    assert elastic["scaleIns"] > 0
+    assert_check_clean(operator.kubeconfig)

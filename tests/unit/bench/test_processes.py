@@ -1,0 +1,65 @@
+"""A benchmark stopped from outside (``timeout``'s SIGTERM, Ctrl-C's SIGINT, a closed terminal's SIGHUP) leaves no
+process behind: the processes it started, and theirs, are stopped as a group by its ``finally`` blocks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lyra.localcluster.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[3]
+
+#: A benchmark in miniature: it starts a server (in its own group) that starts a worker of its own, then waits.
+BENCHMARK = """
+import subprocess, sys, time
+from bench import start_process, stop_process_group, stopped_on_signals
+
+SERVER = "import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])" \\
+    "; print(w.pid, flush=True); time.sleep(600)"
+with stopped_on_signals():
+    server = start_process([sys.executable, "-c", SERVER], stdout=subprocess.PIPE)
+    try:
+        assert server.stdout is not None
+        worker = int(server.stdout.readline())
+        print(server.pid, worker, flush=True)
+        time.sleep(600)
+    finally:
+        stop_process_group(server)
+"""
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its exit status left (a zombie nobody reaps in a container)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_benchmark_stopped_from_outside_leaves_no_process(signum: int) -> None:
+    environment = os.environ | {"PYTHONPATH": str(ROOT)}
+    started: list[int] = []
+    with subprocess.Popen(
+        [sys.executable, "-c", BENCHMARK], stdout=subprocess.PIPE, env=environment, cwd=ROOT, text=True
+    ) as benchmark:
+        try:
+            assert benchmark.stdout is not None
+            started = [int(pid) for pid in benchmark.stdout.readline().split()]
+            assert len(started) == 2, "the benchmark did not start its server and worker"
+            benchmark.send_signal(signum)
+            assert benchmark.wait(timeout=30) != 0
+            wait_for(lambda: all(gone(pid) for pid in started), 15, "the server and its worker to be stopped")
+        finally:
+            benchmark.kill()
+            for pid in started:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)

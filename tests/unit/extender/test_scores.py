@@ -1,0 +1,91 @@
+"""The precomputed ``prioritize`` answers (:class:`lyra.extender.scores.ScoreTables`) are, after any sequence of
+node and pod events, exactly what scoring the named nodes from scratch gives: same hosts, scores and order."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from lyra.api.convert import pod_facts
+from lyra.api.objects import Node, Pod
+from lyra.core.placement import PodRequest, PodRole, score_nodes
+from lyra.extender.scores import MAX_TABLES, ScoreTables, entry
+from lyra.extender.view import ClusterView, LiveView
+from tests.unit.extender.test_app import A100, T4, node
+from tests.unit.extender.test_live_view import random_cluster_events
+
+JOBS = ("ns/a", "ns/b", "ns/c", "ns/none")
+
+
+def from_scratch(view: ClusterView, pod: PodRequest, names: list[str]) -> list[dict[str, object]]:
+    candidates = [known for known in map(view.nodes.get, names) if known is not None]
+    return [{"Host": name, "Score": score} for name, score in score_nodes(pod, candidates) if score > 0]
+
+
+def requests(view: ClusterView, rng: random.Random) -> list[PodRequest]:
+    made = []
+    for role in PodRole:
+        for gpus in (0, 1, 4):
+            job = rng.choice(JOBS) if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE) else None
+            types = rng.choice([None, frozenset({T4}), frozenset({A100}), frozenset({T4, A100})])
+            job_nodes = view.job_nodes.get(job, {}) if job else {}
+            made.append(PodRequest(role, gpus, job, job_nodes, types if role is not PodRole.INFERENCE else None))
+    return made
+
+
+def some_names(view: ClusterView, rng: random.Random) -> list[str]:
+    """Names as kube-scheduler sends them: a subset in any order, here also with unknown names and duplicates."""
+    names = [name for name in view.nodes if rng.random() < 0.7] + ["unknown", "t-gone"]
+    names += rng.sample(names, k=min(2, len(names)))
+    rng.shuffle(names)
+    return names
+
+
+def assert_same_answers(view: ClusterView, rng: random.Random) -> None:
+    assert view.scores is not None
+    for pod in requests(view, rng):
+        for names in (list(view.nodes), some_names(view, rng)):
+            assert json.loads(view.scores.answer(pod, names)) == from_scratch(view, pod, names), (pod, names)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_answers_kept_current_event_by_event_match_scoring_from_scratch(seed: int) -> None:
+    rng = random.Random(seed)
+    live = LiveView()
+    for index in range(3):
+        live.set_node(f"t{index}", Node.model_validate(node(f"t{index}", "training", A100)))
+    for step, (kind, key, raw) in enumerate(random_cluster_events(random.Random(seed + 1000), 200)):
+        if kind == "node":
+            live.set_node(key, Node.model_validate(raw) if raw else None)
+        else:
+            live.set_pod(key, pod_facts(Pod.model_validate(raw)) if raw else None)
+        if live.ranks_stale and rng.random() < 0.3:
+            live.refresh_ranks()
+        if step % 25 == 0:  # tables built early, then kept current by the events that follow
+            assert_same_answers(live.view, rng)
+    live.refresh_ranks()
+    assert_same_answers(live.view, rng)
+
+
+def test_tables_past_the_limit_are_dropped_oldest_first_and_rebuilt_when_asked_again() -> None:
+    live = LiveView()
+    live.set_node("t0", Node.model_validate(node("t0", "training", A100)))
+    tables = live.scores
+    for gpus in range(MAX_TABLES + 1):
+        tables.answer(PodRequest(PodRole.UNMANAGED, gpus), ["t0"])
+    assert tables.builds == MAX_TABLES + 1
+    tables.answer(PodRequest(PodRole.UNMANAGED, MAX_TABLES), ["t0"])  # the newest is kept
+    assert tables.builds == MAX_TABLES + 1
+    assert tables.answer(PodRequest(PodRole.UNMANAGED, 0), ["t0"]) == b"[]"  # nothing to fill: scores 0
+    assert tables.builds == MAX_TABLES + 2
+
+
+def test_a_name_that_needs_escaping_is_escaped() -> None:
+    assert json.loads(entry('n"\\\u2028', 3)) == {"Host": 'n"\\\u2028', "Score": 3}
+
+
+def test_a_view_without_tables_is_scored_from_scratch() -> None:
+    assert ClusterView().scores is None
+    assert isinstance(LiveView().view.scores, ScoreTables)
