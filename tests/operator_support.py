@@ -33,31 +33,17 @@ OPERATOR_NAMESPACE = "lyra-system"  # manifests/operator/rbac.yaml (lyra.chart.r
 LEASE_S = 4
 
 
-class Operator:
-    """``lyra operator`` as a child process, its output in a log file shown when a test fails."""
+class ChildProcess:
+    """A component run as a child process by a test, its output in a log file; ``kill`` is SIGKILL, ``stop`` SIGTERM
+    and then SIGKILL if it has not gone within 30 s."""
 
-    def __init__(
-        self, kubeconfig: Path, log: Path, *, resync_s: int = 1, http_port: int = 0, options: tuple[str, ...] = ()
-    ) -> None:
-        self.kubeconfig = kubeconfig
+    def __init__(self, log: Path) -> None:
         self.log = log
-        self.resync_s = resync_s
-        self.http_port = http_port  # 0: no metrics or health endpoints (tests run several operators at once)
-        self.options = options  # more of the operator's options, e.g. ("--node-grace", "10")
         self.process: subprocess.Popen[bytes] | None = None
 
-    def command(self, *extra: str) -> list[str]:
-        return [
-            sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
-            "--lend-delay", "2", "--resync", str(self.resync_s), "--gang-timeout", str(GANG_TIMEOUT_S),
-            "--reclaim-deadline", str(RECLAIM_DEADLINE_S),
-            "--lease-duration", str(LEASE_S), "--lease-namespace", OPERATOR_NAMESPACE,
-            "--http-port", str(self.http_port), *self.options, *extra,
-        ]  # fmt: skip
-
-    def start(self) -> None:
+    def run(self, command: list[str]) -> None:
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
     @property
     def pid(self) -> int | None:
@@ -77,6 +63,34 @@ class Operator:
             except subprocess.TimeoutExpired:
                 self.kill()
             self.process = None
+
+    def says(self, text: str) -> bool:
+        return self.log.exists() and text in self.log.read_text(errors="replace")
+
+
+class Operator(ChildProcess):
+    """``lyra operator`` as a child process, its output in a log file shown when a test fails."""
+
+    def __init__(
+        self, kubeconfig: Path, log: Path, *, resync_s: int = 1, http_port: int = 0, options: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(log)
+        self.kubeconfig = kubeconfig
+        self.resync_s = resync_s
+        self.http_port = http_port  # 0: no metrics or health endpoints (tests run several operators at once)
+        self.options = options  # more of the operator's options, e.g. ("--node-grace", "10")
+
+    def command(self, *extra: str) -> list[str]:
+        return [
+            sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(self.kubeconfig),
+            "--lend-delay", "2", "--resync", str(self.resync_s), "--gang-timeout", str(GANG_TIMEOUT_S),
+            "--reclaim-deadline", str(RECLAIM_DEADLINE_S),
+            "--lease-duration", str(LEASE_S), "--lease-namespace", OPERATOR_NAMESPACE,
+            "--http-port", str(self.http_port), *self.options, *extra,
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        self.run(self.command())
 
     def tail(self, lines: int = 80) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
@@ -211,20 +225,59 @@ def service_account_kubeconfig(cluster: ControlPlane, api: client.ApiClient, dir
         if error.status != 409:
             raise
     utils.create_from_yaml(api, str(REPOSITORY / "manifests" / "operator" / "rbac.yaml"))
+    return token_kubeconfig(cluster, api, names.OPERATOR_NAME, OPERATOR_NAMESPACE, directory / "kubeconfig")
+
+
+def token_kubeconfig(cluster: ControlPlane, api: client.ApiClient, account: str, namespace: str, path: Path) -> Path:
+    """A kubeconfig with a TokenRequest token (an hour) of the ServiceAccount ``namespace/account``: what a pod of
+    that account would mount."""
     request = {"spec": {"expirationSeconds": 3600}}
     token = (
         client.CoreV1Api(api)
-        .create_namespaced_service_account_token(names.OPERATOR_NAME, OPERATOR_NAMESPACE, cast(Any, request))
+        .create_namespaced_service_account_token(account, namespace, cast(Any, request))
         .status.token
     )
     return write_kubeconfig(
-        directory / "kubeconfig",
+        path,
         cluster_name="pytest",
         server=cluster.state.api_server,
         ca_cert=cluster.credentials.ca_cert,
-        user=names.OPERATOR_NAME,
+        user=account,
         token=token,
     )
+
+
+def lend_to_an_elastic_job(api: client.ApiClient, namespace: str, operator: Operator) -> list[str]:
+    """An InferenceService needing one T4 server and an elastic job of up to four 8-GPU T4 workers, then the
+    operator started: it lends the idle T4 servers and the job runs four workers on them. The lent servers."""
+    create_service(api, namespace, inference_service("chat", replicas=2, gpus=2, min_replicas=1))
+    create_job(api, namespace, "elastic", minWorkers=1, maxWorkers=4, gpusPerWorker=8, gpuTypes=[T4])
+    operator.start()
+    wait_for(lambda: running(api, namespace, "elastic", 4), DEADLINE_S, "the elastic job on lent servers")
+    lent = sorted(node for node, state in node_states(api).items() if state == "loaned")
+    assert lent
+    return lent
+
+
+def loans_settled(api: client.ApiClient, namespace: str) -> int:
+    """The scene of the operator's tests, settled: 8 T4 servers, every idle one lent (two or more), the elastic job of
+    4-GPU T4 workers grown on the lent servers (two per server, up to 12), the A100-only job of two workers running on
+    training servers. The number of T4 servers still serving."""
+
+    def settled() -> bool:
+        states = list(node_states(api).values())
+        return "idle" not in states and "" not in states and states.count("loaned") >= 2
+
+    wait_for(settled, DEADLINE_S, "the idle T4 servers to be lent")
+    loaned = list(node_states(api).values()).count("loaned")
+    grown = min(12, 2 * loaned)
+    wait_for(lambda: running(api, namespace, "elastic", grown), DEADLINE_S, f"the elastic job at {grown} workers")
+    wait_for(lambda: running(api, namespace, "a100-only", 2), DEADLINE_S, "the A100-only job running")
+    for pod in workers(api, namespace, "elastic"):
+        assert labels_of(api, pod.spec.node_name).get(names.STATE_LABEL) == "loaned", pod.metadata.name
+    for pod in workers(api, namespace, "a100-only"):
+        assert labels_of(api, pod.spec.node_name)[names.POOL_LABEL] == names.POOL_TRAINING
+    return 8 - loaned
 
 
 def lyra_check(

@@ -15,8 +15,6 @@ service scaled to every T4 server."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +46,7 @@ from tests.operator_support import (
     DEADLINE_S,
     OPERATOR_NAMESPACE,
     T4,
+    ChildProcess,
     Operator,
     create_job,
     custom,
@@ -88,42 +87,22 @@ def bundled_scheduler_config(kubeconfig: Path, extender_url: str, directory: Pat
     return path
 
 
-class Scheduler:
+class Scheduler(ChildProcess):
     """One bundled kube-scheduler process, its log in a file."""
 
     def __init__(self, config: Path, kubeconfig: Path, log: Path) -> None:
+        super().__init__(log)
         [port] = allocate_ports(1)
-        self.log = log
-        command = [
-            str(BinaryCache().binary_set().kube_scheduler),
-            f"--config={config}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            f"--bind-address={LOOPBACK}",
-            f"--secure-port={port}",
-        ]
-        with log.open("ab") as out:
-            self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def says(self, text: str) -> bool:
-        return text in self.log.read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
-            self.process = None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-            self.process = None
+        self.run(
+            [
+                str(BinaryCache().binary_set().kube_scheduler),
+                f"--config={config}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+            ]
+        )
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
@@ -21,20 +21,15 @@ from lyra.api import names
 from lyra.chart.rendering import helm_template
 from lyra.localcluster.binaries import BinaryCache, BinarySet
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.kubeconfig import write_kubeconfig
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.integration.test_nodes_restore import a_plain_gpu_pod_runs_on, lyra_keys
 from tests.operator_support import (
     DEADLINE_S,
     OPERATOR_NAMESPACE,
-    T4,
     Operator,
-    create_job,
-    create_service,
-    inference_service,
-    node_states,
-    running,
+    lend_to_an_elastic_job,
+    token_kubeconfig,
     workers,
 )
 
@@ -197,24 +192,6 @@ def kubectl(binaries: BinarySet, cluster: ControlPlane, verb: str, documents: li
     assert result.returncode == 0, result.stderr
 
 
-def hook_account_kubeconfig(cluster: ControlPlane, api: client.ApiClient, directory: Path) -> Path:
-    """A kubeconfig with a TokenRequest token of the hook's ServiceAccount: what the Job's pod would mount."""
-    request = {"spec": {"expirationSeconds": 3600}}
-    token = (
-        client.CoreV1Api(api)
-        .create_namespaced_service_account_token(HOOK, OPERATOR_NAMESPACE, cast(Any, request))
-        .status.token
-    )
-    return write_kubeconfig(
-        directory / "restore-nodes.kubeconfig",
-        cluster_name="pytest",
-        server=cluster.state.api_server,
-        ca_cert=cluster.credentials.ca_cert,
-        user=HOOK,
-        token=token,
-    )
-
-
 _LEASES = ("coordination.k8s.io", "leases")
 #: (verb, API group, resource, in the release's namespace?, object name) -> may the hook's ServiceAccount do it?
 ACCESS = {
@@ -285,12 +262,7 @@ def test_uninstall_runs_the_hook_and_its_command_as_its_account_leaves_no_lyra_k
     uninstalled = False
     with temporary_namespace(api, "cleanup-hook") as namespace:
         try:
-            create_service(api, namespace, inference_service("chat", replicas=2, gpus=2, min_replicas=1))
-            create_job(api, namespace, "elastic", minWorkers=1, maxWorkers=4, gpusPerWorker=8, gpuTypes=[T4])
-            operator.start()
-            wait_for(lambda: running(api, namespace, "elastic", 4), DEADLINE_S, "the elastic job on lent servers")
-            lent = sorted(node for node, state in node_states(api).items() if state == "loaned")
-            assert lent
+            lent = lend_to_an_elastic_job(api, namespace, operator)
             operator.stop()  # as helm uninstall stops the release's operator: it releases its Lease
 
             # The hook runs (KWOK completes the Job's pod without running its container) and goes once it succeeded.
@@ -305,7 +277,7 @@ def test_uninstall_runs_the_hook_and_its_command_as_its_account_leaves_no_lyra_k
             kubectl(binaries, cluster, "apply", account)
             wait_for(lambda: may(api, next(iter(ACCESS))), DEADLINE_S, "the hook's rights to reach the authorizer")
             assert {case: may(api, case) for case in ACCESS} == ACCESS
-            kubeconfig = hook_account_kubeconfig(cluster, api, tmp_path)
+            kubeconfig = token_kubeconfig(cluster, api, HOOK, OPERATOR_NAMESPACE, tmp_path / "restore-nodes.kubeconfig")
             [container] = job["spec"]["template"]["spec"]["containers"]
             command = [sys.executable, "-m", "lyra", *container["args"], "--kubeconfig", str(kubeconfig)]
             done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)

@@ -27,11 +27,9 @@ from tests.operator_support import (
     custom,
     inference_service,
     job,
-    labels_of,
     lease_holder,
+    loans_settled,
     node_states,
-    running,
-    workers,
 )
 
 pytestmark = pytest.mark.integration
@@ -62,20 +60,8 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
     operator.start()
     wait_for(lambda: f"-{operator.pid}-" in lease_holder(api), DEADLINE_S, "the operator to lead")
 
-    def settled_loans() -> bool:
-        states = list(node_states(api).values())
-        return "idle" not in states and "" not in states and states.count("loaned") >= 2
-
-    wait_for(settled_loans, DEADLINE_S, "the idle T4 servers to be lent")
-    loaned = list(node_states(api).values()).count("loaned")
-    serving = 8 - loaned
-    grown = min(12, 2 * loaned)
-    wait_for(lambda: running(api, namespace, "elastic", grown), DEADLINE_S, f"the elastic job at {grown} workers")
-    wait_for(lambda: running(api, namespace, "a100-only", 2), DEADLINE_S, "the A100-only job running")
-    for pod in workers(api, namespace, "elastic"):
-        assert labels_of(api, pod.spec.node_name).get(names.STATE_LABEL) == "loaned", pod.metadata.name
-    for pod in workers(api, namespace, "a100-only"):
-        assert labels_of(api, pod.spec.node_name)[names.POOL_LABEL] == names.POOL_TRAINING
+    serving = loans_settled(api, namespace)
+    loaned = 8 - serving
 
     replicas = 4 * (serving + 2)  # two servers' worth more: two loaned servers come back, the elastic job shrinks
     custom(api).patch_namespaced_custom_object_scale(

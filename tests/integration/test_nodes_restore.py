@@ -19,14 +19,9 @@ from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     DEADLINE_S,
     OPERATOR_NAMESPACE,
-    T4,
     Operator,
-    create_job,
-    create_service,
-    inference_service,
+    lend_to_an_elastic_job,
     lyra_node_fields,
-    node_states,
-    running,
     workers,
 )
 
@@ -58,12 +53,7 @@ def test_restore_refuses_while_unsafe_then_drains_and_leaves_no_lyra_key(
     operator = Operator(operator_kubeconfig, tmp_path / "operator.log")
     with temporary_namespace(api, "restore") as namespace:
         try:
-            create_service(api, namespace, inference_service("chat", replicas=2, gpus=2, min_replicas=1))
-            create_job(api, namespace, "elastic", minWorkers=1, maxWorkers=4, gpusPerWorker=8, gpuTypes=[T4])
-            operator.start()
-            wait_for(lambda: running(api, namespace, "elastic", 4), DEADLINE_S, "the elastic job on lent servers")
-            lent = sorted(node for node, state in node_states(api).items() if state == "loaned")
-            assert lent
+            lent = lend_to_an_elastic_job(api, namespace, operator)
 
             leading = restore(cluster, "--dry-run")
             assert leading.returncode == 1

@@ -43,6 +43,7 @@ from tests.operator_support import (
     job,
     labels_of,
     lease_holder,
+    loans_settled,
     lyra_node_fields,
     node_states,
     running,
@@ -84,20 +85,8 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: O
     #    weighs that against spreading, so they may land on more (the e2e test, with the extender, packs them);
     #    every other T4 server is lent, and the elastic job grows there (2 workers of 4 GPUs per server, up to 12);
     #    the A100-only job runs on training servers.
-    def settled_loans() -> bool:
-        states = list(node_states(api).values())
-        return "idle" not in states and "" not in states and states.count("loaned") >= 2
-
-    wait_for(settled_loans, DEADLINE_S, "the idle T4 servers to be lent")
-    loaned = list(node_states(api).values()).count("loaned")
-    serving = 8 - loaned
-    grown = min(12, 2 * loaned)
-    wait_for(lambda: running(api, namespace, "elastic", grown), DEADLINE_S, f"the elastic job at {grown} workers")
-    wait_for(lambda: running(api, namespace, "a100-only", 2), DEADLINE_S, "the A100-only job running")
-    for pod in workers(api, namespace, "elastic"):
-        assert labels_of(api, pod.spec.node_name).get(names.STATE_LABEL) == "loaned", pod.metadata.name
-    for pod in workers(api, namespace, "a100-only"):
-        assert labels_of(api, pod.spec.node_name)[names.POOL_LABEL] == names.POOL_TRAINING
+    serving = loans_settled(api, namespace)
+    loaned = 8 - serving
     oversized = job(api, namespace, "oversized")["status"]
     assert oversized["phase"] == "Queued"
     queued = next(c for c in oversized["conditions"] if c["type"] == "Running")

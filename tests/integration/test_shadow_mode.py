@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
@@ -19,13 +19,20 @@ from lyra.api import names
 from lyra.chart.rendering import by_template, helm_template
 from lyra.localcluster.binaries import BinaryCache
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.localcluster.kubeconfig import write_kubeconfig
 from lyra.localcluster.populate import ProbeError, http_get
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.integration.test_split_brain import audited_writes
-from tests.operator_support import DEADLINE_S, T4, create_job, create_service, inference_service, lyra_node_fields
+from tests.operator_support import (
+    DEADLINE_S,
+    T4,
+    create_job,
+    create_service,
+    inference_service,
+    lyra_node_fields,
+    token_kubeconfig,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -51,23 +58,6 @@ def install_rbac(api: client.ApiClient, objects: list[dict[str, Any]]) -> None:
         utils.create_from_dict(api, document, namespace=NAMESPACE)
 
 
-def account_kubeconfig(cluster: ControlPlane, api: client.ApiClient, account: str, directory: Path) -> Path:
-    request = {"spec": {"expirationSeconds": 3600}}
-    token = (
-        client.CoreV1Api(api)
-        .create_namespaced_service_account_token(account, NAMESPACE, cast(Any, request))
-        .status.token
-    )
-    return write_kubeconfig(
-        directory / "kubeconfig",
-        cluster_name="shadow",
-        server=cluster.state.api_server,
-        ca_cert=cluster.credentials.ca_cert,
-        user=account,
-        token=token,
-    )
-
-
 def test_shadow_mode_plans_every_pass_and_writes_nothing(
     cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
 ) -> None:
@@ -77,7 +67,7 @@ def test_shadow_mode_plans_every_pass_and_writes_nothing(
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     assert "--dry-run" in container["args"]
-    kubeconfig = account_kubeconfig(cluster, api, account, tmp_path)
+    kubeconfig = token_kubeconfig(cluster, api, account, NAMESPACE, tmp_path / "kubeconfig")
     (port,) = allocate_ports(1)
     args = [
         arg.replace("$(POD_NAMESPACE)", NAMESPACE) if not arg.startswith("--http-port") else f"--http-port={port}"

@@ -9,6 +9,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 import urllib3
@@ -95,6 +96,24 @@ def counted(metrics: OperatorMetrics) -> dict[tuple[str, str], float]:
     return {labels: value for labels, value in errors(metrics).items() if value}
 
 
+#: What :func:`make_refused_calls` leaves counted.
+REFUSED = {("get", "404"): 1.0, ("patch", "403"): 1.0, ("create", "429"): 1.0, ("delete", "500"): 1.0}
+
+
+def make_refused_calls(core: Any) -> None:
+    """One call of each verb the server refuses (:data:`ANSWERS`), on the kubernetes client's ``CoreV1Api`` or the
+    commit step's writes (same names): each raises the client's ApiException with the server's status."""
+    for call, status in (
+        (lambda: core.read_namespaced_pod("gone", "ns"), 404),
+        (lambda: core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}}), 403),
+        (lambda: core.create_namespaced_pod("ns", {"metadata": {"name": "p"}}), 429),
+        (lambda: core.delete_namespaced_pod("p", "ns", grace_period_seconds=5), 500),
+    ):
+        with pytest.raises(ApiException) as refused:
+            call()
+        assert refused.value.status == status  # raised as the kubernetes client raises it
+
+
 @pytest.mark.parametrize(
     ("method", "url", "verb"),
     [
@@ -127,21 +146,8 @@ def test_refusals_and_unanswered_requests_are_counted_by_verb_and_code(server: s
     count_api_errors(api, metrics.api_error)  # installed once: nothing counted twice
     core = client.CoreV1Api(api)
     core.list_node(limit=500)  # 200: not an error
-    for call, status in (
-        (lambda: core.read_namespaced_pod("gone", "ns"), 404),
-        (lambda: core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}}), 403),
-        (lambda: core.create_namespaced_pod("ns", {"metadata": {"name": "p"}}), 429),
-        (lambda: core.delete_namespaced_pod("p", "ns"), 500),
-    ):
-        with pytest.raises(ApiException) as refused:
-            call()
-        assert refused.value.status == status  # the client raises as before
-    assert counted(metrics) == {
-        ("get", "404"): 1.0,
-        ("patch", "403"): 1.0,
-        ("create", "429"): 1.0,
-        ("delete", "500"): 1.0,
-    }
+    make_refused_calls(core)
+    assert counted(metrics) == REFUSED
 
     with socket.socket() as closed:  # a port nothing listens on: no answer at all
         closed.bind(("127.0.0.1", 0))
@@ -179,21 +185,8 @@ def test_the_commit_steps_writes_are_counted_as_the_clients_requests(server: str
     cluster = Cluster(api_at(server))
     count_write_errors(cluster.writes, metrics.api_error)
     cluster.core.patch_node("n2", {"metadata": {"labels": {"a": "b"}}})  # 200: not an error
-    for call, status in (
-        (lambda: cluster.core.read_namespaced_pod("gone", "ns"), 404),
-        (lambda: cluster.core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}}), 403),
-        (lambda: cluster.core.create_namespaced_pod("ns", {"metadata": {"name": "p"}}), 429),
-        (lambda: cluster.core.delete_namespaced_pod("p", "ns", grace_period_seconds=5), 500),
-    ):
-        with pytest.raises(ApiException) as refused:
-            call()
-        assert refused.value.status == status
-    assert counted(metrics) == {
-        ("get", "404"): 1.0,
-        ("patch", "403"): 1.0,
-        ("create", "429"): 1.0,
-        ("delete", "500"): 1.0,
-    }
+    make_refused_calls(cluster.core)
+    assert counted(metrics) == REFUSED
 
     with socket.socket() as closed:  # a port nothing listens on: no answer at all
         closed.bind(("127.0.0.1", 0))
