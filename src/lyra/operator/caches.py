@@ -105,18 +105,6 @@ class PassCaches(Protocol):
     def snapshot(self) -> dict[str, list[JsonObject]]: ...
 
 
-def watch_layer(name: str, api: client.ApiClient) -> PassCaches:
-    """The watch layer called ``name`` (one of :data:`WATCH_LAYERS`) on the API server ``api`` talks to."""
-    if name == "kopf":
-        # Imported here: kopf (and aiohttp) load only in an operator that runs on them, and kopf_caches imports this.
-        from lyra.operator.kopf_caches import KopfCaches  # noqa: PLC0415
-
-        return KopfCaches(api.configuration)
-    if name != "kubewatch":
-        raise ValueError(f"no watch layer {name!r} (one of {', '.join(WATCH_LAYERS)})")
-    return ClusterCaches.on_api(api)
-
-
 class StaleCacheError(RuntimeError):
     """A cache did not reach the version of a write the operator made, even after reopening its watch."""
 

@@ -39,7 +39,7 @@ from lyra.core.gpus import MemoryDisagreement
 from lyra.operator import heap
 from lyra.operator.actions import ApplyDeployment, Decision, PatchStatus, SetNodeState
 from lyra.operator.api_errors import count_api_errors, count_write_errors
-from lyra.operator.caches import watch_layer
+from lyra.operator.caches import WATCH_LAYERS, ClusterCaches, PassCaches
 from lyra.operator.commit import Cluster
 from lyra.operator.config import LoopSettings
 from lyra.operator.decide import OperatorConfig, decide, observed_gpus
@@ -295,6 +295,19 @@ async def _first(*events: asyncio.Event) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+def watch_layer(name: str, api: client.ApiClient) -> PassCaches:
+    """The watch layer called ``name`` (one of :data:`WATCH_LAYERS`) on the API server ``api`` talks to."""
+    if name == "kopf":
+        # Imported here: kopf (and aiohttp) load only in an operator that runs on them, and it is no dependency of the
+        # kubewatch caches.
+        from lyra.operator.kopf_caches import KopfCaches  # noqa: PLC0415
+
+        return KopfCaches(api.configuration)
+    if name != "kubewatch":
+        raise ValueError(f"no watch layer {name!r} (one of {', '.join(WATCH_LAYERS)})")
+    return ClusterCaches.on_api(api)
 
 
 def leader_lease(cluster: Cluster, options: RunOptions) -> LeaderLease:

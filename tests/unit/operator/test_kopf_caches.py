@@ -16,7 +16,7 @@ from kubernetes import client
 from lyra.api import names
 from lyra.api.convert import node_gpu_type, node_pool
 from lyra.kubewatch.kinds import NODES, PODS
-from lyra.operator.caches import KINDS, StaleCacheError, watch_layer
+from lyra.operator.caches import KINDS, StaleCacheError
 from lyra.operator.kopf_caches import (
     RESOURCES,
     KopfCaches,
@@ -25,6 +25,7 @@ from lyra.operator.kopf_caches import (
     index_entry,
     newest,
 )
+from lyra.operator.runner import watch_layer
 
 
 def pod(name: str, *, gpus: int = 1, version: str = "10", phase: str = "Running") -> dict[str, Any]:
