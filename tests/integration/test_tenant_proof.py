@@ -190,7 +190,8 @@ def loosened_crds(api: client.ApiClient) -> Iterator[None]:
             bounded.pop("minimum", None)
             bounded.pop("maximum", None)
         extensions.replace_custom_resource_definition(loose["metadata"]["name"], loose)
-    wait_for(lambda: _accepts(api, LONG_NAME), DEADLINE_S, "the loosened CRDs in force")
+    # Each CRD is served anew on its own: wait until both are loose (and, after, both strict again).
+    wait_for(lambda: all(_accepts(api, kind) for kind in CRDS), DEADLINE_S, "the loosened CRDs in force")
     try:
         yield
     finally:
@@ -198,19 +199,18 @@ def loosened_crds(api: client.ApiClient) -> Iterator[None]:
             name = crd["metadata"]["name"]
             crd["metadata"]["resourceVersion"] = read(name)["metadata"]["resourceVersion"]
             extensions.replace_custom_resource_definition(name, crd)
-        wait_for(lambda: not _accepts(api, LONG_NAME), DEADLINE_S, "the CRDs' rules in force again")
+        wait_for(lambda: not any(_accepts(api, kind) for kind in CRDS), DEADLINE_S, "the CRDs' rules in force again")
 
 
-def _accepts(api: client.ApiClient, name: str) -> bool:
-    """Whether the API server accepts (dry run) a TrainingJob named ``name`` in ``default``."""
+def _accepts(api: client.ApiClient, kind: str) -> bool:
+    """Whether the API server accepts (dry run) an object of ``kind`` in ``default`` that only the rules refuse: a
+    name of 64 characters and, for an InferenceService, sizing out of its bounds."""
+    body = _body(kind, LONG_NAME)
+    if kind == names.INFERENCE_SERVICE_KIND:
+        body["spec"]["sizing"] = EXTREME_SIZING
     try:
         custom(api).create_namespaced_custom_object(
-            names.GROUP,
-            names.VERSION,
-            "default",
-            names.TRAINING_JOB_PLURAL,
-            _body(names.TRAINING_JOB_KIND, name),
-            dry_run="All",
+            names.GROUP, names.VERSION, "default", CRDS[kind], body, dry_run="All"
         )
     except ApiException as error:
         if error.status == 422:
