@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lyra.cli import main
+from lyra.sim.bound import jct_bound
 from lyra.sim.calibration import inference_utilisation
 from lyra.sim.load import LoadSeries
 from lyra.sim.loaning_pays import (
@@ -16,6 +17,7 @@ from lyra.sim.loaning_pays import (
     LoaningPaysError,
     Regime,
     answer,
+    format_answers,
     measure,
     parse_axes,
     scenario_at,
@@ -60,17 +62,33 @@ def test_a_scenario_set_to_a_regime_has_that_regime() -> None:
 
 
 def test_the_gain_is_lyra_against_lyra_without_loaning() -> None:
-    assert Answer(Regime(0.5, 0.5, 1, 0.4), 900.0, 1000.0, 1, 1.0).gain == pytest.approx(0.1)
-    assert Answer(Regime(0.5, 0.5, 1, 0.4), 900.0, 1000.0, 1, 1.0).pays
-    assert not Answer(Regime(0.5, 0.5, 1, 0.4), 901.0, 1000.0, 1, 1.0).pays
+    assert Answer(Regime(0.5, 0.5, 1, 0.4), 900.0, 1000.0, 1, 1.0, 500.0, 0.0, 0.0).gain == pytest.approx(0.1)
+    assert Answer(Regime(0.5, 0.5, 1, 0.4), 900.0, 1000.0, 1, 1.0, 500.0, 0.0, 0.0).pays
+    assert not Answer(Regime(0.5, 0.5, 1, 0.4), 901.0, 1000.0, 1, 1.0, 500.0, 0.0, 0.0).pays
     setup = scenario("elasticity: {share: 0.5}\nmemory: {inference_fit_share: 1}")
     # Every job fits a T4, the pool is idle most of the time, and jobs queue: loaning pays.
     (got,) = answer(JOBS, LOAD, setup, WINDOW, [None])
     assert got.jct_lyra_s < got.jct_no_loaning_s
     assert got.pays
+    # The bound is the inputs' own, and neither scheme goes below it.
+    assert got.bound_s == jct_bound(build_workload(JOBS, setup, WINDOW), setup).mean_jct_s
+    assert 0 < got.bound_s <= got.jct_lyra_s
     # No job fits a T4: loaning can lend nothing useful, the two schemes run the same jobs the same way.
     (none,) = answer(JOBS, LOAD, setup, WINDOW, [Regime(0.75, 0.0001, 2.0, 0.4)])
     assert none.gain == pytest.approx(0.0, abs=1e-9)
+    # The regime's bound is of the regime's scenario, not of the inputs as given.
+    at = scenario_at(setup, LOAD, training_work(JOBS, setup, WINDOW), WINDOW, Regime(0.75, 0.0001, 2.0, 0.4))
+    assert none.bound_s == jct_bound(build_workload(JOBS, at, WINDOW), at).mean_jct_s
+    assert 0 < none.bound_s <= none.jct_lyra_s
+
+
+def test_the_maps_table_shows_the_bound_and_lyras_inference_shortfall() -> None:
+    paying = Answer(Regime(0.5, 0.75, 2.4, 0.5), 900.0, 1000.0, 31, 52.5, 600.0, 1234.0, 0.00567)
+    empty = Answer(Regime(0.5, 0.75, 2.4, 0.5), 0.0, 0.0, 31, 52.5, 0.0, 0.0, 0.0)
+    header, row, none = format_answers([paying, empty]).splitlines()
+    assert header.endswith("bound (lyra/bound) lyra inf. short (s / share)")
+    assert row.split()[-7:] == ["10.0%", "yes", "600", "(1.50x)", "1234", "/", "0.5670%"]
+    assert none.split()[-5:] == ["no", "-", "0", "/", "0.0000%"]
 
 
 @pytest.mark.parametrize(
@@ -117,6 +135,8 @@ def test_loaning_pays_answers_for_the_inputs_with_progress(
     assert document["measured"]["idle_share"] == pytest.approx(0.75)
     (only,) = document["answers"]
     assert only["gain"] == pytest.approx(1 - only["jct_lyra_s"] / only["jct_no_loaning_s"])
+    assert 0 < only["bound_s"] <= min(only["jct_lyra_s"], only["jct_no_loaning_s"])
+    assert {"inference_short_server_s", "inference_short_share"} <= set(only)
 
 
 def test_the_map_runs_every_combination_in_parallel(
