@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lyra.sim.bound import jct_bound
-from lyra.sim.calibration import inference_utilisation, req_per_server_for
+from lyra.sim.calibration import SHORTFALL_TOLERANCE, inference_utilisation, req_per_server_for
 from lyra.sim.engine import Simulation
 from lyra.sim.load import LoadSeries
 from lyra.sim.metrics import SchemeMetrics, summarise
@@ -216,6 +216,22 @@ def answer(
             )
         )
     return answers
+
+
+def shortfall_warning(answers: Sequence[Answer]) -> str | None:
+    """A line when ``lyra`` left more than :data:`~lyra.sim.calibration.SHORTFALL_TOLERANCE` of the inference demand
+    unmet at some regimes: there the gain is measured on a pool too small for its load (a low idle share asks more
+    of the pool at the peak than it has), and reads only with that shortfall beside it."""
+    short = [a for a in answers if a.inference_short_share > SHORTFALL_TOLERANCE]
+    if not short:
+        return None
+    worst = max(a.inference_short_share for a in short)
+    idle = ", ".join(f"{v:.2f}" for v in sorted({a.regime.idle_share for a in short}))
+    return (
+        f"WARNING: inference demand went unmet by more than {SHORTFALL_TOLERANCE:.0%} under lyra at {len(short)} of "
+        f"{len(answers)} regimes (idle share {idle}; up to {worst:.1%} of the demand): the pool there is too small "
+        "for its load, so read those gains with the shortfall beside them"
+    )
 
 
 def grid_regimes(grid: Mapping[str, Sequence[float]]) -> list[Regime]:

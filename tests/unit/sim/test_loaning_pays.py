@@ -21,6 +21,7 @@ from lyra.sim.loaning_pays import (
     measure,
     parse_axes,
     scenario_at,
+    shortfall_warning,
     training_work,
 )
 from lyra.sim.workload import Window, build_workload
@@ -187,3 +188,28 @@ def test_a_scenario_of_several_groups_is_refused(
     assert "--loaning-pays sizes one training and one inference group; this scenario has 2 and 1" in (
         capsys.readouterr().err
     )
+
+
+def test_regimes_that_leave_inference_short_are_flagged() -> None:
+    def at(idle: float, share: float) -> Answer:
+        return Answer(Regime(idle, 0.5, 1.2, 0.4), 900.0, 1000.0, 62, 50.0, 600.0, share * 1e6, share)
+
+    assert shortfall_warning([at(0.5, 0.0), at(0.8, 0.01)]) is None  # 1% of the demand is within tolerance
+    warning = shortfall_warning([at(0.1, 0.112), at(0.1, 0.0101), at(0.5, 0.0)])
+    assert warning == (
+        "WARNING: inference demand went unmet by more than 1% under lyra at 2 of 3 regimes (idle share 0.10; up to "
+        "11.2% of the demand): the pool there is too small for its load, so read those gains with the shortfall "
+        "beside them"
+    )
+
+
+def test_the_map_prints_the_shortfall_warning_where_the_pool_is_too_small(
+    inputs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [*inputs, "--loaning-pays-map", "--regime", "idle-share=0.05", "--regime", "fit-share=0.9",
+         "--regime", "offered-load=1.5", "--regime", "inference-speed=0.4", "--jobs", "1"]
+    )  # fmt: skip
+    assert code == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("WARNING: inference demand went unmet by more than 1% under lyra at 1 of 1 regimes")
