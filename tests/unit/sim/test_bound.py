@@ -114,7 +114,7 @@ def test_every_table_of_the_evaluation_shows_the_bound_and_no_scheme_beats_it() 
                 assert "bound (JCT / bound)" in header, f"a table without a bound column: {line[:80]}"
                 tables += 1
             continue
-        if "bound (JCT / bound)" not in header or set(cells[0]) <= {"-", ":"}:
+        if "bound (JCT / bound)" not in header or all(c and set(c) <= {"-", ":"} for c in cells):
             continue
         jct_column = next(i for i, h in enumerate(header) if _is_jct(h))
         mean = float(cells[jct_column].split("/")[0].replace(",", ""))
@@ -126,5 +126,5 @@ def test_every_table_of_the_evaluation_shows_the_bound_and_no_scheme_beats_it() 
         assert mean >= bound, f"{cells[0]}: mean JCT {mean} below the bound {bound}"
         assert float(match.group(2)) == pytest.approx(mean / bound, abs=0.006)
         rows += 1
-    assert tables >= 8
-    assert rows >= 40
+    assert tables >= 10  # the sweep's and the map's included
+    assert rows >= 85
