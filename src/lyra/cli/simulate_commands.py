@@ -391,7 +391,7 @@ def _run_loaning_pays(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any
     import json
     from dataclasses import asdict
 
-    from lyra.sim.loaning_pays import PAYS, answer, format_answers, grid_regimes, measure
+    from lyra.sim.loaning_pays import PAYS, answer, format_answers, grid_regimes, measure, shortfall_warning
 
     trace, load, scenario, window = inputs
     started = time.perf_counter()
@@ -419,6 +419,9 @@ def _run_loaning_pays(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any
     else:
         paying = [a for a in answers if a.pays]
         print(f"loaning pays (>= {PAYS:.0%} beyond elasticity) at {len(paying)} of {len(answers)} regimes")
+    warning = shortfall_warning(answers)
+    if warning is not None:
+        print(warning)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         document = {"measured": asdict(measured), "pays_from": PAYS, "answers": [a.as_dict() for a in answers]}

@@ -15,7 +15,10 @@ scenario by one rule:
 * **inference speed**: the inference GPU type's training speed (a T4 is about 0.3-0.5 of a V100).
 
 The gain is ``1 - JCT(lyra) / JCT(lyra-no-loaning)`` (mean JCT); loaning *pays* where it is at least
-:data:`PAYS` (10%). Only scenarios of one training and one inference group are mapped (the rules above size one).
+:data:`PAYS` (10%). Each answer also gives the regime's lower bound on mean JCT (:func:`lyra.sim.bound.jct_bound` on
+its workload and cluster), so ``lyra``'s distance from the best possible is read beside the gain, and ``lyra``'s
+inference shortfall (all demand not met, beyond the whole pool or waiting for reclaims). Only scenarios of one
+training and one inference group are mapped (the rules above size one).
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lyra.sim.calibration import inference_utilisation, req_per_server_for
+from lyra.sim.bound import jct_bound
+from lyra.sim.calibration import SHORTFALL_TOLERANCE, inference_utilisation, req_per_server_for
 from lyra.sim.engine import Simulation
 from lyra.sim.load import LoadSeries
-from lyra.sim.metrics import summarise
+from lyra.sim.metrics import SchemeMetrics, summarise
 from lyra.sim.scenario import Scenario
 from lyra.sim.schemes import SCHEMES
 from lyra.sim.traces import Trace
@@ -68,13 +72,17 @@ class Regime:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """The gain at one regime: both schemes' mean JCT, and the training servers and requests per server used."""
+    """The gain at one regime: both schemes' mean JCT, the training servers and requests per server used, the
+    regime's lower bound on mean JCT, and ``lyra``'s inference shortfall (server-seconds, share of the demand)."""
 
     regime: Regime
     jct_lyra_s: float
     jct_no_loaning_s: float
     training_servers: int
     req_per_server: float
+    bound_s: float
+    inference_short_server_s: float
+    inference_short_share: float
 
     @property
     def gain(self) -> float:
@@ -152,10 +160,10 @@ def scenario_at(scenario: Scenario, load: LoadSeries, work_gpu_s: float, window:
     return sized.model_copy(update={"memory": memory, "speed": speed})
 
 
-def mean_jct(task: tuple[Trace, LoadSeries, Scenario, Window, str]) -> float:
+def run_scheme(task: tuple[Trace, LoadSeries, Scenario, Window, str]) -> SchemeMetrics:
     trace, load, scenario, window, scheme = task
     workload = build_workload(trace, scenario, window)
-    return summarise(Simulation(workload, scenario, SCHEMES[scheme], load).run()).jct_mean_s
+    return summarise(Simulation(workload, scenario, SCHEMES[scheme], load).run())
 
 
 SCHEMES_COMPARED = ("lyra", "lyra-no-loaning")
@@ -179,25 +187,51 @@ def answer(
     setups = [scenario if r is None else scenario_at(scenario, load, work, window, r) for r in regimes]
     tasks = [(trace, load, setup, window, scheme) for setup in setups for scheme in SCHEMES_COMPARED]
     labels = [(scheme, (r or measured).describe()) for r in regimes for scheme in SCHEMES_COMPARED]
-    jcts: list[float] = []
+    runs: list[SchemeMetrics] = []
     if workers > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            for done, jct in enumerate(pool.map(mean_jct, tasks), start=1):
-                jcts.append(jct)
+            for done, metrics in enumerate(pool.map(run_scheme, tasks), start=1):
+                runs.append(metrics)
                 if on_done is not None:
                     on_done(done, len(tasks), *labels[done - 1])
     else:
         for done, task in enumerate(tasks, start=1):
-            jcts.append(mean_jct(task))
+            runs.append(run_scheme(task))
             if on_done is not None:
                 on_done(done, len(tasks), *labels[done - 1])
     answers = []
     for i, (regime, setup) in enumerate(zip(regimes, setups, strict=True)):
         (training,) = setup.training.groups
+        lyra, no_loaning = runs[2 * i], runs[2 * i + 1]
         answers.append(
-            Answer(regime or measured, jcts[2 * i], jcts[2 * i + 1], training.servers, setup.inference.req_per_server)
+            Answer(
+                regime or measured,
+                lyra.jct_mean_s,
+                no_loaning.jct_mean_s,
+                training.servers,
+                setup.inference.req_per_server,
+                jct_bound(build_workload(trace, setup, window), setup).mean_jct_s,
+                lyra.inference_short_server_s,
+                lyra.inference_short_share,
+            )
         )
     return answers
+
+
+def shortfall_warning(answers: Sequence[Answer]) -> str | None:
+    """A line when ``lyra`` left more than :data:`~lyra.sim.calibration.SHORTFALL_TOLERANCE` of the inference demand
+    unmet at some regimes: there the gain is measured on a pool too small for its load (a low idle share asks more
+    of the pool at the peak than it has), and reads only with that shortfall beside it."""
+    short = [a for a in answers if a.inference_short_share > SHORTFALL_TOLERANCE]
+    if not short:
+        return None
+    worst = max(a.inference_short_share for a in short)
+    idle = ", ".join(f"{v:.2f}" for v in sorted({a.regime.idle_share for a in short}))
+    return (
+        f"WARNING: inference demand went unmet by more than {SHORTFALL_TOLERANCE:.0%} under lyra at {len(short)} of "
+        f"{len(answers)} regimes (idle share {idle}; up to {worst:.1%} of the demand): the pool there is too small "
+        "for its load, so read those gains with the shortfall beside them"
+    )
 
 
 def grid_regimes(grid: Mapping[str, Sequence[float]]) -> list[Regime]:
@@ -212,14 +246,17 @@ def grid_regimes(grid: Mapping[str, Sequence[float]]) -> list[Regime]:
 def format_answers(answers: Sequence[Answer]) -> str:
     header = (
         f"{'idle share':>10} {'T4 fit':>7} {'offered load':>12} {'T4 speed':>8} {'training servers':>16} "
-        f"{'no-loaning JCT (s)':>18} {'lyra JCT (s)':>12} {'gain':>7} {'pays (>= 10%)':>13}"
+        f"{'no-loaning JCT (s)':>18} {'lyra JCT (s)':>12} {'gain':>7} {'pays (>= 10%)':>13} "
+        f"{'bound (lyra/bound)':>18} {'lyra inf. short (s / share)':>27}"
     )
     lines = [header]
     for a in answers:
         r = a.regime
+        bound = f"{a.bound_s:.0f} ({a.jct_lyra_s / a.bound_s:.2f}x)" if a.bound_s > 0 else "-"
+        short = f"{a.inference_short_server_s:.0f} / {a.inference_short_share:.4%}"
         lines.append(
             f"{r.idle_share:>10.2f} {r.fit_share:>7.2f} {r.offered_load:>12.2f} {r.inference_speed:>8g} "
             f"{a.training_servers:>16d} {a.jct_no_loaning_s:>18.0f} {a.jct_lyra_s:>12.0f} {a.gain:>7.1%} "
-            f"{'yes' if a.pays else 'no':>13}"
+            f"{'yes' if a.pays else 'no':>13} {bound:>18} {short:>27}"
         )
     return "\n".join(lines)

@@ -5,7 +5,10 @@ elastic, how well jobs scale, how many fit an inference GPU's memory. The sweep 
 value, keeping the others at the scenario's, and runs ``basic``, the two ablations of ``lyra`` (``lyra-no-loaning``,
 ``lyra-no-elasticity``) and ``lyra`` at every point (``baseline`` uses none of these knobs, so it runs once). A point
 *holds* when ``lyra`` is no slower on mean JCT than ``basic`` and than each ablation (within ``tolerance``) and beats
-``baseline``: then both parts of Lyra pay at that point.
+``baseline``: then both parts of Lyra pay at that point. Every point also carries its lower bound on mean JCT
+(:func:`lyra.sim.bound.jct_bound` on that point's workload and cluster: a knob that changes the fit draws or a GPU
+type's speed changes it), so ``lyra``'s distance from the best possible is read per point, and the table shows
+``lyra``'s inference shortfall (all of it: beyond the whole pool and waiting for reclaims) beside its JCT.
 
 Points are independent simulations, so they run in parallel processes (``workers``); results come back in the
 order of the grid whatever the order they finish in, so a sweep is reproducible.
@@ -21,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lyra.sim.bound import JctBound, jct_bound
 from lyra.sim.engine import Simulation
 from lyra.sim.load import LoadSeries
 from lyra.sim.metrics import SchemeMetrics, summarise
@@ -112,6 +116,8 @@ class SweepPoint:
     knob: str
     value: float
     metrics: Mapping[str, SchemeMetrics]
+    #: The lower bound on mean JCT on this point's workload and cluster (no scheme goes below it).
+    bound: JctBound
 
     def jct(self, scheme: str) -> float:
         return self.metrics[scheme].jct_mean_s
@@ -122,6 +128,8 @@ class SweepResult:
     baseline: SchemeMetrics
     points: tuple[SweepPoint, ...]
     tolerance: float
+    #: The lower bound on the scenario as given (the baseline's workload and cluster).
+    baseline_bound: JctBound
 
     def holds(self, point: SweepPoint) -> bool:
         """``lyra`` no slower than ``basic`` and than each ablation on mean JCT (within the tolerance), and faster
@@ -133,12 +141,14 @@ class SweepResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline.as_dict(),
+            "baseline_jct_bound": self.baseline_bound.as_dict(),
             "tolerance": self.tolerance,
             "points": [
                 {
                     "knob": p.knob,
                     "value": p.value,
                     "holds": self.holds(p),
+                    "jct_bound": p.bound.as_dict(),
                     "schemes": {name: m.as_dict() for name, m in p.metrics.items()},
                 }
                 for p in self.points
@@ -179,9 +189,11 @@ def run_sweep(
     """Every (knob, value, scheme) simulation, plus one baseline; in parallel processes if ``workers > 1``."""
     grid: list[tuple[str, float, str]] = []
     tasks: list[tuple[Trace, LoadSeries, Scenario, Window, str]] = []
+    bounds: dict[tuple[str, float], JctBound] = {}
     for knob, values in knobs.items():
         for value in values:
             varied = _scenario_for(scenario, knob, value)
+            bounds[(knob, value)] = jct_bound(build_workload(trace, varied, window), varied)
             for scheme in SWEPT_SCHEMES:
                 grid.append((knob, value, scheme))
                 tasks.append((trace, load, varied, window, scheme))
@@ -209,27 +221,42 @@ def run_sweep(
         else:
             by_point.setdefault((knob, value), {})[scheme] = metrics
     assert baseline is not None
-    points = tuple(SweepPoint(knob, value, dict(m)) for (knob, value), m in by_point.items())
-    return SweepResult(baseline, points, tolerance)
+    points = tuple(SweepPoint(knob, value, dict(m), bounds[(knob, value)]) for (knob, value), m in by_point.items())
+    return SweepResult(baseline, points, tolerance, jct_bound(build_workload(trace, scenario, window), scenario))
 
 
 def format_sweep(result: SweepResult) -> str:
-    """A table: per point, mean JCT of each scheme, lyra's gain over basic and baseline, lyra's overall usage and
-    queue, and whether it holds."""
+    """A table: per point, mean JCT of each scheme, lyra's gain over basic and baseline, lyra's overall usage,
+    queue and inference shortfall (server-seconds and share of the demand), the point's bound on mean JCT with
+    lyra's mean JCT over it, and whether the point holds."""
     header = (
         f"{'assumption':<18} {'value':>6} {'basic JCT':>10} {'no-loan JCT':>11} {'no-elast JCT':>12} "
-        f"{'lyra JCT':>10} {'lyra/basic':>10} {'lyra/base':>10} {'lyra usage':>10} {'lyra queue':>10}  holds"
+        f"{'lyra JCT':>10} {'lyra/basic':>10} {'lyra/base':>10} {'lyra usage':>10} {'lyra queue':>10} "
+        f"{'lyra inf. short (s / share)':>27} {'bound (lyra/bound)':>18}  holds"
     )
-    lines = [f"baseline (unaffected by these knobs): mean JCT {result.baseline.jct_mean_s:.0f} s", header]
-    lines.append("-" * len(header))
     base = result.baseline.jct_mean_s
+    lines = [
+        f"baseline (unaffected by these knobs): mean JCT {base:.0f} s; bound "
+        f"{_against_bound(base, result.baseline_bound)} (each point's bound is its own, below)",
+        header,
+    ]
+    lines.append("-" * len(header))
     for point in result.points:
         basic, lyra = point.jct("basic"), point.jct("lyra")
         no_loan, no_elast = point.jct("lyra-no-loaning"), point.jct("lyra-no-elasticity")
         figures = point.metrics["lyra"]
+        short = f"{figures.inference_short_server_s:.0f} / {figures.inference_short_share:.4%}"
+        bound = _against_bound(lyra, point.bound)
         lines.append(
             f"{point.knob:<18} {point.value:>6g} {basic:>10.0f} {no_loan:>11.0f} {no_elast:>12.0f} {lyra:>10.0f} "
-            f"{basic / lyra:>9.2f}x {base / lyra:>9.2f}x {figures.usage_overall:>10.2f} {figures.queue_mean_s:>10.0f}  "
-            f"{'yes' if result.holds(point) else 'NO'}"
+            f"{basic / lyra:>9.2f}x {base / lyra:>9.2f}x {figures.usage_overall:>10.2f} {figures.queue_mean_s:>10.0f} "
+            f"{short:>27} {bound:>18}  {'yes' if result.holds(point) else 'NO'}"
         )
     return "\n".join(lines)
+
+
+def _against_bound(jct_s: float, bound: JctBound) -> str:
+    """``"6920 (1.10x)"``: the bound in seconds and the mean JCT over it; ``"-"`` for a window without jobs."""
+    if bound.mean_jct_s <= 0:
+        return "-"
+    return f"{bound.mean_jct_s:.0f} ({jct_s / bound.mean_jct_s:.2f}x)"

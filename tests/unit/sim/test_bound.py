@@ -87,9 +87,19 @@ def test_no_scheme_beats_the_bound_on_random_elastic_workloads(seed: int) -> Non
         assert summarise(result).jct_mean_s >= bound.mean_jct_s, name
 
 
+#: Column headers of a mean JCT in docs/evaluation.md's tables: the scheme tables' and the seeds' (one scheme a row),
+#: the sweep's and the map's (lyra's JCT, beside the others).
+JCT_HEADERS = ("mean JCT (s)", "lyra JCT", "lyra JCT (s)")
+
+
+def _is_jct(header: str) -> bool:
+    return header.startswith("JCT mean") or header in JCT_HEADERS
+
+
 def test_every_table_of_the_evaluation_shows_the_bound_and_no_scheme_beats_it() -> None:
-    """Every scheme table of docs/evaluation.md (a row with a mean JCT) has a ``bound`` cell, ``bound (JCT /
-    bound)``, and the mean JCT is at least the bound, with the ratio written as it is."""
+    """Every table of docs/evaluation.md with a mean JCT (the scheme tables, the seeds', the sweep's and the map's)
+    has a ``bound`` cell, ``bound (JCT / bound)``, and that mean JCT (``lyra``'s where a row holds several) is at
+    least the bound, with the ratio written as it is."""
     tables = 0
     rows = 0
     header: list[str] | None = None
@@ -100,13 +110,13 @@ def test_every_table_of_the_evaluation_shows_the_bound_and_no_scheme_beats_it() 
         cells = [c.strip() for c in line.strip("|").split("|")]
         if header is None:
             header = cells
-            if any(h.startswith("JCT mean") or h == "mean JCT (s)" for h in header):
+            if any(_is_jct(h) for h in header):
                 assert "bound (JCT / bound)" in header, f"a table without a bound column: {line[:80]}"
                 tables += 1
             continue
-        if "bound (JCT / bound)" not in header or set(cells[0]) <= {"-", ":"}:
+        if "bound (JCT / bound)" not in header or all(c and set(c) <= {"-", ":"} for c in cells):
             continue
-        jct_column = next(i for i, h in enumerate(header) if h.startswith("JCT mean") or h == "mean JCT (s)")
+        jct_column = next(i for i, h in enumerate(header) if _is_jct(h))
         mean = float(cells[jct_column].split("/")[0].replace(",", ""))
         match = re.fullmatch(
             r"([\d,]+) \((\d+\.\d\d)\N{MULTIPLICATION SIGN}\)", cells[header.index("bound (JCT / bound)")]
@@ -116,5 +126,5 @@ def test_every_table_of_the_evaluation_shows_the_bound_and_no_scheme_beats_it() 
         assert mean >= bound, f"{cells[0]}: mean JCT {mean} below the bound {bound}"
         assert float(match.group(2)) == pytest.approx(mean / bound, abs=0.006)
         rows += 1
-    assert tables >= 8
-    assert rows >= 40
+    assert tables >= 10  # the sweep's and the map's included
+    assert rows >= 85

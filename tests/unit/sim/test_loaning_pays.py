@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lyra.cli import main
+from lyra.sim.bound import jct_bound
 from lyra.sim.calibration import inference_utilisation
 from lyra.sim.load import LoadSeries
 from lyra.sim.loaning_pays import (
@@ -16,9 +17,11 @@ from lyra.sim.loaning_pays import (
     LoaningPaysError,
     Regime,
     answer,
+    format_answers,
     measure,
     parse_axes,
     scenario_at,
+    shortfall_warning,
     training_work,
 )
 from lyra.sim.workload import Window, build_workload
@@ -60,17 +63,33 @@ def test_a_scenario_set_to_a_regime_has_that_regime() -> None:
 
 
 def test_the_gain_is_lyra_against_lyra_without_loaning() -> None:
-    assert Answer(Regime(0.5, 0.5, 1, 0.4), 900.0, 1000.0, 1, 1.0).gain == pytest.approx(0.1)
-    assert Answer(Regime(0.5, 0.5, 1, 0.4), 900.0, 1000.0, 1, 1.0).pays
-    assert not Answer(Regime(0.5, 0.5, 1, 0.4), 901.0, 1000.0, 1, 1.0).pays
+    assert Answer(Regime(0.5, 0.5, 1, 0.4), 900.0, 1000.0, 1, 1.0, 500.0, 0.0, 0.0).gain == pytest.approx(0.1)
+    assert Answer(Regime(0.5, 0.5, 1, 0.4), 900.0, 1000.0, 1, 1.0, 500.0, 0.0, 0.0).pays
+    assert not Answer(Regime(0.5, 0.5, 1, 0.4), 901.0, 1000.0, 1, 1.0, 500.0, 0.0, 0.0).pays
     setup = scenario("elasticity: {share: 0.5}\nmemory: {inference_fit_share: 1}")
     # Every job fits a T4, the pool is idle most of the time, and jobs queue: loaning pays.
     (got,) = answer(JOBS, LOAD, setup, WINDOW, [None])
     assert got.jct_lyra_s < got.jct_no_loaning_s
     assert got.pays
+    # The bound is the inputs' own, and neither scheme goes below it.
+    assert got.bound_s == jct_bound(build_workload(JOBS, setup, WINDOW), setup).mean_jct_s
+    assert 0 < got.bound_s <= got.jct_lyra_s
     # No job fits a T4: loaning can lend nothing useful, the two schemes run the same jobs the same way.
     (none,) = answer(JOBS, LOAD, setup, WINDOW, [Regime(0.75, 0.0001, 2.0, 0.4)])
     assert none.gain == pytest.approx(0.0, abs=1e-9)
+    # The regime's bound is of the regime's scenario, not of the inputs as given.
+    at = scenario_at(setup, LOAD, training_work(JOBS, setup, WINDOW), WINDOW, Regime(0.75, 0.0001, 2.0, 0.4))
+    assert none.bound_s == jct_bound(build_workload(JOBS, at, WINDOW), at).mean_jct_s
+    assert 0 < none.bound_s <= none.jct_lyra_s
+
+
+def test_the_maps_table_shows_the_bound_and_lyras_inference_shortfall() -> None:
+    paying = Answer(Regime(0.5, 0.75, 2.4, 0.5), 900.0, 1000.0, 31, 52.5, 600.0, 1234.0, 0.00567)
+    empty = Answer(Regime(0.5, 0.75, 2.4, 0.5), 0.0, 0.0, 31, 52.5, 0.0, 0.0, 0.0)
+    header, row, none = format_answers([paying, empty]).splitlines()
+    assert header.endswith("bound (lyra/bound) lyra inf. short (s / share)")
+    assert row.split()[-7:] == ["10.0%", "yes", "600", "(1.50x)", "1234", "/", "0.5670%"]
+    assert none.split()[-5:] == ["no", "-", "0", "/", "0.0000%"]
 
 
 @pytest.mark.parametrize(
@@ -117,6 +136,8 @@ def test_loaning_pays_answers_for_the_inputs_with_progress(
     assert document["measured"]["idle_share"] == pytest.approx(0.75)
     (only,) = document["answers"]
     assert only["gain"] == pytest.approx(1 - only["jct_lyra_s"] / only["jct_no_loaning_s"])
+    assert 0 < only["bound_s"] <= min(only["jct_lyra_s"], only["jct_no_loaning_s"])
+    assert {"inference_short_server_s", "inference_short_share"} <= set(only)
 
 
 def test_the_map_runs_every_combination_in_parallel(
@@ -167,3 +188,28 @@ def test_a_scenario_of_several_groups_is_refused(
     assert "--loaning-pays sizes one training and one inference group; this scenario has 2 and 1" in (
         capsys.readouterr().err
     )
+
+
+def test_regimes_that_leave_inference_short_are_flagged() -> None:
+    def at(idle: float, share: float) -> Answer:
+        return Answer(Regime(idle, 0.5, 1.2, 0.4), 900.0, 1000.0, 62, 50.0, 600.0, share * 1e6, share)
+
+    assert shortfall_warning([at(0.5, 0.0), at(0.8, 0.01)]) is None  # 1% of the demand is within tolerance
+    warning = shortfall_warning([at(0.1, 0.112), at(0.1, 0.0101), at(0.5, 0.0)])
+    assert warning == (
+        "WARNING: inference demand went unmet by more than 1% under lyra at 2 of 3 regimes (idle share 0.10; up to "
+        "11.2% of the demand): the pool there is too small for its load, so read those gains with the shortfall "
+        "beside them"
+    )
+
+
+def test_the_map_prints_the_shortfall_warning_where_the_pool_is_too_small(
+    inputs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [*inputs, "--loaning-pays-map", "--regime", "idle-share=0.05", "--regime", "fit-share=0.9",
+         "--regime", "offered-load=1.5", "--regime", "inference-speed=0.4", "--jobs", "1"]
+    )  # fmt: skip
+    assert code == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("WARNING: inference demand went unmet by more than 1% under lyra at 1 of 1 regimes")

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from lyra.sim.bound import JctBound, jct_bound
 from lyra.sim.engine import Simulation
 from lyra.sim.metrics import SchemeMetrics, summarise
 from lyra.sim.schemes import SCHEMES
@@ -103,6 +104,12 @@ def test_points_come_back_in_grid_order_with_the_metrics_of_their_scenario() -> 
     workload = build_workload(JOBS, slow, WINDOW)
     direct = summarise(Simulation(workload, slow, SCHEMES["lyra"], LOAD).run())
     assert result.points[1].metrics["lyra"] == direct
+    # Each point's bound is the bound of its own workload and cluster; the baseline's of the scenario as given.
+    assert result.points[1].bound == jct_bound(workload, slow)
+    assert result.baseline_bound == jct_bound(build_workload(JOBS, SETUP, WINDOW), SETUP)
+    assert result.points[0].bound.mean_jct_s < result.points[1].bound.mean_jct_s  # faster T4s: a lower floor
+    for point in result.points:
+        assert all(point.jct(s) >= point.bound.mean_jct_s - 1e-9 for s in SWEPT_SCHEMES)
     assert result.baseline == summarise(simulate("baseline", JOBS, setup=SETUP, length_s=WINDOW.length_s))
     for point in result.points:
         lyra = point.jct("lyra")
@@ -116,6 +123,7 @@ def with_jct(metrics: SchemeMetrics, jct: float) -> SchemeMetrics:
 
 
 TEMPLATE = summarise(simulate("baseline", trace((0, 10, 1))))
+BOUND = JctBound(mean_jct_s=40.0, alone_mean_s=40.0, capacity_mean_s=10.0, capacity_gpus=14.4, alone_s=(40.0,))
 
 
 @pytest.mark.parametrize(
@@ -136,19 +144,42 @@ def test_a_point_holds_when_lyra_beats_basic_each_ablation_and_baseline(
     basic: float, no_loaning: float, no_elasticity: float, lyra: float, holds: bool
 ) -> None:
     figures = {"basic": basic, "lyra-no-loaning": no_loaning, "lyra-no-elasticity": no_elasticity, "lyra": lyra}
-    point = SweepPoint("inference-speed", 0.4, {name: with_jct(TEMPLATE, jct) for name, jct in figures.items()})
-    result = SweepResult(with_jct(TEMPLATE, 100.0), (point,), tolerance=0.01)
+    point = SweepPoint("inference-speed", 0.4, {name: with_jct(TEMPLATE, jct) for name, jct in figures.items()}, BOUND)
+    result = SweepResult(with_jct(TEMPLATE, 100.0), (point,), tolerance=0.01, baseline_bound=BOUND)
     assert result.holds(point) is holds
     assert result.as_dict()["points"][0]["holds"] is holds
     assert format_sweep(result).splitlines()[-1].endswith("yes" if holds else "NO")
 
 
 def test_the_sweeps_document_lists_every_point() -> None:
-    point = SweepPoint("fit-share", 0.5, {s: with_jct(TEMPLATE, 50.0) for s in SWEPT_SCHEMES})
-    document = SweepResult(with_jct(TEMPLATE, 100.0), (point,), tolerance=0.02).as_dict()
-    assert set(document) == {"baseline", "tolerance", "points"}
+    point = SweepPoint("fit-share", 0.5, {s: with_jct(TEMPLATE, 50.0) for s in SWEPT_SCHEMES}, BOUND)
+    document = SweepResult(with_jct(TEMPLATE, 100.0), (point,), tolerance=0.02, baseline_bound=BOUND).as_dict()
+    assert set(document) == {"baseline", "baseline_jct_bound", "tolerance", "points"}
     assert document["tolerance"] == 0.02
+    assert document["baseline_jct_bound"]["mean_jct_s"] == 40.0
     (entry,) = document["points"]
     assert (entry["knob"], entry["value"], entry["holds"]) == ("fit-share", 0.5, True)
+    assert entry["jct_bound"] == BOUND.as_dict()
     assert set(entry["schemes"]) == set(SWEPT_SCHEMES)
     assert entry["schemes"]["lyra"]["jct_mean_s"] == 50.0
+
+
+def test_the_sweeps_table_shows_lyras_inference_shortfall_and_each_points_bound() -> None:
+    lyra = replace(TEMPLATE, jct_mean_s=50.0, inference_short_server_s=1234.0, inference_short_share=0.00567)
+    figures = {s: with_jct(TEMPLATE, 60.0) for s in SWEPT_SCHEMES} | {"lyra": lyra}
+    point = SweepPoint("inference-speed", 0.3, figures, BOUND)
+    floor = replace(BOUND, mean_jct_s=25.0)
+    table = format_sweep(SweepResult(with_jct(TEMPLATE, 100.0), (point,), tolerance=0.01, baseline_bound=floor))
+    first, header, _, row = table.splitlines()
+    assert first == (
+        "baseline (unaffected by these knobs): mean JCT 100 s; bound 25 (4.00x) (each point's bound is its own, below)"
+    )
+    assert "lyra inf. short (s / share)" in header
+    assert "bound (lyra/bound)" in header
+    assert "1234 / 0.5670%" in row
+    assert row.split()[-3:] == ["40", "(1.25x)", "yes"]
+    # A window without jobs has no bound to divide by.
+    empty = replace(BOUND, mean_jct_s=0.0)
+    table = format_sweep(SweepResult(with_jct(TEMPLATE, 100.0), (replace(point, bound=empty),), 0.01, empty))
+    assert table.splitlines()[-1].split()[-2:] == ["-", "yes"]
+    assert "bound - (each point's bound" in table.splitlines()[0]
