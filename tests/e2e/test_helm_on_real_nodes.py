@@ -193,8 +193,9 @@ def gpu_pod(namespace: str) -> dict[str, Any]:
     return {
         "metadata": {"name": "gpu-probe", "namespace": namespace},
         "spec": {
+            # Any GPU node will do: with more than one feasible node kube-scheduler scores them, and so calls the
+            # extender's prioritize (with one it binds without scoring).
             "schedulerName": SCHEDULER_NAME,
-            "nodeSelector": {REAL_NODE_LABEL: "true"},
             "containers": [
                 {
                     "name": "pause",
