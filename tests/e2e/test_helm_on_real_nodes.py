@@ -16,18 +16,23 @@ Asserted:
   scheduled and the extender's ``prioritize`` counter moved;
 * a Prometheus inside the cluster's network namespace scrapes all three from their pods' addresses (operator over
   HTTP, extender over HTTPS with the chart's CA, scheduler over HTTPS with a ServiceAccount token allowed
-  ``/metrics``), every target up.
+  ``/metrics``), every target up;
+* ``helm upgrade`` to a changed image (the built image under a new tag on every node, as a registry would serve it)
+  rolls the operator and the extender onto it, a new operator pod takes the Lease, and a TrainingJob running before
+  (2 workers of 8 A100 GPUs) still exists with the same 2 worker pods Running and counted in its status.
 
-Figures printed (``-s``): the time from ``helm install`` to every pod Ready, and each pod's time to Ready.
+Figures printed (``-s``): the time from ``helm install`` to every pod Ready, each pod's time to Ready, the time from
+``helm upgrade`` to every pod Ready on the new image, and how many of the job's workers were kept through it.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
@@ -48,7 +53,7 @@ from lyra.localcluster.realnodes.network import namespace_path
 from lyra.localcluster.state import read_state
 from lyra.localcluster.testing import real_node_cluster, temporary_namespace
 from lyra.localcluster.waiting import wait_for
-from tests.operator_support import OPERATOR_NAMESPACE, REPOSITORY, lease_holder
+from tests.operator_support import A100, OPERATOR_NAMESPACE, REPOSITORY, create_job, lease_holder, running, workers
 from tests.prometheus_support import Prometheus
 
 pytestmark = [
@@ -117,8 +122,9 @@ def ready_at(pod: client.V1Pod) -> datetime:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, client.ApiClient, int]]:
-    """Two real nodes with the chart's images built now on them: (admin kubeconfig, API client, network pid)."""
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, client.ApiClient, int, Path]]:
+    """Two real nodes with the chart's images built now on them: (admin kubeconfig, API client, network pid, state
+    directory)."""
     images = tmp_path_factory.mktemp("images")
     try:
         build.ImageBuilder(REPOSITORY, images, print).build(only=("pause", "lyra", "kube-scheduler"))
@@ -131,7 +137,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, cl
         cluster_state = read_state(state)
         assert cluster_state is not None
         [network] = [r for r in cluster_state.processes if r.name == NETWORK_PROCESS]
-        yield control_plane.kubeconfig, api, network.pid
+        yield control_plane.kubeconfig, api, network.pid, state
 
 
 def prometheus_token(api: client.ApiClient) -> str:
@@ -209,19 +215,24 @@ def gpu_pod(namespace: str) -> dict[str, Any]:
 
 
 def test_helm_install_from_the_built_images_runs_lyra_ready_on_real_nodes(
-    cluster: tuple[Path, client.ApiClient, int], tmp_path: Path
+    cluster: tuple[Path, client.ApiClient, int, Path], tmp_path: Path
 ) -> None:
-    kubeconfig, api, network_pid = cluster
+    kubeconfig, api, network_pid, state = cluster
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(admin_values()))
     installed = time.time()
     helm(kubeconfig, "install", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
          "--values", str(values))  # fmt: skip
 
-    def all_ready() -> bool:
+    def all_ready(tag: str = __version__) -> bool:
         pods = release_pods(api)
         kinds = sorted(component(pod) for pod in pods)
-        return kinds == ["extender", "operator", "operator", "scheduler"] and all(is_ready(pod) for pod in pods)
+        images = {pod.spec.containers[0].image for pod in pods if component(pod) != "scheduler"}
+        return (
+            kinds == ["extender", "operator", "operator", "scheduler"]
+            and images == {f"lyra:{tag}"}
+            and all(is_ready(pod) for pod in pods)
+        )
 
     wait_for(all_ready, READY_WITHIN_S, "the operator, extender and scheduler pods Running and Ready")
     all_ready_s = time.time() - installed
@@ -287,3 +298,53 @@ def test_helm_install_from_the_built_images_runs_lyra_ready_on_real_nodes(
             "the extender's prioritize counter to move (the scheduler reached it by its Service name)",
         )
         print(f"  extender prioritize requests: {before:.0f} -> {prometheus.value(prioritized):.0f}")
+        upgrade_keeps_the_jobs_workers(kubeconfig, api, state, namespace, all_ready)
+
+
+def retag_on_every_node(state: Path, source: str, target: str) -> None:
+    """The changed image on every real node, as a registry would serve it: the built image under a new tag."""
+    for spec_path in sorted((state / "nodes").glob("*/node.json")):
+        spec = json.loads(spec_path.read_text())
+        socket = spec_path.parent / "run" / "containerd" / "containerd.sock"  # the node's /run, seen from outside
+        completed = subprocess.run(
+            [spec["ctr"], "--address", str(socket), "--namespace", "k8s.io", "image", "tag", "--force", source, target],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert completed.returncode == 0, f"ctr image tag on {spec_path.parent.name}: {completed.stderr}"
+
+
+def upgrade_keeps_the_jobs_workers(
+    kubeconfig: Path, api: client.ApiClient, state: Path, namespace: str, all_ready: Callable[[str], bool]
+) -> None:
+    """``helm upgrade`` to a changed image tag rolls the operator and the extender; a running TrainingJob is not
+    lost: it still exists and its workers are back (Running, counted in its status) under the new operator."""
+    create_job(
+        api, namespace, "survivor", minWorkers=2, maxWorkers=2, gpusPerWorker=8, gpuTypes=[A100],
+        template={"spec": {"containers": [
+            {"name": "trainer", "image": "registry.k8s.io/pause:3.10", "imagePullPolicy": "IfNotPresent"}
+        ]}},
+    )  # fmt: skip
+    wait_for(lambda: running(api, namespace, "survivor", 2), 120, "the TrainingJob's 2 workers Running")
+    before = {pod.metadata.uid for pod in workers(api, namespace, "survivor")}
+    old_operators = {pod.metadata.name for pod in release_pods(api) if component(pod) == "operator"}
+    new_tag = f"{__version__}-upgrade"
+    retag_on_every_node(state, f"docker.io/library/lyra:{__version__}", f"docker.io/library/lyra:{new_tag}")
+    upgraded = time.time()
+    helm(kubeconfig, "upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE, "--reuse-values",
+         "--set", f"image.tag={new_tag}")  # fmt: skip
+    wait_for(lambda: all_ready(new_tag), READY_WITHIN_S, f"every pod of the release Ready on lyra:{new_tag}")
+    print(f"helm upgrade -> every pod Ready on the new image: {time.time() - upgraded:.1f} s")
+    operators = [pod.metadata.name for pod in release_pods(api) if component(pod) == "operator"]
+    assert not old_operators & set(operators), "the operator pods were not replaced"
+    wait_for(
+        lambda: any(lease_holder(api).startswith(f"{name}-") for name in operators),
+        60,
+        f"a new operator pod ({', '.join(operators)}) holding the operator's Lease",
+    )
+    wait_for(lambda: running(api, namespace, "survivor", 2), 120, "the TrainingJob's 2 workers Running after it")
+    after = {pod.metadata.uid for pod in workers(api, namespace, "survivor")}
+    print(f"  the job's workers: {len(before & after)} of {len(before)} kept through the upgrade")
+    assert after == before, "the upgrade replaced the job's workers"
