@@ -3,7 +3,10 @@ with a temporary configuration that scrapes the given targets every second, quer
 
 from __future__ import annotations
 
+import concurrent.futures
+import ctypes
 import json
+import os
 import subprocess
 import urllib.parse
 import urllib.request
@@ -40,16 +43,40 @@ def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+class _InNamespace:
+    """One thread that entered a network namespace: what it opens (sockets) lives there."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, initializer=self._enter)
+
+    def _enter(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        descriptor = os.open(self.namespace, os.O_RDONLY)
+        try:
+            if libc.setns(descriptor, 0x40000000) != 0:  # CLONE_NEWNET
+                raise OSError(ctypes.get_errno(), f"setns {self.namespace}")
+        finally:
+            os.close(descriptor)
+
+
 class Prometheus:
     """``targets``: job name -> the ``host:port`` of each instance, scraped at ``/metrics``; ``labels``: job name ->
-    labels added to each of its series (as Kubernetes' service discovery adds ``namespace``)."""
+    labels added to each of its series (as Kubernetes' service discovery adds ``namespace``); ``scrape_configs``:
+    more jobs as Prometheus spells them (TLS, authorization). ``network_namespace`` (a ``/proc/<pid>/ns/net``): run
+    Prometheus there (``nsenter``), on that namespace's loopback, and query it from a thread inside it."""
 
     def __init__(
         self,
         directory: Path,
         targets: Mapping[str, Sequence[str]],
         labels: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        scrape_configs: Sequence[Mapping[str, Any]] = (),
+        network_namespace: str | None = None,
     ) -> None:
+        self.network_namespace = network_namespace
+        self._inside = _InNamespace(network_namespace) if network_namespace is not None else None
         self.directory = directory
         self.port = allocate_ports(1)[0]
         self.url = f"http://{LOOPBACK}:{self.port}"
@@ -63,7 +90,8 @@ class Prometheus:
                     "static_configs": [{"targets": list(instances), "labels": dict((labels or {}).get(job, {}))}],
                 }
                 for job, instances in targets.items()
-            ],
+            ]
+            + [dict(extra) for extra in scrape_configs],
         }
         self.config = directory / "prometheus.yml"
         self.config.write_text(yaml.safe_dump(config))
@@ -72,8 +100,10 @@ class Prometheus:
     def __enter__(self) -> Prometheus:
         binary = BinaryCache().tool(PROMETHEUS, "prometheus")
         with self.log.open("ab") as out:
+            prefix = ["nsenter", f"--net={self.network_namespace}", "--"] if self.network_namespace else []
             self.process = subprocess.Popen(
                 [
+                    *prefix,
                     str(binary),
                     f"--config.file={self.config}",
                     f"--storage.tsdb.path={self.directory / 'data'}",
@@ -94,18 +124,26 @@ class Prometheus:
                 self.process.kill()
                 self.process.wait(timeout=30)
             self.process = None
+        if self._inside is not None:
+            self._inside.thread.shutdown(wait=True)
+
+    def get(self, url: str, timeout: float = 5) -> tuple[int, bytes]:
+        """``get`` from where Prometheus runs."""
+        if self._inside is None:
+            return get(url, timeout)
+        return self._inside.thread.submit(get, url, timeout).result()
 
     def _ready(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
             raise AssertionError(f"Prometheus exited with {self.process.returncode}:\n{self.tail()}")
         try:
-            return get(f"{self.url}/-/ready")[0] == 200
+            return self.get(f"{self.url}/-/ready")[0] == 200
         except OSError:
             return False
 
     def query(self, expression: str) -> list[dict[str, Any]]:
         """The instant vector ``expression`` evaluates to now (``/api/v1/query``)."""
-        status, body = get(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expression})}")
+        status, body = self.get(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expression})}")
         answer = json.loads(body)
         assert status == 200, f"{expression}: {answer}"
         assert answer["status"] == "success", f"{expression}: {answer}"
@@ -115,7 +153,7 @@ class Prometheus:
     def query_range(self, expression: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
         """The range vector ``expression`` evaluates to from ``start`` to ``end`` (``/api/v1/query_range``)."""
         parameters = {"query": expression, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        status, body = get(f"{self.url}/api/v1/query_range?{urllib.parse.urlencode(parameters)}")
+        status, body = self.get(f"{self.url}/api/v1/query_range?{urllib.parse.urlencode(parameters)}")
         answer = json.loads(body)
         assert status == 200, f"{expression}: {answer}"
         assert answer["status"] == "success", f"{expression}: {answer}"

@@ -323,9 +323,13 @@ class ControlPlane:
             node_ips=tuple(node.node_ip for node in self.real_nodes),
             egress_socket=self._egress_socket,
             ready_file=ready,
+            ca_cert=self.credentials.ca_cert,
+            token=self.credentials.admin.token,
         )
         config_path = layout.state_dir / "network.json"
+        config_path.touch(mode=0o600)
         write_json(config_path, config.to_json())
+        config_path.chmod(0o600)
         self._launch(realcluster.NETWORK_PROCESS, realcluster.network_command(config_path), str(self._egress_socket))
         self._wait(realcluster.NETWORK_PROCESS, "the cluster network namespace", ready.exists)
 

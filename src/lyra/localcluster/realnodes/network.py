@@ -16,6 +16,9 @@ in the namespace that side lives in (a socket keeps the namespace it was created
 * API server -> nodes and pods (logs, exec, proxy): an HTTP CONNECT proxy on a Unix socket, named to the API server
   as its ``cluster`` egress (the way konnectivity does it). Targets on 127.0.0.0/8 are dialled in the machine's
   namespace (webhooks served on loopback), every other one inside the cluster's.
+
+It also serves the cluster's other Services and its DNS (no kube-proxy, no CoreDNS here): see
+:mod:`lyra.localcluster.realnodes.services`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lyra.localcluster.realnodes import dns, services
+
 CLONE_NEWNET = 0x40000000
 SERVICE_PORT = 443
 _CONNECT_HEADER_LIMIT = 8192
@@ -50,6 +55,11 @@ class NetworkConfig:
     node_ips: tuple[str, ...]
     egress_socket: Path
     ready_file: Path
+    #: The cluster's CA and an admin token, to list Services and EndpointSlices (the file is the owner's only).
+    ca_cert: Path
+    token: str
+    dns_ip: str = dns.DNS_IP
+    cluster_domain: str = dns.CLUSTER_DOMAIN
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -58,6 +68,10 @@ class NetworkConfig:
             "node_ips": list(self.node_ips),
             "egress_socket": str(self.egress_socket),
             "ready_file": str(self.ready_file),
+            "ca_cert": str(self.ca_cert),
+            "token": self.token,
+            "dns_ip": self.dns_ip,
+            "cluster_domain": self.cluster_domain,
         }
 
     @classmethod
@@ -71,6 +85,10 @@ class NetworkConfig:
             node_ips=tuple(str(ip) for ip in node_ips),
             egress_socket=Path(str(data["egress_socket"])),
             ready_file=Path(str(data["ready_file"])),
+            ca_cert=Path(str(data["ca_cert"])),
+            token=str(data["token"]),
+            dns_ip=str(data.get("dns_ip", dns.DNS_IP)),
+            cluster_domain=str(data.get("cluster_domain", dns.CLUSTER_DOMAIN)),
         )
 
 
@@ -120,7 +138,7 @@ def configure_namespace(config: NetworkConfig) -> None:
     """Loopback up with the node and Service addresses on it (the namespace's own; some kernels here have no dummy
     interfaces), forwarding on (this namespace only)."""
     _ip("link", "set", "lo", "up")
-    for address in (*config.node_ips, config.service_ip):
+    for address in (*config.node_ips, config.service_ip, config.dns_ip):
         _ip("addr", "add", f"{address}/32", "dev", "lo")
     # /proc/sys/net is the opener's network namespace: this changes the cluster's, never the machine's.
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n", encoding="ascii")
@@ -179,6 +197,12 @@ class Relays:
             raise
         return sock
 
+    async def connect_in_cluster(self, host: str, port: int) -> socket.socket:
+        """A connected socket to an endpoint inside the cluster's namespace (never loopback)."""
+        if ipaddress.ip_address(host).is_loopback:
+            raise OSError(f"{host} is not an address in the cluster")
+        return await self._connect(host, port)
+
     async def to_api_server(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             target = await self._connect("127.0.0.1", self.config.api_server_port)
@@ -225,11 +249,34 @@ def _parse_connect(parts: Sequence[str]) -> tuple[str, int] | None:
     return (host, number) if 0 < number < 65536 else None
 
 
+async def _follow_services(namespaces: _Namespaces, config: NetworkConfig, proxy: services.ServiceProxy) -> None:
+    """List Services and EndpointSlices every POLL_SECONDS (in the machine's namespace, where the API server is) and
+    apply the routes; a failed listing keeps the last routes and is reported once until one succeeds again."""
+    access = services.ApiAccess(config.api_server_port, config.ca_cert, config.token)
+    relayed = frozenset({config.service_ip})
+    loop = asyncio.get_running_loop()
+    failing = False
+    while True:
+        try:
+            routes = await loop.run_in_executor(namespaces.host_thread, access.routes, config.cluster_domain, relayed)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            if not failing:
+                print(f"cannot list Services and EndpointSlices (retrying): {error}", file=sys.stderr)
+                failing = True
+        else:
+            failing = False
+            await proxy.apply(routes)
+        await asyncio.sleep(services.POLL_SECONDS)
+
+
 async def serve(config: NetworkConfig) -> None:
     namespaces = _Namespaces()
     configure_namespace(config)
     relays = Relays(namespaces, config)
     api = await asyncio.start_server(relays.to_api_server, config.service_ip, SERVICE_PORT)
+    proxy = services.ServiceProxy(relays.connect_in_cluster, _splice, frozenset({config.service_ip, config.dns_ip}))
+    dns_udp, dns_tcp = await proxy.serve_dns(config.dns_ip)
+    follower = asyncio.create_task(_follow_services(namespaces, config, proxy))
     config.egress_socket.unlink(missing_ok=True)
     egress = await asyncio.start_unix_server(
         relays.connect_proxy, path=str(config.egress_socket), limit=_CONNECT_HEADER_LIMIT
@@ -241,11 +288,15 @@ async def serve(config: NetworkConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     config.ready_file.write_text(f"{os.getpid()}\n", encoding="ascii")
     print(
-        f"network namespace ready: kubernetes Service {config.service_ip}:{SERVICE_PORT}, egress {config.egress_socket}"
+        f"network namespace ready: kubernetes Service {config.service_ip}:{SERVICE_PORT}, "
+        f"egress {config.egress_socket}, DNS {config.dns_ip}:53 ({config.cluster_domain})"
     )
     sys.stdout.flush()
-    async with api, egress:
+    async with api, egress, dns_tcp:
         await stop.wait()
+    follower.cancel()
+    dns_udp.close()
+    await proxy.close()
     config.egress_socket.unlink(missing_ok=True)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra.images import recipe
+from lyra.localcluster.realnodes import dns
 
 #: The kubelet's own sysctl writes land on files bind-mounted over these entries, inside the node's mount namespace.
 KUBELET_SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
@@ -205,6 +206,9 @@ def kubelet_config(node: NodeSpec) -> dict[str, Any]:
         "makeIPTablesUtilChains": False,
         "containerRuntimeEndpoint": f"unix://{node.containerd_socket}",
         "resolvConf": "",
+        # The network process's DNS (lyra.localcluster.realnodes.services): pods resolve Service names.
+        "clusterDNS": [dns.DNS_IP],
+        "clusterDomain": dns.CLUSTER_DOMAIN,
         "maxPods": node.max_pods,
         "registerWithTaints": list(node.taints),
         # The machine's disk is shared: eviction and image garbage collection would act on its fill level, not on
