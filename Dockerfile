@@ -1,5 +1,5 @@
 # Lyra's image: the `lyra` command (operator, extender, emulator), non-root, from the locked dependencies (uv.lock).
-# The same recipe as `make image` (lyra image build, no container engine needed; lyra/images/recipe.py): Debian
+# The same recipe as `make image` (lyra image build, no container engine needed; lyra/imagespec/recipe.py): Debian
 # bookworm, Debian's Python 3.11, `uv sync --locked --no-dev` into /opt/lyra (no dev groups, no `report` extra, so
 # no plotting library), user 65532, entrypoint `lyra`. tests/unit/deploy/test_image_recipes.py holds the two
 # recipes to the same base, Python, lock, user and entrypoint. Build: docker build -t lyra:0.1.0 .

@@ -45,7 +45,8 @@ from kubernetes import client
 from lyra import __version__
 from lyra.api import names
 from lyra.extender.app import REQUESTS_METRIC
-from lyra.images import build, recipe
+from lyra.images import build
+from lyra.imagespec import recipe
 from lyra.localcluster import populate
 from lyra.localcluster.binaries import BinaryCache
 from lyra.localcluster.realnodes.cluster import NETWORK_PROCESS, REAL_NODE_LABEL

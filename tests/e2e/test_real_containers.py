@@ -37,7 +37,8 @@ import yaml
 from kubernetes import client
 
 from lyra.api import names
-from lyra.images import build, recipe
+from lyra.images import build
+from lyra.imagespec import recipe
 from lyra.localcluster import populate
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.profile import parse_profile

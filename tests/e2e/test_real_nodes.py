@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 
 from lyra.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
-from lyra.images import oci, recipe
+from lyra.imagespec import oci, recipe
 from lyra.localcluster import populate
 from lyra.localcluster.binaries import KUBECTL_LAYER, REAL_NODE_COMPONENTS, BinaryCache
 from lyra.localcluster.realnodes import cgroups

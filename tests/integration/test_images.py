@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from lyra.images import build, oci, recipe, verify
+from lyra.images import build, verify
+from lyra.imagespec import oci, recipe
 from lyra.localcluster import binaries
 
 pytestmark = [

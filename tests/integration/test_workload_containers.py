@@ -29,7 +29,8 @@ import yaml
 
 from lyra.api import names
 from lyra.api.resources import InferenceServiceSpec, TrainingJobSpec
-from lyra.images import build, recipe, verify
+from lyra.images import build, verify
+from lyra.imagespec import recipe
 from lyra.localcluster.waiting import wait_for
 from lyra.operator import manifests
 

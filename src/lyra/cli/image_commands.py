@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
-from lyra.images.recipe import IMAGES
+from lyra.imagespec.recipe import IMAGES
 
 DEFAULT_OUT = Path("dist/images")
 
@@ -62,7 +62,7 @@ def _say(message: str) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     from lyra.images.build import ImageBuilder, ImageBuildError
-    from lyra.images.oci import OciError
+    from lyra.imagespec.oci import OciError
 
     if args.out_dir.exists() and not args.out_dir.is_dir():
         print(f"lyra image build: {args.out_dir} is not a directory", file=sys.stderr)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lyra.images import oci, recipe
+from lyra.imagespec import oci, recipe
 from lyra.localcluster import binaries
 from lyra.localcluster.binaries import BinariesError, BinaryCache
 

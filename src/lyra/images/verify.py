@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lyra.images import oci, recipe
+from lyra.imagespec import oci, recipe
 from lyra.localcluster import binaries
 from lyra.localcluster.binaries import BinariesError, BinaryCache
 from lyra.localcluster.waiting import WaitTimeoutError, wait_for

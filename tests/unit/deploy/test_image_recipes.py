@@ -1,5 +1,5 @@
 """The two recipes of Lyra's image give the same content: the Dockerfile (for Docker or another builder) and
-``lyra image build`` (lyra.images.recipe, no container engine). Both: Debian bookworm, Debian's Python 3.11 at the
+``lyra image build`` (lyra.imagespec.recipe, no container engine). Both: Debian bookworm, Debian's Python 3.11 at the
 same pinned version, uv.lock installed with ``uv sync --locked`` without dev groups and without the plotting extra,
 into /opt/lyra, run as the chart's non-root user with the ``lyra`` entrypoint."""
 
@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 
 from lyra.chart.values import NON_ROOT_UID
-from lyra.images import recipe
+from lyra.imagespec import recipe
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPOSITORY / "Dockerfile"

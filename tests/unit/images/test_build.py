@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lyra.images import build, oci, recipe
+from lyra.images import build
+from lyra.imagespec import oci, recipe
 from lyra.localcluster.binaries import BinaryCache
 
 REPOSITORY = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""OCI layouts written by lyra.images.oci: layers are deterministic (same input, same digests), an archive reads
+"""OCI layouts written by lyra.imagespec.oci: layers are deterministic (same input, same digests), an archive reads
 back with every blob matching its digest, and its index names the image the way ctr and skopeo look for it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lyra.images import oci
+from lyra.imagespec import oci
 
 
 def sample_tree(root: Path) -> Path:

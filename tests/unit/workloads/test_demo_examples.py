@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from lyra.images import build, recipe
+from lyra.images import build
+from lyra.imagespec import recipe
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from lyra.api.names import GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE, POOL_LABEL
-from lyra.images import oci
+from lyra.imagespec import oci
 from lyra.localcluster.credentials import SERVICE_IP, User
 from lyra.localcluster.profile import NodeGroup
 from lyra.localcluster.realnodes import cgroups

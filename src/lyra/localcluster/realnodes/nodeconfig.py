@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lyra.images import recipe
+from lyra.imagespec import recipe
 from lyra.localcluster.realnodes import dns
 
 #: The kubelet's own sysctl writes land on files bind-mounted over these entries, inside the node's mount namespace.
