@@ -115,3 +115,14 @@ def test_the_watch_cache_keeps_the_deletion_cost_among_foreign_annotations() -> 
         "spec": {"containers": [{"name": "s", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }
     assert PODS.slim(pod)["metadata"]["annotations"] == {COST: "12"}
+
+
+@pytest.mark.parametrize("edited", ["-2147483648", "0", "5 ", "not a number", ""])
+def test_a_cost_a_tenant_edited_on_a_replica_is_written_back(edited: str) -> None:
+    cluster = spread_cluster()
+    cluster.apply(decide(cluster.world(), CONFIG))
+    cluster.pods["serve/chat-r0"]["metadata"]["annotations"][COST] = edited
+    decision = decide(cluster.world(), CONFIG)
+    assert costs_written(decision.actions) == {"chat-r0": 5}
+    cluster.apply(decision)
+    assert not decide(cluster.world(), CONFIG).actions
