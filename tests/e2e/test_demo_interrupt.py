@@ -35,12 +35,19 @@ PLAYING = re.compile(r"^\[lyra\]\s+\d+% ", re.MULTILINE)  # a progress line: the
 
 
 def demo(out: Path, ports: tuple[int, int], log: Path) -> subprocess.Popen[bytes]:
+    """``lyra demo`` as started at a terminal: with SIGINT not ignored. (A test run in the background of a shell
+    inherits SIGINT ignored, and so would the demo, where Ctrl-C could not reach it; a handler, unlike an ignored
+    signal, is reset to the default when the child starts.)"""
     command = [
         sys.executable, "-m", "lyra", "demo", *SHORT, "--out-dir", str(out),
         "--extender-port", str(ports[0]), "--operator-port", str(ports[1]),
     ]  # fmt: skip
-    with log.open("wb") as output:
-        return subprocess.Popen(command, cwd=REPOSITORY, stdout=output, stderr=subprocess.STDOUT)
+    was = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with log.open("wb") as output:
+            return subprocess.Popen(command, cwd=REPOSITORY, stdout=output, stderr=subprocess.STDOUT)
+    finally:
+        signal.signal(signal.SIGINT, was)
 
 
 def _stat(pid: int) -> tuple[int, str, int] | None:
