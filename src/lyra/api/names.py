@@ -35,6 +35,9 @@ IDLE_SINCE_ANNOTATION: Final = f"{GROUP}/idle-since"
 #: template with everything the operator derives: GPUs, GPU-type affinity, tolerations, scheduler name). A service
 #: whose rendered template hashes otherwise (or a Deployment without it) has its Deployment's template written.
 TEMPLATE_HASH_ANNOTATION: Final = f"{GROUP}/template-hash"
+#: The ReplicaSet controller deletes a Deployment's replicas with the lowest cost first (Kubernetes' own key; the
+#: operator writes it on inference replicas: :mod:`lyra.operator.services`, "Which replicas a scale-down deletes").
+POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
 
 # Pod labels.
 ROLE_LABEL: Final = f"{GROUP}/role"

@@ -7,7 +7,8 @@ beside the live ones with their relative errors (:mod:`lyra.cli.demo_summary`). 
 ``--out-dir``.
 
 Ctrl-C stops everything the demo started (the control plane's processes die with it; the extender, operator and
-emulator are stopped) and leaves no port behind. The demo refuses to start when a port it needs is taken.
+emulator are stopped), removes the run's state directory and leaves no process or port behind (exit 130); a second
+run works (tests/e2e/test_demo_interrupt.py). The demo refuses to start when a port it needs is taken.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra.cli.arguments import non_negative_int, port, positive_int
-from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 DEFAULT_OUT = Path("out") / "demo"
 MODES = ("lyra", "off")
@@ -147,7 +148,7 @@ def run_demo(args: argparse.Namespace) -> int:
         return _play_and_report(args, day, profile, crd_dir)
     except KeyboardInterrupt:
         print("\nlyra demo: interrupted; everything it started is stopped", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: Path) -> int:
@@ -176,6 +177,10 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
                 day, mode, profile=profile, state_dir=state, crd_dir=crd_dir,
                 ports=(args.extender_port, args.operator_port), say=lambda m: print(m, flush=True), show=view,
             )  # fmt: skip
+        except KeyboardInterrupt:  # the run's processes are stopped; its state (etcd's data, logs) goes too
+            view.close()
+            shutil.rmtree(state, ignore_errors=True)
+            raise
         except (RunError, WaitTimeoutError) as error:
             view.close()
             logs = args.out_dir / f"logs-{mode}"

@@ -5,7 +5,8 @@ A kind's ``slim`` keeps only the fields the operator (:mod:`lyra.operator.reader
 managed fields and images. What is kept, per kind:
 
 * every object: ``metadata`` name, namespace, uid, resourceVersion, generation, creation and deletion timestamps,
-  labels, owner references, and the annotations under Lyra's prefix (``lyra.dev/``), never ``managedFields``;
+  labels, owner references, and the annotations under Lyra's prefix (``lyra.dev/``) with the pod deletion cost the
+  operator writes on inference replicas (``controller.kubernetes.io/pod-deletion-cost``), never ``managedFields``;
 * nodes (only those with the pool label, selected by the server): ``spec`` taints and unschedulable; ``status``
   capacity, allocatable and conditions (without ``lastHeartbeatTime``: the kubelet rewrites it on every status
   report, and a heartbeat that changes nothing else must not look like a change);
@@ -55,10 +56,14 @@ def _metadata(raw: Mapping[str, Any]) -> JsonObject:
     kept: JsonObject = {key: meta[key] for key in _META_KEPT if key in meta}
     annotations = meta.get("annotations")
     if isinstance(annotations, Mapping):
-        ours = {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(_LYRA_PREFIX)}
+        ours = {k: v for k, v in annotations.items() if isinstance(k, str) and _kept_annotation(k)}
         if ours:
             kept["annotations"] = ours
     return kept
+
+
+def _kept_annotation(key: str) -> bool:
+    return key.startswith(_LYRA_PREFIX) or key == names.POD_DELETION_COST_ANNOTATION
 
 
 def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:

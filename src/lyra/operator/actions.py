@@ -4,7 +4,8 @@ The order is what makes a crash at any point harmless (docs/architecture.md, "Re
 (label and taint together) before pods are placed on or taken off them; a job's status (its intent: phase, target
 workers, planned placement) is written before its pods are created or deleted, so the next pass completes whatever
 a crash interrupted; a job's headless Service exists before the workers whose DNS names it gives; Events come
-last. Every action is idempotent: creating what exists or deleting what is gone is success.
+last. An inference replica's deletion cost is written before its Deployment is scaled, so a scale-down in the same
+pass deletes by it. Every action is idempotent: creating what exists or deleting what is gone is success.
 """
 
 from __future__ import annotations
@@ -63,6 +64,17 @@ class SetPodRole:
 
 
 @dataclass(frozen=True, slots=True)
+class SetDeletionCost:
+    """An inference replica's ``controller.kubernetes.io/pod-deletion-cost``: which of its service's replicas a
+    scale-down of the Deployment deletes first (:mod:`lyra.operator.services`). ``owner``: the service."""
+
+    ref: ObjectRef
+    cost: int
+    owner: ObjectRef | None = None
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class CreateService:
     """A TrainingJob's headless Service (:func:`lyra.operator.manifests.rendezvous_service`), made with every batch of
     its workers: one that exists is left as it is, one deleted by hand comes back with the next worker."""
@@ -105,7 +117,17 @@ class Emit:
     message: str
 
 
-Action = SetNodeState | PatchStatus | DeletePod | SetPodRole | CreateService | CreatePod | ApplyDeployment | Emit
+Action = (
+    SetNodeState
+    | PatchStatus
+    | DeletePod
+    | SetPodRole
+    | SetDeletionCost
+    | CreateService
+    | CreatePod
+    | ApplyDeployment
+    | Emit
+)
 
 #: The order of application (see the module docstring).
 ACTION_ORDER: tuple[type, ...] = (
@@ -113,6 +135,7 @@ ACTION_ORDER: tuple[type, ...] = (
     PatchStatus,
     DeletePod,
     SetPodRole,
+    SetDeletionCost,
     CreateService,
     CreatePod,
     ApplyDeployment,

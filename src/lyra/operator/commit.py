@@ -45,6 +45,7 @@ from lyra.operator.actions import (
     DeletePod,
     Emit,
     PatchStatus,
+    SetDeletionCost,
     SetNodeState,
     SetPodRole,
 )
@@ -257,7 +258,7 @@ class Cluster:
             return DEFERRED
         if error.status == 409 and _creates(action) and _already_exists(error):
             return APPLIED
-        if error.status == 404 and isinstance(action, DeletePod | SetPodRole):
+        if error.status == 404 and isinstance(action, DeletePod | SetPodRole | SetDeletionCost):
             return APPLIED
         if error.status in PASS_ERRORS:
             raise error
@@ -431,6 +432,12 @@ class Cluster:
                 action.ref.name, action.ref.namespace, {"metadata": {"labels": labels}}, **raw
             )
             return _version_in(response)
+        if isinstance(action, SetDeletionCost):
+            cost = {names.POD_DELETION_COST_ANNOTATION: str(action.cost)}
+            response = self.core.patch_namespaced_pod(
+                action.ref.name, action.ref.namespace, {"metadata": {"annotations": cost}}, **raw
+            )
+            return _version_in(response)
         if isinstance(action, CreateService):
             self.core.create_namespaced_service(action.ref.namespace, action.manifest)
         elif isinstance(action, CreatePod):
@@ -520,7 +527,7 @@ def _written_kind(action: Action) -> str:
     """The kind of the object an action writes (what :meth:`ClusterCaches.wrote` files its version under)."""
     if isinstance(action, SetNodeState):
         return "Node"
-    if isinstance(action, CreatePod | DeletePod | SetPodRole):
+    if isinstance(action, CreatePod | DeletePod | SetPodRole | SetDeletionCost):
         return "Pod"
     if isinstance(action, ApplyDeployment):
         return "Deployment"

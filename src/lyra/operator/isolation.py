@@ -45,6 +45,7 @@ from lyra.operator.actions import (
     DeletePod,
     Emit,
     PatchStatus,
+    SetDeletionCost,
     SetNodeState,
     SetPodRole,
 )
@@ -145,7 +146,7 @@ def subject_of(action: Action) -> ObjectRef:
     """The object an action's failure is reported on (see the module docstring)."""
     if isinstance(action, SetNodeState):
         return node_ref(action.node)
-    if isinstance(action, DeletePod | SetPodRole | CreatePod):
+    if isinstance(action, DeletePod | SetPodRole | SetDeletionCost | CreatePod):
         return action.owner or action.ref
     if isinstance(action, CreateService):
         return action.owner
@@ -158,7 +159,7 @@ def stage_of(action: Action) -> Stage:
 
 def needs_of(action: Action) -> tuple[str, ...]:
     """The keys of the other subjects whose failure in this pass skips ``action``: a pod's node."""
-    if isinstance(action, DeletePod | SetPodRole | CreatePod) and action.node:
+    if isinstance(action, DeletePod | SetPodRole | SetDeletionCost | CreatePod) and action.node:
         return (key_of(node_ref(action.node)),)
     return ()
 
@@ -173,6 +174,8 @@ def describe(action: Action) -> str:
         return f"deleting pod {action.ref.key}"
     if isinstance(action, SetPodRole):
         return f"relabelling pod {action.ref.key} {action.role}"
+    if isinstance(action, SetDeletionCost):
+        return f"setting the deletion cost of pod {action.ref.key} to {action.cost}"
     if isinstance(action, CreatePod):
         return f"creating pod {action.ref.key}"
     if isinstance(action, CreateService):

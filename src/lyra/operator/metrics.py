@@ -137,8 +137,8 @@ PASS_DURATION = MetricSpec(
 ACTIONS = MetricSpec(
     "lyra_actions_total",
     COUNTER,
-    "Actions a pass committed, by kind (SetNodeState, PatchStatus, DeletePod, SetPodRole, CreatePod, "
-    "ApplyDeployment, Emit) and outcome (applied, refused, deferred, held, skipped)",
+    "Actions a pass committed, by kind (SetNodeState, PatchStatus, DeletePod, SetPodRole, SetDeletionCost, "
+    "CreatePod, ApplyDeployment, Emit) and outcome (applied, refused, deferred, held, skipped)",
     ("kind", "outcome"),
 )
 WATCH_LISTS = MetricSpec(

@@ -297,6 +297,7 @@ def _read_pod(raw: Mapping[str, Any]) -> tuple[PodRecord | None, Unreadable | No
         controller_kind=kind,
         controller_name=controller_name,
         labelled=labelled,
+        deletion_cost=pod.metadata.annotations.get(names.POD_DELETION_COST_ANNOTATION),
     )
     return record, None
 

@@ -19,6 +19,17 @@ take their replicas in name order until the cap is spent: a service cut short ge
 ``status.replicas``, servers needed) and ``Capped=True`` saying how many replicas and GPUs are over the cap, with a
 Warning Event when it becomes capped; a service within the cap carries ``Capped=False``, and a namespace without a cap
 no such condition.
+
+**Which replicas a scale-down deletes.** The ReplicaSet controller deletes a Deployment's replicas with the lowest
+``controller.kubernetes.io/pod-deletion-cost`` first (after unbound, unready and not-running ones); left alone it
+spreads, taking replicas from the servers that hold the most, so that every server keeps a few and none is freed to
+lend. Each pass therefore gives every bound, live replica of a service the cost :func:`replica_deletion_costs` rules:
+the number of the service's replicas on its server times the number of inference servers, plus the server's rank in
+Lyra's lend order (:func:`lyra.core.ordering.lend_order`: most GPUs first, then by name; 0 is lent first). The
+fewer replicas a server holds the sooner they go, and among servers holding as many, the one Lyra lends next is
+emptied first: a scale-down frees whole servers, those the loan cycle lends. The cost is written
+(:class:`~lyra.operator.actions.SetDeletionCost`) only where it differs from the one the pod carries, before the
+Deployment is scaled.
 """
 
 from __future__ import annotations
@@ -32,9 +43,11 @@ from typing import Any
 
 from lyra.api import conditions
 from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, name_problem, wire
+from lyra.core.model import Pool
+from lyra.core.ordering import lend_order
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.actions import ApplyDeployment, PatchStatus, ReclaimWaitReport
+from lyra.operator.actions import ApplyDeployment, PatchStatus, ReclaimWaitReport, SetDeletionCost
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.isolation import Undecidable, decide_alone, key_of
@@ -47,7 +60,7 @@ from lyra.operator.sizing import (
 )
 from lyra.operator.templates import template_problem
 from lyra.operator.timestamps import format_time_ms, parse_time
-from lyra.operator.world import ServiceRecord, World
+from lyra.operator.world import PodRecord, ServiceRecord, World
 
 log = logging.getLogger("lyra.operator")
 
@@ -67,6 +80,14 @@ class ServiceBook:
         #: Each service's status as this pass decides it, and the problem it reports (written by write_statuses).
         self.statuses: dict[str, InferenceServiceStatus] = {}
         self.problems: dict[str, tuple[str, str]] = {}
+        #: Each inference server's place in the lend order (0: lent first), and each service's bound, live replicas.
+        self.lend_rank = {
+            node.name: rank for rank, node in enumerate(lend_order(n for n in world.nodes if n.pool is Pool.INFERENCE))
+        }
+        self.replicas_of: dict[str, list[PodRecord]] = defaultdict(list)
+        for pod in world.pods:
+            if pod.role is PodRole.INFERENCE and pod.owner is not None and pod.node and pod.is_live:
+                self.replicas_of[pod.owner].append(pod)
 
     def plan(self) -> dict[str, int]:
         """Statuses and Deployments of every service; returns the servers needed per inference GPU type. Each
@@ -123,6 +144,7 @@ class ServiceBook:
         needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, server_gpus)
         self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None, wanted=wanted)
         self.deployment(service, replicas, built)
+        self.deletion_costs(service)
         return gpu_type, replicas
 
     def within_cap(self, service: ServiceRecord, wanted: int) -> int:
@@ -222,6 +244,16 @@ class ServiceBook:
                 conditions.TEMPLATE_CHANGED,
                 f"the replicas' pod template changed (template hash {was} -> {wanted}): the Deployment rolls them",
             )
+
+    def deletion_costs(self, service: ServiceRecord) -> None:
+        """Write the deletion cost of each of the service's replicas whose cost differs from the rule's (module
+        docstring, "Which replicas a scale-down deletes")."""
+        pods = self.replicas_of.get(service.ref.key, [])
+        costs = replica_deletion_costs(Counter(p.node for p in pods), self.lend_rank)
+        for pod in sorted(pods, key=lambda p: p.ref.name):
+            cost = costs[pod.node]
+            if pod.deletion_cost != str(cost):
+                self.changes.actions.append(SetDeletionCost(pod.ref, cost, service.ref, pod.node))
 
     def service_status(
         self,
@@ -329,3 +361,15 @@ class ServiceBook:
             problem = self.problems.get(service.ref.key)
             if problem is not None and service.status.conditions != status.conditions:
                 self.changes.emit(service.ref, problem[0], problem[1], warning=True)
+
+
+def replica_deletion_costs(replicas_on: Mapping[str, int], lend_rank: Mapping[str, int]) -> dict[str, int]:
+    """The deletion cost of one service's replicas on each server they hold (``replicas_on``: how many there): the
+    count times the number of ranked servers, plus the server's rank in the lend order (``lend_rank``: 0 to n - 1,
+    0 for the server lent first; a server without one ranks after them all, by name). Lower costs are deleted first:
+    the servers holding the fewest replicas, and among equals the one lent first, are emptied first. Each server's
+    cost is its own, so a scale-down never splits its deletions between servers by chance."""
+    ranks = dict(lend_rank)
+    for node in sorted(n for n in replicas_on if n not in ranks):
+        ranks[node] = len(ranks)
+    return {node: count * len(ranks) + ranks[node] for node, count in replicas_on.items()}

@@ -113,6 +113,8 @@ class PodRecord:
     #: Whether the pod's Lyra labels say what its owner does (for a worker: a base or flexible role and its job's
     #: name); a worker whose labels were edited has them written back.
     labelled: bool = True
+    #: The pod deletion cost annotation as read (``controller.kubernetes.io/pod-deletion-cost``; ``None``: absent).
+    deletion_cost: str | None = None
 
     #: Worked out once from the fields above, so that a pass reads them as data, never calls back in for them:
     #: finished (``Succeeded`` or ``Failed``); started (running, with no container stuck waiting: a pod in

@@ -21,6 +21,7 @@ from lyra.operator.actions import (
     Emit,
     PatchStatus,
     ReclaimReport,
+    SetDeletionCost,
     SetNodeState,
     SetPodRole,
 )
@@ -204,6 +205,12 @@ class FakeCluster:
             labels["lyra.dev/role"] = action.role
             if action.owner is not None and action.owner.kind == "TrainingJob":
                 labels["lyra.dev/job"] = action.owner.name
+        elif isinstance(action, SetDeletionCost):
+            pod = self.pods.get(action.ref.key)
+            if pod is not None:
+                pod["metadata"].setdefault("annotations", {})["controller.kubernetes.io/pod-deletion-cost"] = str(
+                    action.cost
+                )
         elif isinstance(action, CreatePod):
             if action.ref.key not in self.pods:
                 body = copy.deepcopy(dict(action.manifest))
@@ -218,6 +225,14 @@ class FakeCluster:
             self._deploy(action)
         elif isinstance(action, Emit):
             self.events.append(action)
+
+    def _deletion_rank(self, key: str) -> tuple[bool, int, str]:
+        """The ReplicaSet controller's order of deletion, as far as the fake's replicas differ: unbound first, then
+        the lowest ``controller.kubernetes.io/pod-deletion-cost`` (0 when absent), then (the fake's own tie-break)
+        the highest name."""
+        pod = self.pods[key]
+        cost = int((pod["metadata"].get("annotations") or {}).get("controller.kubernetes.io/pod-deletion-cost", "0"))
+        return (bool(pod["spec"].get("nodeName")), cost, "".join(chr(0x10FFFF - ord(c)) for c in key))
 
     def _deploy(self, action: ApplyDeployment) -> None:
         """Create, scale (only ``spec.replicas`` changes) or, with ``roll``, write the template and its hash too; the
@@ -248,9 +263,11 @@ class FakeCluster:
             k for k, p in self.pods.items() if p["metadata"]["labels"].get("lyra.dev/service") == action.ref.name
         )
         replicas = body["spec"]["replicas"]
-        for extra in mine[replicas:]:
+        for extra in sorted(mine, key=self._deletion_rank)[: max(0, len(mine) - replicas)]:
             del self.pods[extra]
-        for index in range(len(mine), replicas):
+        taken = set(self.pods)
+        free = (i for i in range(len(mine) + replicas) if f"{action.ref.namespace}/{action.ref.name}-r{i}" not in taken)
+        for index in [next(free) for _ in range(len(mine), replicas)]:
             template = copy.deepcopy(body["spec"]["template"])
             name = f"{action.ref.name}-r{index}"
             self.made_from[f"{action.ref.namespace}/{name}"] = copy.deepcopy(body["spec"]["template"])

@@ -1,0 +1,184 @@
+"""`lyra demo` starts and stops cleanly (issue 29, item 5), as a user at a terminal sees it: Ctrl-C (SIGINT to a
+real ``lyra demo`` while it plays the day) stops every process it started and leaves no port any of them listened
+on, nor the run's state directory; a second run on the same ports then plays its day to the end; and a demo asked
+to use a port something else listens on refuses to start, saying so, before it starts anything.
+
+The processes and ports are found, not assumed: every descendant of the demo's process (the control plane's etcd,
+kube-apiserver, controller-manager, scheduler and KWOK; the extender, operator and emulator in their own sessions)
+and every TCP port they listen on, read from ``/proc`` while the day plays.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from lyra.cli.demo_commands import port_taken
+from lyra.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from lyra.localcluster.ports import allocate_ports
+from lyra.localcluster.waiting import wait_for
+from tests.operator_support import REPOSITORY
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+#: A short day: 3 trace hours in 30 s, 3 jobs, Lyra on only.
+SHORT = ("--plain", "--only", "lyra", "--duration", "30", "--speed-up", "360", "--jobs", "3")
+PLAYING = re.compile(r"^\[lyra\]\s+\d+% ", re.MULTILINE)  # a progress line: the day is being played
+
+
+def demo(out: Path, ports: tuple[int, int], log: Path) -> subprocess.Popen[bytes]:
+    """``lyra demo`` as started at a terminal: with SIGINT not ignored. (A test run in the background of a shell
+    inherits SIGINT ignored, and so would the demo, where Ctrl-C could not reach it; a handler, unlike an ignored
+    signal, is reset to the default when the child starts.)"""
+    command = [
+        sys.executable, "-m", "lyra", "demo", *SHORT, "--out-dir", str(out),
+        "--extender-port", str(ports[0]), "--operator-port", str(ports[1]),
+    ]  # fmt: skip
+    was = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with log.open("wb") as output:
+            return subprocess.Popen(command, cwd=REPOSITORY, stdout=output, stderr=subprocess.STDOUT)
+    finally:
+        signal.signal(signal.SIGINT, was)
+
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent, state, start time) of a live process, None for one that is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def descendants(root: int) -> dict[int, int]:
+    """Every process below ``root``, with its start time (so a reused PID is not taken for it)."""
+    parents: dict[int, int] = {}
+    started: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            parents[int(entry)], started[int(entry)] = stat[0], stat[2]
+    found: dict[int, int] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = started[pid]
+                frontier.append(pid)
+    return found
+
+
+def alive(processes: dict[int, int]) -> list[int]:
+    """Those of ``processes`` still running (a zombie holds no port and is gone but for its exit status)."""
+    left = []
+    for pid, start in processes.items():
+        stat = _stat(pid)
+        if stat is not None and stat[2] == start and stat[1] != "Z":
+            left.append(pid)
+    return left
+
+
+def listening_ports(pids: list[int]) -> set[int]:
+    """The TCP ports the processes listen on (their sockets' inodes matched in /proc/net/tcp and tcp6)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue  # gone meanwhile
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def run_state_dirs(pids: list[int]) -> set[Path]:
+    """The run's state directories (``lyra-demo-<mode>-*`` under the temporary directory) its processes name."""
+    pattern = re.compile(re.escape(tempfile.gettempdir()) + r"/lyra-demo-lyra-[^/\x00]+")
+    found: set[Path] = set()
+    for pid in pids:
+        try:
+            found.update(Path(m) for m in pattern.findall(Path(f"/proc/{pid}/cmdline").read_text(errors="replace")))
+        except OSError:
+            continue
+    return found
+
+
+def test_ctrl_c_stops_everything_and_a_second_run_plays_its_day(tmp_path: Path) -> None:
+    extender, operator = allocate_ports(2)
+    ports = (extender, operator)
+    log = tmp_path / "first.log"
+    first = demo(tmp_path / "first", ports, log)
+    try:
+        wait_for(
+            lambda: first.poll() is not None or PLAYING.search(log.read_text(errors="replace")),
+            300,
+            "the first run playing its day",
+        )
+        assert first.poll() is None, log.read_text(errors="replace")[-4000:]
+        started = descendants(first.pid)
+        listened = listening_ports(list(started))
+        assert set(ports) <= listened, f"the extender and operator listen on {ports}: {sorted(listened)}"
+        assert len(started) >= 8, f"the control plane, extender, operator and emulator run: {started}"
+        state_dirs = run_state_dirs(list(started))
+        assert state_dirs, "the control plane's processes name the run's state directory"
+        first.send_signal(signal.SIGINT)
+        code = first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=30)
+    output = log.read_text(errors="replace")
+    assert code == EXIT_INTERRUPTED, output[-4000:]
+    assert "interrupted; everything it started is stopped" in output
+    assert "Traceback" not in output
+    wait_for(lambda: not alive(started), 60, f"the demo's {len(started)} processes gone")
+    assert [p for p in listened if port_taken(p) is not None] == [], "a port is still listened on"
+    assert not [d for d in state_dirs if d.exists()], "the run's state directory is removed"
+    print(f"Ctrl-C stopped {len(started)} processes listening on {len(listened)} ports: {sorted(listened)}")
+
+    second_log = tmp_path / "second.log"
+    second = demo(tmp_path / "second", ports, second_log)
+    try:
+        code = second.wait(timeout=420)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait(timeout=30)
+    output = second_log.read_text(errors="replace")
+    assert code == EXIT_OK, output[-4000:]
+    assert (tmp_path / "second" / "results.json").stat().st_size > 0
+    assert all(port_taken(p) is None for p in ports)
+
+
+def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    extender, operator = allocate_ports(2)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", operator))
+        holder.listen()
+        run = subprocess.run(
+            [sys.executable, "-m", "lyra", "demo", *SHORT, "--out-dir", str(tmp_path / "out"),
+             "--extender-port", str(extender), "--operator-port", str(operator)],
+            cwd=REPOSITORY, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert run.returncode == EXIT_FAILED
+    assert run.stderr.strip() == (
+        f"lyra demo: port {operator} is in use (on 127.0.0.1): stop what listens there or pick another port"
+    )
+    assert not (tmp_path / "out" / "inputs").exists(), "nothing was started or written"
