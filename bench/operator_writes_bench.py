@@ -136,6 +136,8 @@ class StandInHandler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         state = self.server.state
         if state.latency_s:
+            # The stand-in's chosen API latency (--latency-ms): what a real server's round trip costs the writer's
+            # wall time, not a wait for a state.
             time.sleep(state.latency_s)
         status, payload = state.answer(self.command, self.path, body)
         self.send_response(status)
@@ -191,7 +193,7 @@ def stand_in(latency_ms: float) -> Iterator[client.ApiClient]:
             while not (directory / "port").exists():
                 if child.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("the stand-in API server did not start")
-                time.sleep(0.05)
+                time.sleep(0.05)  # polled with a deadline: the child writes its port file once it listens
             configuration = client.Configuration()
             configuration.host = f"https://127.0.0.1:{(directory / 'port').read_text()}"
             configuration.ssl_ca_cert = str(directory / "cert.pem")

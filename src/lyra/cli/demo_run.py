@@ -375,6 +375,8 @@ def _play(
         finished = not pending and all(j.finished is not None for j in result.jobs.values())
         if (t >= day.seconds and finished) or elapsed >= deadline:
             break
+        # The day's clock: one tick of wall time per step of the compressed day (the load it drives is paced by it),
+        # not a wait for a state.
         time.sleep(max(TICK_S - (time.monotonic() - start - elapsed), 0.0))
     observer.events()
     observer.close(epoch_start + time.monotonic() - start)
