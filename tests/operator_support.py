@@ -280,6 +280,33 @@ def loans_settled(api: client.ApiClient, namespace: str) -> int:
     return 8 - loaned
 
 
+def scale_chat(api: client.ApiClient, namespace: str, replicas: int) -> None:
+    """The scene's InferenceService ``chat`` scaled to ``replicas`` through its scale subresource (as an autoscaler)."""
+    custom(api).patch_namespaced_custom_object_scale(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": {"replicas": replicas}}
+    )
+
+
+def reclaimed_by_scale_in(api: client.ApiClient, namespace: str, loaned: int, replicas: int) -> None:
+    """After ``chat`` grew by two servers' worth: two of the ``loaned`` servers came back, no server is reclaiming,
+    all ``replicas`` are ready, and the elastic job gave them up by scaling in, never preempted."""
+
+    def converged() -> bool:
+        states = list(node_states(api).values())
+        deployment = client.AppsV1Api(api).read_namespaced_deployment("chat", namespace)
+        return (
+            "reclaiming" not in states
+            and states.count("loaned") == loaned - 2
+            and (deployment.status.ready_replicas or 0) == replicas
+        )
+
+    wait_for(converged, DEADLINE_S, f"the reclaim to finish and {replicas} replicas to be ready")
+    elastic = job(api, namespace, "elastic")["status"]
+    assert elastic["phase"] == "Running"
+    assert elastic["preemptions"] == 0
+    assert elastic["scaleIns"] > 0
+
+
 def lyra_check(
     kubeconfig: Path, *, gang_timeout_s: float = GANG_TIMEOUT_S, reclaim_deadline_s: float = RECLAIM_DEADLINE_S
 ) -> tuple[int, dict[str, Any]]:

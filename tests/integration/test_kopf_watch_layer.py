@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from lyra.api import names
 from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
@@ -24,12 +23,11 @@ from tests.operator_support import (
     assert_check_clean,
     create_job,
     create_service,
-    custom,
     inference_service,
-    job,
     lease_holder,
     loans_settled,
-    node_states,
+    reclaimed_by_scale_in,
+    scale_chat,
 )
 
 pytestmark = pytest.mark.integration
@@ -64,22 +62,7 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator) -> None:
     loaned = 8 - serving
 
     replicas = 4 * (serving + 2)  # two servers' worth more: two loaned servers come back, the elastic job shrinks
-    custom(api).patch_namespaced_custom_object_scale(
-        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": {"replicas": replicas}}
-    )
+    scale_chat(api, namespace, replicas)
 
-    def converged() -> bool:
-        states = list(node_states(api).values())
-        deployment = client.AppsV1Api(api).read_namespaced_deployment("chat", namespace)
-        return (
-            "reclaiming" not in states
-            and states.count("loaned") == loaned - 2
-            and (deployment.status.ready_replicas or 0) == replicas
-        )
-
-    wait_for(converged, DEADLINE_S, f"the reclaim to finish and {replicas} replicas to be ready")
-    elastic = job(api, namespace, "elastic")["status"]
-    assert elastic["phase"] == "Running"
-    assert elastic["preemptions"] == 0
-    assert elastic["scaleIns"] > 0
+    reclaimed_by_scale_in(api, namespace, loaned, replicas)
     assert_check_clean(operator.kubeconfig)

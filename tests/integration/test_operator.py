@@ -37,7 +37,6 @@ from tests.operator_support import (
     assert_check_clean,
     create_job,
     create_service,
-    custom,
     dry_run_once,
     inference_service,
     job,
@@ -46,7 +45,9 @@ from tests.operator_support import (
     loans_settled,
     lyra_node_fields,
     node_states,
+    reclaimed_by_scale_in,
     running,
+    scale_chat,
     wait_quiet,
     workers,
 )
@@ -100,29 +101,14 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, standby: O
     #    preempted. The leading operator is killed as soon as a server is reclaiming and restarted; the standby
     #    takes the lease over once it expires, and finishes the reclaim.
     replicas = 4 * (serving + 2)
-    custom(api).patch_namespaced_custom_object_scale(
-        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat", {"spec": {"replicas": replicas}}
-    )
+    scale_chat(api, namespace, replicas)
     wait_for(lambda: "reclaiming" in node_states(api).values(), DEADLINE_S, "a server reclaiming")
     assert "pod " not in standby.log.read_text(), "the standby wrote nothing while the first operator led"
     operator.kill()
     operator.start()
     wait_for(lambda: f"-{operator.pid}-" not in lease_holder(api), DEADLINE_S, "a new leader")
 
-    def converged() -> bool:
-        states = list(node_states(api).values())
-        deployment = client.AppsV1Api(api).read_namespaced_deployment("chat", namespace)
-        return (
-            "reclaiming" not in states
-            and states.count("loaned") == loaned - 2
-            and (deployment.status.ready_replicas or 0) == replicas
-        )
-
-    wait_for(converged, DEADLINE_S, f"the reclaim to finish and {replicas} replicas to be ready")
-    elastic = job(api, namespace, "elastic")["status"]
-    assert elastic["phase"] == "Running"
-    assert elastic["preemptions"] == 0
-    assert elastic["scaleIns"] > 0
+    reclaimed_by_scale_in(api, namespace, loaned, replicas)
     assert len(workers(api, namespace, "elastic")) <= 12
     assert job(api, namespace, "a100-only")["status"]["phase"] == "Running"
     replicas = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=chat")
