@@ -21,27 +21,33 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from bench import start_process, stop_process_group, stopped_on_signals
 from bench.__main__ import load_average
 from bench.extender_bench import wait_until_ready
-from lyra.localcluster import populate
+from lyra.localcluster import componentconfig, populate
+from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.profile import parse_profile
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
 
 PODS = 1_000
+#: The fewest nodes that hold every pod: 500 base workers (750 GPUs) on the A100s, 40% of the nodes with 8 each.
+MIN_NODES = 300
 TARGET_RATIO = 0.9
 T4, A100 = "Tesla-T4", "NVIDIA-A100-SXM4-80GB"
+#: The second kube-scheduler's profile: the one that calls the extender.
+EXTENDER_SCHEDULER = "with-lyra-extender"
 
 
 def loaned_nodes(nodes: int) -> int:
@@ -69,7 +75,8 @@ def profile(nodes: int = 500) -> Any:
     )  # fmt: skip
 
 
-def pods() -> list[dict[str, Any]]:
+def pods(scheduler_name: str | None = None) -> list[dict[str, Any]]:
+    """The run's 1,000 GPU pods, for the scheduler named ``scheduler_name`` (``None``: the default one)."""
     made = []
     for index in range(PODS):
         kind = index % 4
@@ -87,6 +94,7 @@ def pods() -> list[dict[str, Any]]:
             {
                 "metadata": {"name": f"pod-{index:04d}", "labels": labels},
                 "spec": {
+                    **({"schedulerName": scheduler_name} if scheduler_name else {}),
                     "automountServiceAccountToken": False,
                     "nodeSelector": selector,
                     "containers": [
@@ -137,55 +145,137 @@ def extender(kubeconfig: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
         stop_process_group(server)
 
 
-def run(with_extender: bool, state: Path, nodes: int) -> Run:
-    """Pods bound per second, with the CPU time of kube-scheduler (and the extender) over the same span."""
+def _replaced(argv: Sequence[str], flag: str, value: str) -> list[str]:
+    """``argv`` with ``--flag=...`` set to ``value`` (the local control plane writes its flags in that form)."""
+    prefix = f"--{flag}="
+    if not any(argument.startswith(prefix) for argument in argv):
+        raise RuntimeError(f"kube-scheduler's command line has no {prefix}: {list(argv)}")
+    return [prefix + value if argument.startswith(prefix) else argument for argument in argv]
+
+
+@contextmanager
+def scheduler_with_extender(control_plane: ControlPlane, extender_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A second kube-scheduler beside the control plane's own: the same binary, client settings and credentials, one
+    profile named :data:`EXTENDER_SCHEDULER` that calls the extender at ``extender_url`` as ``lyra cluster up``
+    configures it. Pods choose it by ``spec.schedulerName``; the control plane's scheduler (no extender) takes the
+    others. Both run through every run, so each run pays the same idle scheduler beside the working one."""
+    own = next(record for record in control_plane.state.processes if record.name == "kube-scheduler")
+    config = componentconfig.scheduler_config(control_plane.layout.component_kubeconfig("kube-scheduler"), extender_url)
+    config["profiles"] = [{"schedulerName": EXTENDER_SCHEDULER}]
+    path = control_plane.layout.state_dir / "kube-scheduler-with-extender.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     port = allocate_ports(1)[0]
-    url = f"http://127.0.0.1:{port}" if with_extender else None
+    argv = _replaced(_replaced(own.argv, "config", str(path)), "secure-port", str(port))
+    log = (control_plane.layout.state_dir / "kube-scheduler-with-extender.log").open("wb")
+    scheduler = start_process(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+
+        def healthy() -> bool:
+            if scheduler.poll() is not None:
+                raise RuntimeError(f"the second kube-scheduler exited ({scheduler.returncode}); see {log.name}")
+            try:
+                url = f"https://127.0.0.1:{port}/healthz"
+                return populate.https_get(url, control_plane.layout.pki / "ca.crt").strip() == "ok"
+            except OSError:
+                return False
+
+        wait_for(healthy, 120, "the second kube-scheduler (with the extender) to be healthy", interval=0.2)
+        yield scheduler
+    finally:
+        stop_process_group(scheduler)
+        log.close()
+
+
+@dataclass
+class Bench:
+    """One size's cluster, kept through all its runs: the control plane with its own scheduler (no extender), the
+    second scheduler (with it) and the namespace the pods go to."""
+
+    nodes: int
+    control_plane: ControlPlane
+    core: client.CoreV1Api
+    namespace: str
+    plain_scheduler: int
+    extender_scheduler: int
+    extender_port: int
+
+
+@contextmanager
+def cluster(nodes: int, state: Path) -> Iterator[Bench]:
+    """Start the local control plane with ``nodes`` KWOK nodes once, label a third of the inference nodes loaned and
+    start the second scheduler: every run of this size reuses them (starting 5,000 KWOK nodes takes minutes)."""
+    port = allocate_ports(1)[0]
+    started = time.perf_counter()
     with (
-        session_control_plane(
-            state, profile=profile(nodes), extender_url=url, step_timeout=max(60.0, nodes / 5)
-        ) as control_plane,
+        session_control_plane(state, profile=profile(nodes), step_timeout=max(60.0, nodes / 5)) as control_plane,
         populate.admin_api(control_plane.kubeconfig) as api,
         temporary_namespace(api, "scheduling-bench") as namespace,
+        scheduler_with_extender(control_plane, f"http://127.0.0.1:{port}") as second,
     ):
-        scheduler = next(record.pid for record in control_plane.state.processes if record.name == "kube-scheduler")
         core = client.CoreV1Api(api)
         for index in range(loaned_nodes(nodes)):
             core.patch_node(f"inference-t4-{index}", {"metadata": {"labels": {"lyra.dev/state": "loaned"}}})
-        with extender(control_plane.kubeconfig, port) if with_extender else nullcontext() as server:
-            bodies = pods()
-            scheduler_before = _cpu_seconds(scheduler)
-            extender_before = _cpu_seconds(server.pid) if server is not None else 0.0
-            started = time.perf_counter()
-            with ThreadPoolExecutor(16) as pool:
-                list(pool.map(lambda body: core.create_namespaced_pod(namespace, body), bodies))
+        own = next(record.pid for record in control_plane.state.processes if record.name == "kube-scheduler")
+        print(
+            f"  {nodes} nodes: the cluster and both schedulers ready in {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
+        yield Bench(nodes, control_plane, core, namespace, own, second.pid, port)
 
-            def all_bound() -> bool:
-                listed = core.list_namespaced_pod(namespace, field_selector="spec.nodeName=")
-                return not listed.items
 
-            wait_for(all_bound, 600, "every pod to be bound", interval=0.2)
-            elapsed = time.perf_counter() - started
-            scheduler_cpu = _cpu_seconds(scheduler) - scheduler_before
-            extender_cpu = _cpu_seconds(server.pid) - extender_before if server is not None else None
+def _cleared(bench: Bench) -> None:
+    """Delete the last run's pods (at once: KWOK runs no container) and wait until none is left, so that each run
+    starts on empty nodes."""
+    bench.core.delete_collection_namespaced_pod(bench.namespace, grace_period_seconds=0)
+    wait_for(
+        lambda: not bench.core.list_namespaced_pod(bench.namespace, limit=1).items,
+        300,
+        "the last run's pods to be deleted",
+        interval=0.2,
+    )
+
+
+def run(with_extender: bool, bench: Bench) -> Run:
+    """Pods bound per second, with the CPU time of the scheduler that bound them (and the extender's) over the span."""
+    core, namespace = bench.core, bench.namespace
+    _cleared(bench)
+    kubeconfig = bench.control_plane.kubeconfig
+    with extender(kubeconfig, bench.extender_port) if with_extender else nullcontext() as server:
+        bodies = pods(EXTENDER_SCHEDULER if with_extender else None)
+        scheduler = bench.extender_scheduler if with_extender else bench.plain_scheduler
+        scheduler_before = _cpu_seconds(scheduler)
+        extender_before = _cpu_seconds(server.pid) if server is not None else 0.0
+        started = time.perf_counter()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda body: core.create_namespaced_pod(namespace, body), bodies))
+
+        def all_bound() -> bool:
+            listed = core.list_namespaced_pod(namespace, field_selector="spec.nodeName=")
+            return not listed.items
+
+        wait_for(all_bound, 600, "every pod to be bound", interval=0.2)
+        elapsed = time.perf_counter() - started
+        scheduler_cpu = _cpu_seconds(scheduler) - scheduler_before
+        extender_cpu = _cpu_seconds(server.pid) - extender_before if server is not None else None
     measured = Run(with_extender, PODS / elapsed, elapsed, scheduler_cpu, extender_cpu)
     extender_note = f", extender {extender_cpu:.1f} s of CPU" if extender_cpu is not None else ""
     print(
-        f"  {nodes} nodes, {'with' if with_extender else 'without'} the extender: {PODS} pods bound in {elapsed:.1f} s"
-        f" ({measured.rate:.1f}/s); kube-scheduler {scheduler_cpu:.1f} s of CPU{extender_note}",
+        f"  {bench.nodes} nodes, {'with' if with_extender else 'without'} the extender: {PODS} pods bound in"
+        f" {elapsed:.1f} s ({measured.rate:.1f}/s); kube-scheduler {scheduler_cpu:.1f} s of CPU{extender_note}",
         flush=True,
     )
     return measured
 
 
 def interleaved(nodes: int, rounds: int, directory: Path) -> list[tuple[Run, Run]]:
-    """``rounds`` pairs of runs (without, with), alternating which goes first, so that the machine's drift (other
-    processes, a warm or cold page cache) falls on both alike."""
+    """``rounds`` pairs of runs (without, with) on one cluster, alternating which goes first, so that the machine's
+    drift (other processes, a warm or cold page cache) falls on both alike."""
     pairs = []
-    for round_ in range(rounds):
-        order = (False, True) if round_ % 2 == 0 else (True, False)
-        runs = {mode: run(mode, directory / f"{nodes}-{round_}-{mode}", nodes) for mode in order}
-        pairs.append((runs[False], runs[True]))
+    with cluster(nodes, directory / str(nodes)) as bench:
+        for round_ in range(rounds):
+            order = (False, True) if round_ % 2 == 0 else (True, False)
+            runs = {mode: run(mode, bench) for mode in order}
+            pairs.append((runs[False], runs[True]))
     return pairs
 
 
@@ -194,8 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, nargs="+", default=[500], help="cluster sizes (default 500; 5000 too)")
     parser.add_argument("--rounds", type=int, default=3, help="pairs of runs per size (default 3)")
     args = parser.parse_args(argv)
-    if any(nodes < 10 or nodes % 10 for nodes in args.nodes) or args.rounds < 1:
-        parser.error("--nodes must be multiples of 10 (at least 10) and --rounds at least 1")
+    if any(nodes < MIN_NODES or nodes % 10 for nodes in args.nodes) or args.rounds < 1:
+        parser.error(
+            f"--nodes must be multiples of 10 of at least {MIN_NODES} (fewer cannot hold the {PODS:,} pods: their base"
+            " workers alone need 750 A100s) and --rounds at least 1"
+        )
     started_load = load_average()
     results = {}
     with stopped_on_signals(), tempfile.TemporaryDirectory(prefix="lyra-scheduling-bench-") as directory:
