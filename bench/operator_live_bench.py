@@ -49,7 +49,7 @@ from tests.operator_support import OPERATOR_NAMESPACE, service_account_kubeconfi
 from bench.__main__ import load_average
 from bench.scheduling_bench import _cpu_seconds
 from lyra.api import names
-from lyra.api.resources import JobPhase
+from lyra.api.resources import JobPhase, Preemption
 from lyra.kubewatch import ApiSource, WatchCache
 from lyra.kubewatch.cache import key_of
 from lyra.kubewatch.kinds import DEPLOYMENTS, TRAINING_JOBS, JsonObject
@@ -368,7 +368,9 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             stream = Stream(
                 sizes, namespace=namespace, custom=custom, stopwatch=stopwatch, jobs=jobs, deployments=deployments
             )
-            result.synced_s, result.settled_s = wait_steady(port, STEADY_DEADLINE_S + sizes.queued_jobs / 2)
+            result.synced_s, result.settled_s = wait_steady(
+                port, STEADY_DEADLINE_S + sizes.queued_jobs / 2, kubelets_caught_up(api, namespace)
+            )
             reclaims_before = reclaims_made(port)
             cpu_before, wall_before = _cpu_seconds(operator.pid), time.perf_counter()
             began = datetime.now(UTC)
@@ -383,8 +385,10 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             result.cache_differences = caches_behind(port, api)
             steadiness = Steadiness(port)
             quiet_from = steady_until = datetime.now(UTC)
+            # A reclaim's scale-in gives its workers the TrainingJob's grace before the servers are free.
+            grace_s = Preemption().grace_period_seconds
             converged = held_within(
-                lambda: stream.converged() and steadiness.twice(), CHECK_DEADLINE_S, "a converged cluster"
+                lambda: stream.converged() and steadiness.twice(), CHECK_DEADLINE_S + grace_s, "a converged cluster"
             )
             if converged:
                 quiet_from = datetime.now(UTC)
@@ -530,9 +534,25 @@ class Stream:
         return f"jobs: {jobs or 'none'}; {self.deployment}: {ready} of {self.replicas} replicas ready"
 
 
-def wait_steady(port: int, deadline_s: float = 600.0) -> tuple[float, float]:
-    """Wait until the operator is ready (its caches have listed), then steady (its first passes done, within
-    ``deadline_s``); how long each took from now."""
+def kubelets_caught_up(api: client.ApiClient, namespace: str) -> Callable[[], bool]:
+    """True once no pod of ``namespace`` is bound to a node and still Pending: KWOK, playing every kubelet, has
+    started what the scheduler placed. The first passes create thousands of workers at once, and a stream started
+    while the fake kubelets still work through them would time their backlog (and the operator's gang timeout would
+    fire for pods that no real kubelet keeps waiting)."""
+    core = client.CoreV1Api(api)
+
+    def caught_up() -> bool:
+        waiting = core.list_namespaced_pod(namespace, field_selector="status.phase=Pending,spec.nodeName!=", limit=1)
+        return not waiting.items
+
+    return caught_up
+
+
+def wait_steady(
+    port: int, deadline_s: float = 600.0, settled: Callable[[], bool] = lambda: True
+) -> tuple[float, float]:
+    """Wait until the operator is ready (its caches have listed), then steady (its first passes done, and
+    ``settled`` true, within ``deadline_s``); how long each took from now."""
     started = time.perf_counter()
 
     def ready() -> bool:
@@ -545,7 +565,12 @@ def wait_steady(port: int, deadline_s: float = 600.0) -> tuple[float, float]:
     wait_for(ready, 600, "the operator to be ready", interval=0.2)
     synced_s = time.perf_counter() - started
     steady = Steadiness(port)
-    wait_for(steady, deadline_s, "the operator's first passes to be done (a pass with no action)", interval=0.5)
+    wait_for(
+        lambda: steady() and settled(),
+        deadline_s,
+        "the operator's first passes to be done (a pass with no action) and the cluster settled",
+        interval=0.5,
+    )
     settled_s = time.perf_counter() - started
     print(f"  ready after {synced_s:.1f} s, steady after {settled_s:.1f} s", file=sys.stderr, flush=True)
     return synced_s, settled_s

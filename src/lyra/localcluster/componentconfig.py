@@ -142,9 +142,20 @@ def audit_policy() -> dict[str, Any]:
     }
 
 
+#: Pods KWOK moves through their stages (scheduled to running, deleted to gone) at once. Its default, 4, held
+#: 2,000 workers created in one pass bound but Pending for minutes on a loaded machine (each status write waits on
+#: the API server); the operator's gang timeout then fired for pods no kubelet would have kept waiting.
+KWOK_POD_PARALLELISM = 16
+
+
 def kwok_config() -> dict[str, Any]:
-    """An explicit (empty) KWOK configuration, so a user's ~/.kwok/kwok.yaml cannot change the test bed."""
-    return {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": {}}
+    """An explicit KWOK configuration, so a user's ~/.kwok/kwok.yaml cannot change the test bed, with
+    :data:`KWOK_POD_PARALLELISM`."""
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {"podPlayStageParallelism": KWOK_POD_PARALLELISM},
+    }
 
 
 def etcd_command(binaries: BinarySet, layout: Layout, ports: Ports) -> list[str]:

@@ -89,26 +89,34 @@ def schedulable_nodes(api_client: client.ApiClient, names: list[str]) -> list[st
     """
     wanted = set(names)
     return [
-        str(node.metadata.name)
-        for node in client.CoreV1Api(api_client).list_node().items
-        if node.metadata is not None and node.metadata.name in wanted and _is_schedulable(node)
+        str(node["metadata"]["name"])
+        for node in _listed_nodes(api_client)
+        if node["metadata"].get("name") in wanted and _is_schedulable(node)
     ]
 
 
 def node_readiness(api_client: client.ApiClient, timeout: float = PROBE_TIMEOUT) -> tuple[int, int]:
     """(Ready nodes, all nodes) of the cluster."""
-    nodes = client.CoreV1Api(api_client).list_node(_request_timeout=timeout).items
+    nodes = _listed_nodes(api_client, timeout)
     return sum(1 for node in nodes if _is_ready(node)), len(nodes)
 
 
-def _is_ready(node: client.V1Node) -> bool:
-    conditions = node.status.conditions if node.status is not None else None
-    return any(condition.type == "Ready" and condition.status == "True" for condition in conditions or [])
+def _listed_nodes(api_client: client.ApiClient, timeout: float | None = None) -> list[dict[str, Any]]:
+    """Every node as JSON. Read raw: the client's models take seconds of CPU to build for thousands of nodes, and
+    the start polls this while the control plane it shares the cores with brings those nodes up."""
+    response: Any = client.CoreV1Api(api_client).list_node(_preload_content=False, _request_timeout=timeout)
+    items = json.loads(response.data).get("items") or []
+    return [node for node in items if isinstance(node, dict) and isinstance(node.get("metadata"), dict)]
 
 
-def _is_schedulable(node: client.V1Node) -> bool:
-    taints = node.spec.taints if node.spec is not None else None
-    lifecycle = [taint.key for taint in taints or [] if taint.key.startswith(NODE_LIFECYCLE_TAINT_PREFIX)]
+def _is_ready(node: dict[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(condition.get("type") == "Ready" and condition.get("status") == "True" for condition in conditions)
+
+
+def _is_schedulable(node: dict[str, Any]) -> bool:
+    taints = (node.get("spec") or {}).get("taints") or []
+    lifecycle = [taint for taint in taints if str(taint.get("key", "")).startswith(NODE_LIFECYCLE_TAINT_PREFIX)]
     return _is_ready(node) and not lifecycle
 
 
