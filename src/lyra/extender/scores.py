@@ -46,6 +46,16 @@ def entry(name: str, score: int) -> bytes:
     return b'{"Host":%s,"Score":%d}' % (json.dumps(name).encode(), score)
 
 
+def _rank_moved(old: NodeView | None, new: NodeView | None) -> bool:
+    """Whether a node's change moves the loaned nodes' ranks as :meth:`ScoreTables._last_rank` reads them."""
+    loaned = LoanState.LOANED
+    was_loaned = old is not None and old.state is loaned
+    is_loaned = new is not None and new.state is loaned
+    return was_loaned != is_loaned or (
+        is_loaned and old is not None and new is not None and old.reclaim_rank != new.reclaim_rank
+    )
+
+
 class ScoreTables:
     """Per-key tables of encoded answer entries over the nodes of a :class:`~lyra.extender.view.LiveView` (see the
     module's docstring). Writers hold the view's lock; a request reads the tables without it (each table entry is
@@ -62,12 +72,7 @@ class ScoreTables:
 
     def node_changed(self, name: str, old: NodeView | None, new: NodeView | None) -> None:
         """Rescore node ``name`` (now ``new``, or gone) in every table. Called with the view's lock held."""
-        loaned = LoanState.LOANED
-        was_loaned = old is not None and old.state is loaned
-        is_loaned = new is not None and new.state is loaned
-        if was_loaned != is_loaned or (
-            is_loaned and old is not None and new is not None and old.reclaim_rank != new.reclaim_rank
-        ):
+        if _rank_moved(old, new):
             self._by_rank = None
         for key, table in self._tables.items():
             score = score_nodes(self._requests[key], [new], key[3])[0][1] if new is not None else 0
@@ -75,6 +80,21 @@ class ScoreTables:
                 table[name] = entry(name, score)
             else:
                 table.pop(name, None)
+
+    def ranks_changed(self, changed: Sequence[NodeView]) -> None:
+        """Rescore the nodes ``changed`` (nodes still in the view whose reclaim rank moved) in every table: one
+        :func:`score_nodes` call per table for all of them. A refresh of the reclaim order moves the rank of most
+        loaned nodes at once (a rank is a position), and rescoring them one call per node and table was most of
+        the extender's CPU while pods landed on loaned nodes. Called with the view's lock held."""
+        if not changed:
+            return
+        self._by_rank = None
+        for key, table in self._tables.items():
+            for name, score in score_nodes(self._requests[key], changed, key[3]):
+                if score > 0:
+                    table[name] = entry(name, score)
+                else:
+                    table.pop(name, None)
 
     def answer(self, pod: PodRequest, names: Sequence[str]) -> bytes:
         """The ``HostPriorityList`` for ``pod`` over the nodes ``names``, encoded."""

@@ -13,8 +13,8 @@ GPUs that bound, unfinished pods request, and its rank in the reclaim order (loa
 Lyra's reclaim greedy would take them back, from :func:`lyra.core.reclaim.reclaim_order` over the jobs' workers).
 The reclaim order depends on every loaned node and their jobs, so it is not recomputed per event:
 :meth:`LiveView.refresh_ranks` recomputes it when an event touched a loaned node or a job on one, and the watcher
-calls it at most a few times a second. Per pod: its UID, node, GPUs, role (inference, training base or flexible
-worker, or unmanaged) and job.
+calls it at most five times a second, and less on a large cluster (a twentieth of a core at most). Per pod: its
+UID, node, GPUs, role (inference, training base or flexible worker, or unmanaged) and job.
 """
 
 from __future__ import annotations
@@ -151,12 +151,14 @@ class LiveView:
             job_nodes = dict(self._job_nodes)
         ranks = _reclaim_ranks(views, facts, job_nodes)
         with self._lock:
-            for name in self._ranks.keys() | ranks.keys():
+            moved = []
+            for name in sorted(self._ranks.keys() | ranks.keys()):
                 known = self._nodes.get(name)
                 rank = ranks.get(name, 0)
                 if known is not None and known.reclaim_rank != rank:
                     changed = self._nodes[name] = dataclasses.replace(known, reclaim_rank=rank)
-                    self.scores.node_changed(name, known, changed)
+                    moved.append(changed)
+            self.scores.ranks_changed(moved)
             self._ranks = ranks
 
 

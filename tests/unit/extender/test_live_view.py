@@ -13,7 +13,7 @@ import pytest
 from lyra.api.convert import pod_facts
 from lyra.api.objects import Node, Pod
 from lyra.extender.view import LiveView, build_view
-from lyra.extender.watch import WatchedView
+from lyra.extender.watch import RANK_CPU_SHARE, RANK_INTERVAL_S, WatchedView, rank_wait_s
 from lyra.localcluster.waiting import wait_for
 from tests.unit.extender.test_app import A100, T4, node, pod
 from tests.unit.kubewatch.fake_server import FakeServer
@@ -145,3 +145,12 @@ def test_the_watched_view_follows_its_caches_event_by_event() -> None:
         assert source.caches["pods"].lists == 1
     finally:
         source.stop()
+
+
+def test_the_rank_thread_keeps_to_its_share_of_a_core() -> None:
+    assert rank_wait_s(RANK_INTERVAL_S, 0.0) == RANK_INTERVAL_S  # nothing was due, or a refresh cost nothing
+    assert rank_wait_s(RANK_INTERVAL_S, 0.001) == RANK_INTERVAL_S  # a small cluster: the interval rules
+    spent = 0.04  # a refresh at 5,000 nodes with 1,000 loaned
+    waited = rank_wait_s(RANK_INTERVAL_S, spent)
+    assert waited > RANK_INTERVAL_S
+    assert spent / (spent + waited) <= RANK_CPU_SHARE
