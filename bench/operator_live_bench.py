@@ -71,6 +71,8 @@ WRITES = ("create", "update", "patch", "delete")
 VERBS = ("list", "watch", "get", *WRITES)
 #: How long the end-of-run checks wait for the caches to reach a fresh list, and for the cluster to converge.
 CHECK_DEADLINE_S = 60.0
+#: ``chat``'s replicas before the stream, and its maxReplicas.
+CHAT_REPLICAS, CHAT_MAX_REPLICAS = 4, 64
 #: How long the operator's first passes may take before the stream (and half a second more per queued TrainingJob:
 #: the local scheduler and KWOK start thousands of workers on a shared machine).
 STEADY_DEADLINE_S = 600.0
@@ -92,6 +94,9 @@ class LiveSizes:
     services: int = 1  # InferenceServices ("chat", scaled by the stream, and others of two replicas each)
     rich_pods: bool = False  # the cluster's and Lyra's pods shaped like real ones (environment, volumes, probes)
     start_timeout_s: float | None = None  # the operator's --start-timeout (None: its default, 300 s)
+    #: Replicas each scale-up of ``chat`` adds (one every fifth change): a whole T4 x 8 server's worth, so that the
+    #: scale-ups outgrow the servers still serving and the operator reclaims lent ones during the stream.
+    scale_step: int = 8
 
     def problem(self) -> str | None:
         if self.gpu_pods > 8 * (self.nodes - self.nodes // 4):
@@ -102,6 +107,11 @@ class LiveSizes:
             return "--queued-jobs: at least 0; --services: 1 to 1,000"
         if self.start_timeout_s is not None and not 0 < self.start_timeout_s < 86_400:
             return "--start-timeout: seconds above 0 and below a day"
+        if self.scale_step < 1 or CHAT_REPLICAS + self.scale_step * (self.jobs // 5) > CHAT_MAX_REPLICAS:
+            return (
+                f"--scale-step: at least 1, and {CHAT_REPLICAS} + --scale-step x (--jobs // 5) at most"
+                f" {CHAT_MAX_REPLICAS} (chat's maxReplicas)"
+            )
         return None
 
 
@@ -260,7 +270,7 @@ def service_body(replicas: int, name: str = "chat", *, rich_pods: bool = False) 
         "kind": names.INFERENCE_SERVICE_KIND,
         "metadata": {"name": name},
         "spec": {
-            "replicas": replicas, "maxReplicas": 64, "gpusPerReplica": 1, "gpuType": T4,
+            "replicas": replicas, "maxReplicas": CHAT_MAX_REPLICAS, "gpusPerReplica": 1, "gpuType": T4,
             "template": {"spec": rich(template, "server") if rich_pods else template},
         },
     }  # fmt: skip
@@ -339,7 +349,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
         fill(api, namespace, sizes.nodes, sizes.gpu_pods, sizes.other_pods, rich_pods=sizes.rich_pods)
         custom = client.CustomObjectsApi(api)
         where = (names.GROUP, names.VERSION, namespace)
-        bodies = [(names.INFERENCE_SERVICE_PLURAL, service_body(4, rich_pods=sizes.rich_pods))]
+        bodies = [(names.INFERENCE_SERVICE_PLURAL, service_body(CHAT_REPLICAS, rich_pods=sizes.rich_pods))]
         bodies += [
             (names.INFERENCE_SERVICE_PLURAL, service_body(2, f"svc-{i:03d}", rich_pods=sizes.rich_pods))
             for i in range(1, sizes.services)
@@ -450,7 +460,7 @@ class Stream:
         self.jobs = jobs
         self.deployments = deployments
         self.deployment = f"{namespace}/chat"
-        self.replicas = 4
+        self.replicas = CHAT_REPLICAS
         self.submitted: dict[str, float] = {}  # change -> when it was made, in order
         self.done: dict[str, float] = {}  # change -> when it was seen acted on
         self.scales: set[str] = set()  # the changes that are scale changes (timed as they are made)
@@ -472,7 +482,7 @@ class Stream:
                 *self._custom(names.TRAINING_JOB_PLURAL), job_body(key.split("/")[1])
             )
             if index % 5 == 4:
-                self.scale(self.replicas + 2)
+                self.scale(self.replicas + sizes.scale_step)
                 earlier = f"{self.namespace}/job-{index - 4:03d}"
                 if earlier in stopwatch.seen:
                     self.custom.delete_namespaced_custom_object(
@@ -719,6 +729,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the operator's --start-timeout (its default: 300 s; raise it where the local scheduler is slow)",
     )
     parser.add_argument(
+        "--scale-step",
+        type=int,
+        default=defaults.scale_step,
+        help="replicas each scale-up of chat adds (default: a whole server's worth, so that the stream reclaims)",
+    )
+    parser.add_argument(
         "--keep-log", type=Path, metavar="PATH", help="copy the operator's whole log here after the run"
     )
     args = parser.parse_args(argv)
@@ -733,6 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         services=args.services,
         rich_pods=args.rich_pods,
         start_timeout_s=args.start_timeout,
+        scale_step=args.scale_step,
     )
     problem = sizes.problem()
     if problem is not None:

@@ -55,6 +55,7 @@ def test_the_live_benchmark_small_no_pass_lists_and_the_caches_miss_no_event(tmp
     assert not result.missed, f"changes never acted on: {result.missed}"
     assert len(result.acted) == SMALL.jobs + SMALL.jobs // 5  # every job, and every scale change
     assert result.writes, "the operator wrote nothing: the test proves nothing"
+    assert result.reclaims >= 1, "the stream's scale-ups of chat reclaimed no lent server"
     assert not result.lists_in_passes, f"the operator listed after its first pass began: {result.lists_in_passes}"
     first_pages = [uri for uri in result.first_lists if "continue=" not in uri]
     assert len(first_pages) == len(KINDS), f"one list per kind (and its pages): {result.first_lists}"
