@@ -94,6 +94,9 @@ class LiveResult:
     longest_reclaim_wait: float = 0.0
     day_s: float = 0.0
     wall_s: float = 0.0
+    #: When the day began and the run ended (Unix seconds): the window of its Prometheus figures and panels.
+    started_at: float = 0.0
+    ended_at: float = 0.0
 
 
 class Child:
@@ -382,3 +385,4 @@ def _play(
     observer.close(epoch_start + time.monotonic() - start)
     result.day_s = day.seconds
     result.wall_s = time.monotonic() - start
+    result.started_at, result.ended_at = epoch_start, epoch_start + result.wall_s
