@@ -230,6 +230,13 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
         "longest_reclaim_wait_s": {mode: result.longest_reclaim_wait for mode, result in live.items()},
         "reclaim_deadline_s": day.timing.reclaim_deadline_s * day.speed_up,
         "events": {mode: dict(result.events) for mode, result in live.items()},
+        "decisions": {
+            mode: [
+                {"t": t, "reason": reason, "object": subject, "message": message}
+                for t, reason, subject, message in result.decisions
+            ]
+            for mode, result in live.items()
+        },
         "prometheus": measured,
         "panels": {mode: [asdict(panel) for panel in files] for mode, files in panels.items()},
         "panel_failures": failed_panels,
