@@ -296,15 +296,16 @@ def _play_one(args: argparse.Namespace, day: Any, profile: Any, crd_dir: Path, m
             finally:
                 view.close()
             api = PrometheusApi(prometheus.url)
-            # A last scrape of the operator's final counts, which Prometheus stored before the cluster stopped.
+            # Two scrapes past the day's last tick: the operator's final counts, scraped before it stopped, are in.
             end = result.ended_at + 2
+            shutil.rmtree(args.out_dir / "panels" / mode, ignore_errors=True)
             measured = prometheus_figures(
                 value_at(api), start=result.started_at, end=end, day_wall_s=day.wall_s, speed_up=day.speed_up
             )
             files, failures = render_panels(
                 api, args.out_dir / "panels" / mode, result.started_at, end, day.timing.reclaim_deadline_s
             )
-    except (RunError, WaitTimeoutError, PrometheusStartError, PrometheusError) as error:
+    except (RunError, WaitTimeoutError, PrometheusStartError, PrometheusError, OSError) as error:
         _keep_logs(state, logs)
         print(f"lyra demo: the {mode} run failed: {error} (logs in {logs})", file=sys.stderr)
         return EXIT_FAILED
