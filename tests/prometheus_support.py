@@ -1,5 +1,6 @@
-"""A real Prometheus for tests: Debian's ``prometheus`` (cached by ``make binaries``) run on loopback on a free port,
-with a temporary configuration that scrapes the given targets every second, queried through its HTTP API."""
+"""A real Prometheus for tests: :class:`lyra.localcluster.prometheus.LocalPrometheus` (Debian's ``prometheus``,
+cached by ``make binaries``, on loopback on a free port, scraping the given targets every second), queried through its
+HTTP API with assertions, and optionally run inside a network namespace."""
 
 from __future__ import annotations
 
@@ -9,18 +10,14 @@ import json
 import os
 import subprocess
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lyra.localcluster.binaries import PROMETHEUS, BinaryCache
-from lyra.localcluster.ports import LOOPBACK, allocate_ports
-from lyra.localcluster.waiting import wait_for
+from lyra.localcluster.prometheus import LocalPrometheus, get
 
-SCRAPE_INTERVAL = "1s"
+__all__ = ["Prometheus", "check_metrics", "get", "promtool"]
 
 
 def promtool() -> Path:
@@ -33,14 +30,6 @@ def check_metrics(exposition: bytes) -> str:
         [str(promtool()), "check", "metrics"], input=exposition, capture_output=True, timeout=60, check=False
     )
     return (result.stdout + result.stderr).decode().strip() if result.returncode else ""
-
-
-def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 class _InNamespace:
@@ -60,7 +49,7 @@ class _InNamespace:
             os.close(descriptor)
 
 
-class Prometheus:
+class Prometheus(LocalPrometheus):
     """``targets``: job name -> the ``host:port`` of each instance, scraped at ``/metrics``; ``labels``: job name ->
     labels added to each of its series (as Kubernetes' service discovery adds ``namespace``); ``scrape_configs``:
     more jobs as Prometheus spells them (TLS, authorization). ``network_namespace`` (a ``/proc/<pid>/ns/net``): run
@@ -75,55 +64,26 @@ class Prometheus:
         scrape_configs: Sequence[Mapping[str, Any]] = (),
         network_namespace: str | None = None,
     ) -> None:
+        prefix = ("nsenter", f"--net={network_namespace}", "--") if network_namespace else ()
+        super().__init__(directory, targets, labels, scrape_configs=scrape_configs, command_prefix=prefix)
         self.network_namespace = network_namespace
         self._inside = _InNamespace(network_namespace) if network_namespace is not None else None
-        self.directory = directory
-        self.port = allocate_ports(1)[0]
-        self.url = f"http://{LOOPBACK}:{self.port}"
-        self.log = directory / "prometheus.log"
-        config = {
-            "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
-            "scrape_configs": [
-                {
-                    "job_name": job,
-                    "scrape_interval": SCRAPE_INTERVAL,
-                    "static_configs": [{"targets": list(instances), "labels": dict((labels or {}).get(job, {}))}],
-                }
-                for job, instances in targets.items()
-            ]
-            + [dict(extra) for extra in scrape_configs],
-        }
-        self.config = directory / "prometheus.yml"
-        self.config.write_text(yaml.safe_dump(config))
-        self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Prometheus:
-        binary = BinaryCache().tool(PROMETHEUS, "prometheus")
-        with self.log.open("ab") as out:
-            prefix = ["nsenter", f"--net={self.network_namespace}", "--"] if self.network_namespace else []
-            self.process = subprocess.Popen(
-                [
-                    *prefix,
-                    str(binary),
-                    f"--config.file={self.config}",
-                    f"--storage.tsdb.path={self.directory / 'data'}",
-                    f"--web.listen-address={LOOPBACK}:{self.port}",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        wait_for(self._ready, 60, "Prometheus ready")
+        try:
+            self.start()
+        except BaseException:
+            self._leave()
+            raise
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-            self.process = None
+        try:
+            self.stop()
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
         if self._inside is not None:
             self._inside.thread.shutdown(wait=True)
 
@@ -132,14 +92,6 @@ class Prometheus:
         if self._inside is None:
             return get(url, timeout)
         return self._inside.thread.submit(get, url, timeout).result()
-
-    def _ready(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(f"Prometheus exited with {self.process.returncode}:\n{self.tail()}")
-        try:
-            return self.get(f"{self.url}/-/ready")[0] == 200
-        except OSError:
-            return False
 
     def query(self, expression: str) -> list[dict[str, Any]]:
         """The instant vector ``expression`` evaluates to now (``/api/v1/query``)."""
@@ -166,6 +118,3 @@ class Prometheus:
         result = self.query(expression)
         assert len(result) <= 1, f"{expression} yields {len(result)} series"
         return float(result[0]["value"][1]) if result else None
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""

@@ -4,8 +4,8 @@ on, nor the run's state directory; a second run on the same ports then plays its
 to use a port something else listens on refuses to start, saying so, before it starts anything.
 
 The processes and ports are found, not assumed: every descendant of the demo's process (the control plane's etcd,
-kube-apiserver, controller-manager, scheduler and KWOK; the extender, operator and emulator in their own sessions)
-and every TCP port they listen on, read from ``/proc`` while the day plays.
+kube-apiserver, controller-manager, scheduler and KWOK; the extender, operator, emulator and Prometheus in their own
+sessions) and every TCP port they listen on, read from ``/proc`` while the day plays.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ SHORT = ("--plain", "--only", "lyra", "--duration", "30", "--speed-up", "360", "
 PLAYING = re.compile(r"^\[lyra\]\s+\d+% ", re.MULTILINE)  # a progress line: the day is being played
 
 
-def demo(out: Path, ports: tuple[int, int], log: Path) -> subprocess.Popen[bytes]:
+def demo(out: Path, ports: tuple[int, int, int], log: Path) -> subprocess.Popen[bytes]:
     """``lyra demo`` as started at a terminal: with SIGINT not ignored. (A test run in the background of a shell
     inherits SIGINT ignored, and so would the demo, where Ctrl-C could not reach it; a handler, unlike an ignored
     signal, is reset to the default when the child starts.)"""
     command = [
         sys.executable, "-m", "lyra", "demo", *SHORT, "--out-dir", str(out),
-        "--extender-port", str(ports[0]), "--operator-port", str(ports[1]),
+        "--extender-port", str(ports[0]), "--operator-port", str(ports[1]), "--prometheus-port", str(ports[2]),
     ]  # fmt: skip
     was = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -88,6 +88,14 @@ def alive(processes: dict[int, int]) -> list[int]:
     return left
 
 
+def command_name(pid: int) -> str:
+    """The program a process runs (the name of its executable's first argument), "" for one that is gone."""
+    try:
+        return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")).name
+    except OSError:
+        return ""
+
+
 def listening_ports(pids: list[int]) -> set[int]:
     """The TCP ports the processes listen on (their sockets' inodes matched in /proc/net/tcp and tcp6)."""
     inodes: set[str] = set()
@@ -121,8 +129,8 @@ def run_state_dirs(pids: list[int]) -> set[Path]:
 
 
 def test_ctrl_c_stops_everything_and_a_second_run_plays_its_day(tmp_path: Path) -> None:
-    extender, operator = allocate_ports(2)
-    ports = (extender, operator)
+    extender, operator, prometheus = allocate_ports(3)
+    ports = (extender, operator, prometheus)
     log = tmp_path / "first.log"
     first = demo(tmp_path / "first", ports, log)
     try:
@@ -134,8 +142,10 @@ def test_ctrl_c_stops_everything_and_a_second_run_plays_its_day(tmp_path: Path) 
         assert first.poll() is None, log.read_text(errors="replace")[-4000:]
         started = descendants(first.pid)
         listened = listening_ports(list(started))
-        assert set(ports) <= listened, f"the extender and operator listen on {ports}: {sorted(listened)}"
-        assert len(started) >= 8, f"the control plane, extender, operator and emulator run: {started}"
+        assert set(ports) <= listened, f"the extender, operator and Prometheus listen on {ports}: {sorted(listened)}"
+        assert len(started) >= 9, f"the control plane, extender, operator, emulator and Prometheus run: {started}"
+        prometheus_pids = [pid for pid in started if command_name(pid) == "prometheus"]
+        assert len(prometheus_pids) == 1, f"one Prometheus runs: {started}"
         state_dirs = run_state_dirs(list(started))
         assert state_dirs, "the control plane's processes name the run's state directory"
         first.send_signal(signal.SIGINT)
@@ -149,6 +159,8 @@ def test_ctrl_c_stops_everything_and_a_second_run_plays_its_day(tmp_path: Path) 
     assert "interrupted; everything it started is stopped" in output
     assert "Traceback" not in output
     wait_for(lambda: not alive(started), 60, f"the demo's {len(started)} processes gone")
+    assert not alive({pid: started[pid] for pid in prometheus_pids}), "Prometheus is stopped"
+    assert port_taken(prometheus) is None, "Prometheus' port is free"
     assert [p for p in listened if port_taken(p) is not None] == [], "a port is still listened on"
     assert not [d for d in state_dirs if d.exists()], "the run's state directory is removed"
     print(f"Ctrl-C stopped {len(started)} processes listening on {len(listened)} ports: {sorted(listened)}")
@@ -168,13 +180,14 @@ def test_ctrl_c_stops_everything_and_a_second_run_plays_its_day(tmp_path: Path) 
 
 
 def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    extender, operator = allocate_ports(2)
+    extender, operator, prometheus = allocate_ports(3)
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", operator))
         holder.listen()
         run = subprocess.run(
             [sys.executable, "-m", "lyra", "demo", *SHORT, "--out-dir", str(tmp_path / "out"),
-             "--extender-port", str(extender), "--operator-port", str(operator)],
+             "--extender-port", str(extender), "--operator-port", str(operator),
+             "--prometheus-port", str(prometheus)],
             cwd=REPOSITORY, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
     assert run.returncode == EXIT_FAILED

@@ -2,13 +2,15 @@
 
 The day (:mod:`lyra.cli.demo_day`) is played twice on a fresh local control plane (:mod:`lyra.cli.demo_run`): with
 the operator's loaning and elasticity on, then off (``--lending off --elasticity off``, the operator's own settings).
-The summary is read from the cluster; the simulator replays the same inputs for both runs and its figures are printed
-beside the live ones with their relative errors (:mod:`lyra.cli.demo_summary`). Results, inputs and plots go to
-``--out-dir``.
+Each run has its own local Prometheus scraping the operator and the extender; after the run, the Grafana dashboards'
+panels for its window are plotted into ``panels/<run>/`` and the operator's counts and durations are read from it
+(:mod:`lyra.cli.demo_metrics`). The summary is read from the cluster, with Prometheus' figures beside it; the
+simulator replays the same inputs for both runs and its figures are printed beside the live ones with their relative
+errors (:mod:`lyra.cli.demo_summary`). Results, inputs and plots go to ``--out-dir``.
 
-Ctrl-C stops everything the demo started (the control plane's processes die with it; the extender, operator and
-emulator are stopped), removes the run's state directory and leaves no process or port behind (exit 130); a second
-run works (tests/e2e/test_demo_interrupt.py). The demo refuses to start when a port it needs is taken.
+Ctrl-C stops everything the demo started (the control plane's processes die with it; the extender, operator,
+emulator and Prometheus are stopped), removes the run's state directory and leaves no process or port behind (exit
+130); a second run works (tests/e2e/test_demo_interrupt.py). The demo refuses to start when a port it needs is taken.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,9 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--operator-port", type=port, default=8080, help="port of the operator's /metrics (default 8080)"
     )
+    parser.add_argument(
+        "--prometheus-port", type=port, default=9090, help="port of the demo's Prometheus (default 9090)"
+    )
     parser.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     parser.set_defaults(run=run_demo)
 
@@ -93,7 +98,7 @@ def port_taken(number: int) -> str | None:
 def run_demo(args: argparse.Namespace) -> int:
     from lyra.cli.demo_day import DayError, build_day, write_inputs
     from lyra.cli.simulate_commands import DEFAULT_LOAD, DEFAULT_TRACE, _default_input
-    from lyra.localcluster.binaries import BinariesError, BinaryCache
+    from lyra.localcluster.binaries import PROMETHEUS, BinariesError, BinaryCache
     from lyra.localcluster.profile import ProfileError, load_default_profile, load_profile
     from lyra.sim.load import LoadError
     from lyra.sim.scenario import ScenarioError
@@ -108,8 +113,10 @@ def run_demo(args: argparse.Namespace) -> int:
         return fail(f"--duration x --speed-up covers {seconds:g} trace seconds; the day needs at least an hour")
     if seconds > 7 * 86_400:
         return fail(f"--duration x --speed-up covers {seconds:g} trace seconds; at most a week")
-    if args.extender_port == args.operator_port:
-        return fail("--extender-port and --operator-port must differ")
+    ports = {"--extender-port": args.extender_port, "--operator-port": args.operator_port,
+             "--prometheus-port": args.prometheus_port}  # fmt: skip
+    if len(set(ports.values())) < len(ports):
+        return fail(f"{', '.join(ports)} must differ (got {', '.join(str(n) for n in ports.values())})")
     try:
         profile = load_profile(args.profile) if args.profile is not None else load_default_profile()
         day = build_day(
@@ -123,7 +130,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
     except (FileNotFoundError, DayError, ProfileError, TraceError, LoadError, ScenarioError) as error:
         return fail(str(error))
-    for number in (args.extender_port, args.operator_port):
+    for number in ports.values():
         if (problem := port_taken(number)) is not None:
             return fail(problem, EXIT_FAILED)
     try:
@@ -132,6 +139,7 @@ def run_demo(args: argparse.Namespace) -> int:
         return fail(f"--out-dir {args.out_dir}: {error.strerror}")
     try:
         BinaryCache().binary_set()
+        BinaryCache().tool(PROMETHEUS, "prometheus")
     except BinariesError as error:
         return fail(f"{error} (run `make binaries` once)", EXIT_FAILED)
     write_inputs(day, args.out_dir / "inputs")
@@ -152,8 +160,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: Path) -> int:
+    from lyra.cli.demo_metrics import PanelFile, beside_table
     from lyra.cli.demo_plots import plot_day
-    from lyra.cli.demo_run import RunError, run_day
     from lyra.cli.demo_summary import (
         compare,
         comparison_table,
@@ -163,37 +171,23 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
         sim_figures,
         simulate_day,
     )
-    from lyra.cli.demo_view import make_view
-    from lyra.localcluster.waiting import WaitTimeoutError
 
     modes = (args.only,) if args.only else MODES
     live: dict[str, Any] = {}
     figures: dict[str, dict[str, float]] = {}
+    measured: dict[str, dict[str, float | None]] = {}
+    panels: dict[str, list[PanelFile]] = {}
+    failed_panels: dict[str, list[str]] = {}
     for mode in modes:
-        view = make_view(day.inference_type, plain=args.plain)
-        state = Path(tempfile.mkdtemp(prefix=f"lyra-demo-{mode}-"))
-        try:
-            live[mode] = run_day(
-                day, mode, profile=profile, state_dir=state, crd_dir=crd_dir,
-                ports=(args.extender_port, args.operator_port), say=lambda m: print(m, flush=True), show=view,
-            )  # fmt: skip
-        except KeyboardInterrupt:  # the run's processes are stopped; its state (etcd's data, logs) goes too
-            view.close()
-            shutil.rmtree(state, ignore_errors=True)
-            raise
-        except (RunError, WaitTimeoutError) as error:
-            view.close()
-            logs = args.out_dir / f"logs-{mode}"
-            shutil.rmtree(logs, ignore_errors=True)
-            shutil.copytree(state / "logs", logs, dirs_exist_ok=True)
-            shutil.rmtree(state, ignore_errors=True)
-            print(f"lyra demo: the {mode} run failed: {error} (logs in {logs})", file=sys.stderr)
-            return EXIT_FAILED
-        view.close()
-        logs = args.out_dir / f"logs-{mode}"
-        shutil.rmtree(logs, ignore_errors=True)
-        shutil.copytree(state / "logs", logs)
-        shutil.rmtree(state, ignore_errors=True)
+        played = _play_one(args, day, profile, crd_dir, mode)
+        if isinstance(played, int):
+            return played
+        live[mode], measured[mode], panels[mode], failed_panels[mode] = (
+            played.result,
+            played.measured,
+            played.panels,
+            played.failed_panels,
+        )
         figures[mode] = live_figures(live[mode], day)
         print(f"[{mode}] the day took {live[mode].wall_s:.0f} s on the cluster", flush=True)
 
@@ -205,6 +199,8 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
     if len(modes) == 2:
         print("\nThe day on the cluster (read from TrainingJob statuses, Events, nodes and the Deployment):")
         print(side_by_side(figures["lyra"], figures["off"]))
+    print("\nThe operator's metrics in Prometheus beside the cluster's reading (trace hours):")
+    print(beside_table(figures, measured))
     for mode in modes:
         print(f"\nThe simulator against the cluster ({mode}):")
         print(comparison_table(mode, tables[mode]))
@@ -234,8 +230,94 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
         "longest_reclaim_wait_s": {mode: result.longest_reclaim_wait for mode, result in live.items()},
         "reclaim_deadline_s": day.timing.reclaim_deadline_s * day.speed_up,
         "events": {mode: dict(result.events) for mode, result in live.items()},
+        "decisions": {
+            mode: [
+                {"t": t, "reason": reason, "object": subject, "message": message}
+                for t, reason, subject, message in result.decisions
+            ]
+            for mode, result in live.items()
+        },
+        "prometheus": measured,
+        "panels": {mode: [asdict(panel) for panel in files] for mode, files in panels.items()},
+        "panel_failures": failed_panels,
     }
     (args.out_dir / "results.json").write_text(json.dumps(document, indent=1) + "\n")
     plot_day(live, day, args.out_dir)
+    for mode in modes:
+        print(f"\nThe Grafana dashboards' panels of the {mode} run (lyra report), in {args.out_dir / 'panels' / mode}:")
+        for panel in panels[mode]:
+            data = f"{panel.series} series, {panel.points} points" if panel.points else "no data"
+            print(f"  {panel.file} ({data})")
     print(f"\nresults, plots and logs in {args.out_dir}")
-    return EXIT_OK
+    failures = [f"{mode}: {failure}" for mode, listed in failed_panels.items() for failure in listed]
+    for failure in failures:
+        print(f"lyra demo: a panel failed: {failure}", file=sys.stderr)
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+@dataclass(frozen=True, slots=True)
+class _Played:
+    """One run: what the cluster did, Prometheus' figures, the panels written and those that failed."""
+
+    result: Any
+    measured: dict[str, float | None]
+    panels: list[Any]
+    failed_panels: list[str]
+
+
+def _play_one(args: argparse.Namespace, day: Any, profile: Any, crd_dir: Path, mode: str) -> _Played | int:
+    """One run of the day with its own Prometheus, then its panels and Prometheus' figures; the run's logs are kept
+    in ``--out-dir``, its state directory removed whatever happens. An exit code when the run failed."""
+    from lyra.cli.demo_metrics import prometheus_figures, render_panels, scrape_targets, value_at
+    from lyra.cli.demo_run import RunError, run_day
+    from lyra.cli.demo_view import make_view
+    from lyra.cli.report_panels import PrometheusApi, PrometheusError
+    from lyra.localcluster.prometheus import LocalPrometheus, PrometheusStartError
+    from lyra.localcluster.waiting import WaitTimeoutError
+
+    state = Path(tempfile.mkdtemp(prefix=f"lyra-demo-{mode}-"))
+    logs = args.out_dir / f"logs-{mode}"
+    try:
+        (state / "logs").mkdir()
+        prometheus = LocalPrometheus(
+            state / "prometheus",
+            scrape_targets(args.extender_port, args.operator_port),
+            port=args.prometheus_port,
+            log=state / "logs" / "prometheus.log",
+        )
+        # Started before the cluster and stopped after the panels: it sees the whole run.
+        with prometheus:
+            view = make_view(day.inference_type, plain=args.plain)
+            try:
+                result = run_day(
+                    day, mode, profile=profile, state_dir=state, crd_dir=crd_dir,
+                    ports=(args.extender_port, args.operator_port), say=lambda m: print(m, flush=True), show=view,
+                )  # fmt: skip
+            finally:
+                view.close()
+            api = PrometheusApi(prometheus.url)
+            # Two scrapes past the day's last tick: the operator's final counts, scraped before it stopped, are in.
+            end = result.ended_at + 2
+            shutil.rmtree(args.out_dir / "panels" / mode, ignore_errors=True)
+            measured = prometheus_figures(
+                value_at(api), start=result.started_at, end=end, day_wall_s=day.wall_s, speed_up=day.speed_up
+            )
+            files, failures = render_panels(
+                api, args.out_dir / "panels" / mode, result.started_at, end, day.timing.reclaim_deadline_s
+            )
+    except (RunError, WaitTimeoutError, PrometheusStartError, PrometheusError, OSError) as error:
+        _keep_logs(state, logs)
+        print(f"lyra demo: the {mode} run failed: {error} (logs in {logs})", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:  # the run's processes are stopped; its state (etcd's data, logs) goes too
+        raise
+    else:
+        _keep_logs(state, logs)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    return _Played(result, measured, files, failures)
+
+
+def _keep_logs(state: Path, logs: Path) -> None:
+    shutil.rmtree(logs, ignore_errors=True)
+    shutil.copytree(state / "logs", logs, dirs_exist_ok=True)

@@ -23,7 +23,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lyra.api import names
+from lyra.api import conditions, names
 from lyra.cli.demo_day import SERVICE, Day, inference_service, training_job
 from lyra.localcluster import populate
 from lyra.localcluster.binaries import BinaryCache
@@ -87,13 +87,17 @@ class LiveResult:
     decisions: list[tuple[float, str, str, str]] = field(default_factory=list)
     #: (start, end) trace seconds of each stretch with fewer ready replicas than wanted.
     short: list[tuple[float, float]] = field(default_factory=list)
-    #: Trace seconds each reclaim took (the ``Reclaiming`` to ``Reclaimed`` Events of a server).
+    #: Trace seconds each reclaim took (a server's ``Reclaiming`` to its ``Returned`` Event; the Events' times are whole
+    #: wall seconds, so each is a multiple of the speed-up: the operator's own histogram in Prometheus is finer).
     reclaim_durations: list[float] = field(default_factory=list)
     #: The longest time, in trace seconds, the service's replicas waited on a reclaim (its ``status.reclaim``, which
     #: the operator keeps from the first pass that finds replicas waiting for reclaimed servers until they all run).
     longest_reclaim_wait: float = 0.0
     day_s: float = 0.0
     wall_s: float = 0.0
+    #: When the day began and the run ended (Unix seconds): the window of its Prometheus figures and panels.
+    started_at: float = 0.0
+    ended_at: float = 0.0
 
 
 class Child:
@@ -210,7 +214,7 @@ class Observer:
             self.result.decisions.append((when, reason, subject, (event.message or "")[:160]))
             if reason == "Reclaiming":
                 self.reclaiming_since.setdefault(subject, when)
-            elif reason in ("Reclaimed", "ReclaimServed") and subject in self.reclaiming_since:
+            elif reason == conditions.RETURNED and subject in self.reclaiming_since:
                 self.result.reclaim_durations.append(max(when - self.reclaiming_since.pop(subject), 0.0))
 
     def reclaim_wait(self, now: float) -> None:
@@ -382,3 +386,4 @@ def _play(
     observer.close(epoch_start + time.monotonic() - start)
     result.day_s = day.seconds
     result.wall_s = time.monotonic() - start
+    result.started_at, result.ended_at = epoch_start, epoch_start + result.wall_s

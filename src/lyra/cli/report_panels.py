@@ -145,6 +145,8 @@ class PanelPlot:
     series: int
     points: int
     threshold: float | None
+    #: The largest value plotted (None: no data).
+    peak: float | None = None
 
 
 def threshold_of(panel: Panel, values: Mapping[str, float]) -> float | None:
@@ -173,12 +175,15 @@ def plot_panel(
 
     figure, axes = plt.subplots(figsize=(9, 4.5))
     count = points = 0
+    peak: float | None = None
     for query, found in answers:
         for series in sorted(found, key=lambda s: sorted(s.labels.items())):
             minutes = [(t - window.end) / 60 for t in series.times]
             axes.plot(minutes, series.values, label=legend(query.legend, series.labels), linewidth=1.4)
             count += 1
-            points += sum(1 for v in series.values if not math.isnan(v))
+            numbers = [v for v in series.values if not math.isnan(v)]
+            points += len(numbers)
+            peak = max([*numbers, peak] if peak is not None else numbers, default=None)
     limit = threshold_of(panel, values or {})
     if panel.threshold is not None and limit is not None:
         axes.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"{panel.threshold.label} ({limit:g})")
@@ -198,7 +203,7 @@ def plot_panel(
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
-    return PanelPlot(dashboard, panel, path, count, points, limit)
+    return PanelPlot(dashboard, panel, path, count, points, limit, peak)
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,6 +135,9 @@ def test_the_simulator_is_held_to_15_percent_or_2_events(
         (["--speed-up", "fast"], "expected a number"),
         (["--jobs", "0"], "expected a number >= 1"),
         (["--extender-port", "9000", "--operator-port", "9000"], "must differ"),
+        (["--prometheus-port", "8080"], "--prometheus-port must differ (got 8888, 8080, 8080)"),
+        (["--prometheus-port", "0"], "expected a port between 1 and 65535"),
+        (["--prometheus-port", "prometheus"], "--prometheus-port"),
         (["--profile", "/nonexistent/profile.yaml"], "/nonexistent/profile.yaml"),
         (["--trace", "/nonexistent/trace.csv"], "/nonexistent/trace.csv"),
     ],
@@ -151,13 +154,16 @@ def test_bad_input_is_refused_with_a_message(
     assert message in capsys.readouterr().err
 
 
-def test_a_port_taken_is_refused_before_anything_starts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", ["--extender-port", "--prometheus-port"])
+def test_a_port_taken_is_refused_before_anything_starts(
+    flag: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         taken = listener.getsockname()[1]
         assert port_taken(taken) is not None
-        assert main(["demo", "--extender-port", str(taken), "--out-dir", str(tmp_path / "out")]) == 1
+        assert main(["demo", flag, str(taken), "--out-dir", str(tmp_path / "out")]) == 1
     assert f"port {taken} is in use" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

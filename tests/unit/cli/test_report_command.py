@@ -136,6 +136,8 @@ def test_the_reclaim_deadline_line_follows_the_flag(prometheus: tuple[str, FakeP
         ("p95 reclaim time against the deadline", 300)
     ]
     assert [p.threshold for p in chosen if p.threshold is not None] == [45]
+    # Each plot records the largest value it drew (the fake's series reach 1 + 4), NaN gaps left out.
+    assert {p.peak for p in default} == {5.0}
     assert main(["report", "--prometheus", url, "--out-dir", str(tmp_path), "--reclaim-deadline", "45"]) == 0
 
 
