@@ -309,11 +309,9 @@ def _play_one(args: argparse.Namespace, day: Any, profile: Any, crd_dir: Path, m
         _keep_logs(state, logs)
         print(f"lyra demo: the {mode} run failed: {error} (logs in {logs})", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:  # the run's processes are stopped; its state (etcd's data, logs) goes too
-        raise
     else:
         _keep_logs(state, logs)
-    finally:
+    finally:  # on Ctrl-C too: the run's processes are stopped, and its state (etcd's data, logs) goes
         shutil.rmtree(state, ignore_errors=True)
     return _Played(result, measured, files, failures)
 

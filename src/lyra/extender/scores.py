@@ -56,6 +56,14 @@ def _rank_moved(old: NodeView | None, new: NodeView | None) -> bool:
     )
 
 
+def _put(table: dict[str, bytes], name: str, score: int) -> None:
+    """Node ``name``'s entry in ``table`` at ``score``; a node scoring 0 has none."""
+    if score > 0:
+        table[name] = entry(name, score)
+    else:
+        table.pop(name, None)
+
+
 class ScoreTables:
     """Per-key tables of encoded answer entries over the nodes of a :class:`~lyra.extender.view.LiveView` (see the
     module's docstring). Writers hold the view's lock; a request reads the tables without it (each table entry is
@@ -75,11 +83,7 @@ class ScoreTables:
         if _rank_moved(old, new):
             self._by_rank = None
         for key, table in self._tables.items():
-            score = score_nodes(self._requests[key], [new], key[3])[0][1] if new is not None else 0
-            if score > 0:
-                table[name] = entry(name, score)
-            else:
-                table.pop(name, None)
+            _put(table, name, score_nodes(self._requests[key], [new], key[3])[0][1] if new is not None else 0)
 
     def ranks_changed(self, changed: Sequence[NodeView]) -> None:
         """Rescore the nodes ``changed`` (nodes still in the view whose reclaim rank moved) in every table: one
@@ -91,10 +95,7 @@ class ScoreTables:
         self._by_rank = None
         for key, table in self._tables.items():
             for name, score in score_nodes(self._requests[key], changed, key[3]):
-                if score > 0:
-                    table[name] = entry(name, score)
-                else:
-                    table.pop(name, None)
+                _put(table, name, score)
 
     def answer(self, pod: PodRequest, names: Sequence[str]) -> bytes:
         """The ``HostPriorityList`` for ``pod`` over the nodes ``names``, encoded."""
@@ -149,8 +150,5 @@ class ScoreTables:
             return table
         changed = dict(table)
         for name, score in score_nodes(pod, hosts, last_rank):
-            if score > 0:
-                changed[name] = entry(name, score)
-            else:
-                changed.pop(name, None)
+            _put(changed, name, score)
         return changed
