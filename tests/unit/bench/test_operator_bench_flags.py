@@ -49,6 +49,8 @@ def test_the_envelope_benchmark_refuses(argv: list[str], says: str, capsys: pyte
         (["--services", "1001"], "--services: 1 to 1,000"),
         (["--start-timeout", "0"], "--start-timeout: seconds above 0"),
         (["--start-timeout", "nan"], "--start-timeout: seconds above 0"),
+        (["--scale-step", "0"], "--scale-step: at least 1"),
+        (["--scale-step", "16"], "chat's maxReplicas"),  # 4 + 16 x 4 scale-ups passes 64
     ],
 )
 def test_the_live_benchmark_refuses(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bench.scheduling_bench import EXTENDER_SCHEDULER, PODS, _replaced, pods
+from bench.scheduling_bench import EXTENDER_SCHEDULER, PODS, _replaced, main, pods
 
 
 def test_a_flag_is_replaced_in_place_and_the_others_are_kept() -> None:
@@ -24,3 +24,13 @@ def test_pods_go_to_the_named_scheduler_or_to_the_default_one() -> None:
     assert {pod["spec"]["schedulerName"] for pod in named} == {EXTENDER_SCHEDULER}
     assert all("schedulerName" not in pod["spec"] for pod in default)
     assert [pod["spec"]["containers"] for pod in named] == [pod["spec"]["containers"] for pod in default]
+
+
+@pytest.mark.parametrize("argv", [["--nodes", "50"], ["--nodes", "305"], ["--rounds", "0"]])
+def test_sizes_that_cannot_hold_the_pods_are_refused_before_any_work(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert "--nodes must be multiples of 10 of at least 300" in capsys.readouterr().err
