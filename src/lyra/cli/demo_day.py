@@ -30,6 +30,7 @@ import yaml
 
 from lyra.api import names
 from lyra.localcluster.profile import ClusterProfile
+from lyra.operator.runner import MIN_PASS_INTERVAL_S
 from lyra.sim.load import LoadSeries, read_load
 from lyra.sim.scenario import Scenario
 from lyra.sim.traces import Trace, TraceFormat, TraceJob, read_trace
@@ -185,8 +186,10 @@ def scenario_for(
         "durations": {"knowledge": "exact"},
         # The operator never moves a running job to another GPU type (it calls the allocator without a restart
         # cost), so the simulator must not either.
+        # It decides on every change, at most every MIN_PASS_INTERVAL_S (it coalesces a burst of events into one
+        # pass), and at least every resync.
         "scheduler": {
-            "decision_interval_s": timing.resync_s * k,
+            "decision_interval_s": MIN_PASS_INTERVAL_S * k,
             "rebalance_interval_s": timing.resync_s * k,
             "migration": False,
         },

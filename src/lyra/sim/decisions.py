@@ -22,6 +22,15 @@ Every ``rebalance_interval_s`` (if anything changed) a periodic decision also of
 plus the donors that could make room for them; the allocator may move such a job to the faster GPUs when that
 pays for the restart (``allocate_workers(..., restart_cost_s=...)``).
 
+**Small clusters are decided whole.** While at most ``whole_cluster_jobs`` jobs run or wait (schemes with elastic
+jobs; without them a running job never changes and views lose nothing), every decision offers
+the allocator every running and queued job (on the servers a view of them holds), as each of the operator's passes
+does: the allocator
+may then also move workers between running jobs (a shorter job's base growing onto a longer one's flexible worker),
+which views never offer. Held to the live cluster (``lyra demo``, docs/evaluation.md), views diverged exactly there:
+the operator gave short jobs of the morning A100 workers taken from a long elastic job, the views left them on lent
+T4s, and the A100 servers the 8-GPU jobs needed later were free at different times.
+
 The allocator is not called at all when nothing could change: no queued base fits in what its types offer, no
 free GPU could grow an elastic job, and (periodically, with migration) no job on inference GPUs could move. Views
 never offer running jobs only to move workers between them: measured on the poster's 15 days, 97% of such
@@ -46,6 +55,7 @@ class CoreDecisions:
         self.sim = sim
         scheduler = sim.scenario.scheduler
         self.view_jobs = scheduler.view_jobs
+        self.whole_cluster_jobs = scheduler.whole_cluster_jobs
         self.search_evaluations = scheduler.search_evaluations
         self.rebalance_interval = scheduler.rebalance_interval_s
         self.migrate = sim.scheme.migration and scheduler.migration
@@ -88,6 +98,9 @@ class CoreDecisions:
 
     def decide(self, t: float) -> None:
         sim = self.sim
+        if sim.scheme.elastic and 0 < len(sim.running) + sim.queue.size <= self.whole_cluster_jobs:
+            self._decide_whole(t)
+            return
         if (sim.scheme.elastic or self.migrate) and self.dirty and t >= self.next_full:
             self.dirty = False
             self.next_full = t + self.rebalance_interval
@@ -122,6 +135,14 @@ class CoreDecisions:
         else:
             return
         self._allocate(t, running, queued)
+
+    def _decide_whole(self, t: float) -> None:
+        """Every running and queued job, on every server (see the module docstring), when anything changed or a
+        decision interval passed (remaining work moves the order of jobs as they run)."""
+        sim = self.sim
+        self.dirty = False
+        running = sorted(sim.running, key=lambda i: sim.jobs[i].name)
+        self._allocate(t, running, [entry[3] for entry in sim.queue.ordered()])
 
     def _queued(self) -> list[int]:
         """The queue's prefix (see the module docstring), at most ``4 * view_jobs`` jobs in admission order."""

@@ -225,6 +225,9 @@ class Scheduler(_Strict):
     #: Running elastic jobs offered to the allocator per GPU type and role (donors, receivers, movers) in a
     #: decision (see lyra.sim.decisions).
     view_jobs: int = Field(default=8, ge=1)
+    #: While at most this many jobs run or wait, a decision offers the allocator all of them and every server, as
+    #: the operator's passes do, rebalancing running jobs too (see lyra.sim.decisions); above it, views.
+    whole_cluster_jobs: int = Field(default=32, ge=0)
     #: Phase-2 search budget per decision, in fluid evaluations of the jobs offered (budget = this x jobs).
     search_evaluations: int = Field(default=4, ge=0)
     #: Tiresias-style least-attained-service queue thresholds for the ``las`` context policy, in GPU-seconds.

@@ -160,7 +160,9 @@ class World:
     scheme: str
 
 
-def random_world(rng: random.Random) -> World:
+def random_world(rng: random.Random, whole: int = 0) -> World:
+    """A small random simulation; ``whole``: its ``whole_cluster_jobs`` (0: views only, which the view's checks
+    below need)."""
     jobs = trace(
         *(
             (rng.uniform(0, 6000), rng.uniform(60, 4000), rng.choice((1, 1, 2, 3, 4, 8)))
@@ -176,7 +178,8 @@ def random_world(rng: random.Random) -> World:
         f"scaling: {{overhead: {rng.choice((0, 0.05))}}}\n"
         f"elasticity: {{share: {rng.choice((0.5, 1))}, mixing_share: {rng.choice((0, 0.5))}}}\n"
         f"preemption: {{restart_cost_s: {rng.choice((0, 60))}, resize_cost_s: {rng.choice((0, 20))}}}\n"
-        f"scheduler: {{decision_interval_s: {rng.choice((0, 30))}, migration: {rng.choice(('true', 'false'))}}}\n"
+        f"scheduler: {{decision_interval_s: {rng.choice((0, 30))}, migration: {rng.choice(('true', 'false'))}, "
+        f"whole_cluster_jobs: {whole}}}\n"
         f"seed: {rng.randint(0, 1000)}\n"
     )
     return World(
@@ -280,6 +283,46 @@ def test_the_views_server_subset_never_changes_the_worker_counts(monkeypatch: py
 
     monkeypatch.setattr(decisions, "allocate_workers", spy)
     for world in worlds(60, seed=12):
+        sim = build(world)
+        current.append(sim)
+        sim.run()
+    assert checked.cases >= 50
+    assert checked.failures == []
+
+
+def test_a_small_cluster_is_decided_whole_as_the_operator_decides_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While few jobs run or wait (``whole_cluster_jobs``), each call of an elastic scheme's allocator is given every
+    running and every queued job of the simulation, and on its servers only GPUs no job holds are held (which
+    servers: as views choose them, checked against every server above)."""
+    checked = Checked()
+    current: list[Simulation] = []
+
+    def spy(
+        snapshot: ClusterSnapshot, *, held: Mapping[str, int], search_budget: int, restart_cost_s: float | None
+    ) -> AllocationPlan:
+        sim = current[-1]
+        checked.cases += 1
+        present = {sim.jobs[i].name for i in sim.running} | {sim.jobs[e[3]].name for e in sim.queue.ordered()}
+        if {job.name for job in snapshot.jobs} != present:
+            checked.failures.append(f"t={sim.now:g}: offered {sorted(j.name for j in snapshot.jobs)}, not {present}")
+        cluster = sim.cluster
+        by_jobs: dict[str, int] = {}
+        for i in sim.running:
+            job = sim.jobs[i]
+            for server, count in job.placement.items():
+                by_jobs[cluster.names[server]] = by_jobs.get(cluster.names[server], 0) + count * job.gpus_per_worker
+        for s in (cluster.layout.index[server.name] for server in snapshot.servers):
+            name = cluster.names[s]
+            if held.get(name, 0) != cluster.gpus[s] - cluster.layout.free[s] - by_jobs.get(name, 0):
+                checked.failures.append(f"t={sim.now:g}: {name} holds {held.get(name, 0)} GPUs of no job's")
+        return allocate_workers(snapshot, held=held, search_budget=search_budget, restart_cost_s=restart_cost_s)
+
+    monkeypatch.setattr(decisions, "allocate_workers", spy)
+    rng = random.Random(13)
+    for _ in range(30):
+        world = random_world(rng, whole=64)
+        if not SCHEMES[world.scheme].elastic:
+            continue
         sim = build(world)
         current.append(sim)
         sim.run()
