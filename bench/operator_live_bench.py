@@ -5,8 +5,9 @@ binaries) starts a local control plane with N KWOK nodes (a quarter training A10
 fills it with G one-GPU pods that Lyra does not manage (bound to inference nodes, eight a node, as another team's
 workload) and P pods without GPUs, starts ``lyra operator`` as its own process (as its ServiceAccount, with the
 chart's RBAC, and ``--debug-endpoints``), waits until it is ready (its caches have listed) and steady, then submits J
-TrainingJobs one after the other (1-2 A100 workers each); every fifth change also scales an InferenceService up by
-two replicas and deletes the job submitted four changes earlier once it was acted on (not timed). It measures,
+TrainingJobs one after the other (1-2 A100 workers each); every fifth change also scales the InferenceService chat up by
+``--scale-step`` replicas (a T4 server's worth: the stream reclaims) and deletes the job submitted four changes
+earlier once it was acted on (not timed). It measures,
 through a watch cache of its own (``lyra.kubewatch``):
 
 * change to action: from a job's creation to the operator's first status write on it (its intent, written before
@@ -91,7 +92,11 @@ class LiveSizes:
     resync_s: float | None = None  # the operator's --resync (None: its default)
     steady_passes: int = 3  # passes on the converged cluster that must write nothing
     queued_jobs: int = 0  # TrainingJobs submitted before the operator starts (a real workload to decide over)
-    services: int = 1  # InferenceServices ("chat", scaled by the stream, and others of two replicas each)
+    services: int = 1  # InferenceServices ("chat", scaled by the stream, and others of service_replicas each)
+    #: Replicas of each service but chat: a T4 x 8 server's worth, so that the services fill their servers and chat's
+    #: scale-ups need servers of their own (with two replicas each, 49 services left 294 free GPUs on the servers
+    #: serving, chat grew into them and the 1,000-node stream reclaimed nothing).
+    service_replicas: int = 8
     rich_pods: bool = False  # the cluster's and Lyra's pods shaped like real ones (environment, volumes, probes)
     start_timeout_s: float | None = None  # the operator's --start-timeout (None: its default, 300 s)
     #: Replicas each scale-up of ``chat`` adds (one every fifth change): a whole T4 x 8 server's worth, so that the
@@ -107,6 +112,15 @@ class LiveSizes:
             return "--queued-jobs: at least 0; --services: 1 to 1,000"
         if self.start_timeout_s is not None and not 0 < self.start_timeout_s < 86_400:
             return "--start-timeout: seconds above 0 and below a day"
+        if not 1 <= self.service_replicas <= CHAT_MAX_REPLICAS:
+            return f"--service-replicas: 1 to {CHAT_MAX_REPLICAS}"
+        t4_servers = self.nodes - self.nodes // 4 - -(-self.gpu_pods // 8)
+        serving = (self.services - 1) * -(-self.service_replicas // 8) + -(-CHAT_MAX_REPLICAS // 8)
+        if serving > t4_servers:
+            return (
+                f"--services x --service-replicas: the services could need {serving} T4 servers, and the inference "
+                f"nodes the --gpu-pods leave hold {t4_servers}"
+            )
         if self.scale_step < 1 or CHAT_REPLICAS + self.scale_step * (self.jobs // 5) > CHAT_MAX_REPLICAS:
             return (
                 f"--scale-step: at least 1, and {CHAT_REPLICAS} + --scale-step x (--jobs // 5) at most"
@@ -351,7 +365,10 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
         where = (names.GROUP, names.VERSION, namespace)
         bodies = [(names.INFERENCE_SERVICE_PLURAL, service_body(CHAT_REPLICAS, rich_pods=sizes.rich_pods))]
         bodies += [
-            (names.INFERENCE_SERVICE_PLURAL, service_body(2, f"svc-{i:03d}", rich_pods=sizes.rich_pods))
+            (
+                names.INFERENCE_SERVICE_PLURAL,
+                service_body(sizes.service_replicas, f"svc-{i:03d}", rich_pods=sizes.rich_pods),
+            )
             for i in range(1, sizes.services)
         ]
         bodies += [
@@ -716,8 +733,12 @@ def main(argv: list[str] | None = None) -> int:
         default=defaults.queued_jobs,
         help="TrainingJobs submitted before the operator starts",
     )
+    parser.add_argument("--services", type=int, default=defaults.services, help="InferenceServices (chat, and others)")
     parser.add_argument(
-        "--services", type=int, default=defaults.services, help="InferenceServices (chat, and others of 2 replicas)"
+        "--service-replicas",
+        type=int,
+        default=defaults.service_replicas,
+        help="replicas of each service but chat (default: a T4 server's worth, so that they fill their servers)",
     )
     parser.add_argument(
         "--rich-pods", action="store_true", help="pods with environment, volumes, probes (as real workloads write them)"
@@ -747,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
         change_deadline_s=args.change_deadline,
         queued_jobs=args.queued_jobs,
         services=args.services,
+        service_replicas=args.service_replicas,
         rich_pods=args.rich_pods,
         start_timeout_s=args.start_timeout,
         scale_step=args.scale_step,

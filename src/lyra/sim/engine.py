@@ -154,6 +154,7 @@ class Simulation:
         self.elastic_counted: dict[int, tuple[int, int]] = {}
 
         self.decision_interval = scenario.scheduler.decision_interval_s
+        self.decision_delay = scenario.scheduler.decision_delay_s
         self.next_decision = 0.0
         self.decision_due = False
         self.decision_pending = False
@@ -254,17 +255,17 @@ class Simulation:
     def decide(self, t: float) -> None:
         """Loans are balanced at once (inference never waits for the scheduler); scheduling decisions happen at
         most every ``decision_interval_s``, batching the events in between, as an operator's reconcile loop
-        does."""
+        does, and ``decision_delay_s`` after the change that calls for them (the operator acts a pass later)."""
         if self.loans is not None:
             self.loans.adjust(t)
-        if self.decision_due or t >= self.next_decision:
+        if self.decision_due or (t >= self.next_decision and not self.decision_delay):
             self.decision_due = False
             self.decision_pending = False
             self.next_decision = t + self.decision_interval
             self.decider.decide(t)
-        elif not self.decision_pending:
+        elif not self.decision_pending and (self.queue.size or self.running):  # else there is nothing to decide
             self.decision_pending = True
-            self.push(self.next_decision, _DECIDE, -1)
+            self.push(max(self.next_decision, t + self.decision_delay), _DECIDE, -1)
 
     def server_ready_at(self, server: int, t: float) -> None:
         self.push(t, _SERVER_READY, server)

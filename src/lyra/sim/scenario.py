@@ -220,6 +220,8 @@ class Scheduler(_Strict):
     #: Scheduling decisions happen at most this often: the events in between are decided together, as an
     #: operator's reconcile loop batches them (0: decide at every event).
     decision_interval_s: float = Field(default=30.0, ge=0)
+    #: How long after a change its decision is made: the operator acts on a change at its next pass (0: at once).
+    decision_delay_s: float = Field(default=0.0, ge=0)
     #: Full rebalancing of flexible workers over all running elastic jobs at most this often.
     rebalance_interval_s: float = Field(default=600.0, gt=0)
     #: Running elastic jobs offered to the allocator per GPU type and role (donors, receivers, movers) in a

@@ -51,6 +51,10 @@ def test_the_envelope_benchmark_refuses(argv: list[str], says: str, capsys: pyte
         (["--start-timeout", "nan"], "--start-timeout: seconds above 0"),
         (["--scale-step", "0"], "--scale-step: at least 1"),
         (["--scale-step", "16"], "chat's maxReplicas"),  # 4 + 16 x 4 scale-ups passes 64
+        (["--service-replicas", "0"], "--service-replicas: 1 to 64"),
+        (["--service-replicas", "65"], "--service-replicas: 1 to 64"),
+        # 1,000 nodes: 750 inference nodes, 625 of them full of the 5,000 GPU pods; 299 + 8 servers do not fit.
+        (["--services", "300"], "could need 307 T4 servers, and the inference nodes the --gpu-pods leave hold 125"),
     ],
 )
 def test_the_live_benchmark_refuses(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

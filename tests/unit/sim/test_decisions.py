@@ -101,6 +101,20 @@ def test_a_job_on_t4_moves_to_the_v100s_by_displacing_flexible_workers() -> None
     assert started.finish_s == pytest.approx(1001)
 
 
+# -------------------------------------------------------------------------------------------- decision delay
+
+
+@pytest.mark.parametrize("scheme", ["baseline", "lyra"])
+def test_a_change_is_decided_the_decision_delay_after_it_and_changes_meanwhile_with_it(scheme: str) -> None:
+    """With ``decision_delay_s: 90``, A (arriving at 1 s) starts at 91 s, and B (at 50 s, while A's decision is
+    pending) with it; C (at 400 s, after both ended) at 490 s. Without it, each starts when it arrives."""
+    jobs = trace((1, 100, 1), (50, 100, 1), (400, 100, 1))
+    delayed = simulate(scheme, jobs, setup=scenario("scheduler: {decision_delay_s: 90}"), length_s=600)
+    assert [r.first_start_s for r in delayed.records] == [91, 91, 490]
+    at_once = simulate(scheme, jobs, setup=scenario("scheduler: {decision_interval_s: 0}"), length_s=600)
+    assert [r.first_start_s for r in at_once.records] == [1, 50, 400]
+
+
 # ------------------------------------------------------------------------------------------- multi-GPU workers
 
 
