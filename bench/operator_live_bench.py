@@ -94,14 +94,20 @@ class LiveSizes:
     queued_jobs: int = 0  # TrainingJobs submitted before the operator starts (a real workload to decide over)
     services: int = 1  # InferenceServices ("chat", scaled by the stream, and others of service_replicas each)
     #: Replicas of each service but chat: a T4 x 8 server's worth, so that the services fill their servers and chat's
-    #: scale-ups need servers of their own (with two replicas each, 49 services left 294 free GPUs on the servers
-    #: serving, chat grew into them and the 1,000-node stream reclaimed nothing).
+    #: scale-ups need servers of their own.
     service_replicas: int = 8
     rich_pods: bool = False  # the cluster's and Lyra's pods shaped like real ones (environment, volumes, probes)
     start_timeout_s: float | None = None  # the operator's --start-timeout (None: its default, 300 s)
     #: Replicas each scale-up of ``chat`` adds (one every fifth change): a whole T4 x 8 server's worth, so that the
     #: scale-ups outgrow the servers still serving and the operator reclaims lent ones during the stream.
     scale_step: int = 8
+
+    @property
+    def inference_gpus(self) -> int:
+        """The GPUs the services claim at most (chat at its maxReplicas): the operator's ``--inference-gpu-cap`` for
+        the benchmark's namespace. Its default (64) bounded the 50 services' replicas, and chat never outgrew the
+        servers kept serving."""
+        return (self.services - 1) * self.service_replicas + CHAT_MAX_REPLICAS
 
     def problem(self) -> str | None:
         if self.gpu_pods > 8 * (self.nodes - self.nodes // 4):
@@ -383,7 +389,8 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
         port = allocate_ports(1)[0]
         command = [sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(kubeconfig),
                    "--lease-namespace", OPERATOR_NAMESPACE, "--lend-delay", "5", "--http-port", str(port),
-                   "--debug-endpoints", *(["--resync", str(sizes.resync_s)] if sizes.resync_s else []),
+                   "--debug-endpoints", "--inference-gpu-cap", f"*={sizes.inference_gpus}",
+                   *(["--resync", str(sizes.resync_s)] if sizes.resync_s else []),
                    *(["--start-timeout", str(sizes.start_timeout_s)] if sizes.start_timeout_s else [])]  # fmt: skip
         operator_log = state / "operator.log"
         result = LiveResult(sizes)
