@@ -154,6 +154,21 @@ def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 
 
+def reclaim_durations(pending: dict[str, float], batch: list[tuple[float, str, str]]) -> list[float]:
+    """The reclaims a batch of Events ``(when, reason, server)`` ends, as durations, ``pending`` holding each server's
+    ``Reclaiming`` not yet ended (updated). A list returns Events in no set order, and both of a short reclaim's
+    Events carry the same whole second: the batch is read in time order, ``Reclaiming`` first, so a ``Returned``
+    listed before its own ``Reclaiming`` is not left unpaired (the ``Reclaiming`` then paired with the server's next
+    return, hours later). A ``Returned`` with no reclaim under way (training left a lent server) ends none."""
+    ended = []
+    for when, reason, server in sorted(batch, key=lambda item: (item[0], item[1] != conditions.RECLAIMING, item[2])):
+        if reason == conditions.RECLAIMING:
+            pending.setdefault(server, when)
+        elif reason == conditions.RETURNED and server in pending:
+            ended.append(max(when - pending.pop(server), 0.0))
+    return ended
+
+
 def _ready(deployment: client.V1Deployment) -> int:
     return int((deployment.status.ready_replicas if deployment.status else None) or 0)
 
@@ -202,6 +217,7 @@ class Observer:
             seen.phase = phase
 
     def events(self) -> None:
+        batch: list[tuple[float, str, str]] = []
         for event in self.core.list_event_for_all_namespaces().items:
             uid = event.metadata.uid if event.metadata is not None else None
             if uid is None or uid in self.seen_events:
@@ -212,10 +228,8 @@ class Observer:
             when = self.t(_epoch(event.event_time or event.last_timestamp or event.metadata.creation_timestamp))
             subject = event.involved_object.name or ""
             self.result.decisions.append((when, reason, subject, (event.message or "")[:160]))
-            if reason == "Reclaiming":
-                self.reclaiming_since.setdefault(subject, when)
-            elif reason == conditions.RETURNED and subject in self.reclaiming_since:
-                self.result.reclaim_durations.append(max(when - self.reclaiming_since.pop(subject), 0.0))
+            batch.append((when, reason, subject))
+        self.result.reclaim_durations += reclaim_durations(self.reclaiming_since, batch)
 
     def reclaim_wait(self, now: float) -> None:
         service = cast(

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from lyra.api import conditions
 from lyra.cli.demo_day import Day, base_only
 from lyra.cli.demo_run import LiveResult
 from lyra.sim.engine import Simulation, SimulationResult
@@ -81,7 +82,7 @@ def live_figures(result: LiveResult, day: Day) -> dict[str, float]:
         "busy_lent_gpu_h": busy_lent,
         "preemptions": sum(j.preemptions for j in result.jobs.values()),
         "scale_ins": sum(j.scale_ins for j in result.jobs.values()),
-        "reclaims": result.events.get("Reclaiming", 0),
+        "reclaims": result.events.get(conditions.RECLAIMING, 0),
         "reclaim_mean_h": _mean(result.reclaim_durations) / 3600,
         "short_count": len(result.short),
         "short_longest_h": max((end - begin for begin, end in result.short), default=0.0) / 3600,
