@@ -180,6 +180,9 @@ def scenario_for(
             "checkpoint_interval_s": DAY_S * 365,
             # The emulator keeps a job's work across preemptions (the grace period is the checkpoint).
             "saves_on_signal": True,
+            # The emulator advances the workers every emulate_interval_s: a job's first progress waits for its next
+            # step after the workers run, and its end for the step after its work is done (half a step each).
+            "start_cost_s": timing.emulate_interval_s * k,
             "resize_cost_s": (timing.keep_alive_s * timing.keep_alive_attempts + timing.last_call_s) / 2 * k,
             "checkpoint_grace_s": timing.grace_s * k,
         },

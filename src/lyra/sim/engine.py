@@ -138,6 +138,7 @@ class Simulation:
         free_costs = scheme.free_preemption
         self.restart_cost = 0.0 if free_costs else cost.restart_cost_s
         self.resize_cost = 0.0 if free_costs else cost.resize_cost_s
+        self.start_cost = 0.0 if free_costs else cost.start_cost_s
         self.grace = 0.0 if free_costs else cost.checkpoint_grace_s
         self.lose_work = not free_costs and not cost.saves_on_signal
         self.checkpoint_interval = cost.checkpoint_interval_s
@@ -371,6 +372,7 @@ class Simulation:
         self.dequeue(job, t)
         if math.isnan(job.first_start):
             job.first_start = t
+            job.remaining += self.start_cost * job.rate
         job.status = Status.RUNNING
         self.running.add(job.index)
         job.last = t

@@ -193,6 +193,9 @@ class Preemption(_Strict):
     restart_cost_s: float = Field(default=60.0, ge=0)
     #: Running jobs checkpoint this often; a preemption loses the work since the last checkpoint.
     checkpoint_interval_s: float = Field(default=1800.0, gt=0)
+    #: A job's first start: seconds without progress while its workers are created, scheduled and started, and its
+    #: end is noticed (0: none, the shipped scenarios).
+    start_cost_s: float = Field(default=0.0, ge=0)
     #: Seconds without progress when an elastic job changes its worker count (it checkpoints as it resizes).
     resize_cost_s: float = Field(default=20.0, ge=0)
     #: Grace period of a preempted or scaled-in worker (SIGTERM to exit): a reclaimed server waits this long for

@@ -115,6 +115,14 @@ def test_a_change_is_decided_the_decision_delay_after_it_and_changes_meanwhile_w
     assert [r.first_start_s for r in at_once.records] == [1, 50, 400]
 
 
+def test_a_first_start_costs_start_cost_s() -> None:
+    """``start_cost_s: 30``: a 100 s job that starts at once ends at 130 s; without it, at 100 s."""
+    charged = simulate("baseline", trace((0, 100, 1)), setup=scenario("preemption: {start_cost_s: 30}"))
+    assert [(r.first_start_s, r.finish_s) for r in charged.records] == [(0, 130)]
+    free = simulate("baseline", trace((0, 100, 1)))
+    assert [(r.first_start_s, r.finish_s) for r in free.records] == [(0, 100)]
+
+
 # ------------------------------------------------------------------------------------------- multi-GPU workers
 
 
