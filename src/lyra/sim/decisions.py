@@ -23,9 +23,8 @@ plus the donors that could make room for them; the allocator may move such a job
 pays for the restart (``allocate_workers(..., restart_cost_s=...)``).
 
 **Small clusters are decided whole.** While at most ``whole_cluster_jobs`` jobs run or wait (schemes with elastic
-jobs; without them a running job never changes and views lose nothing), every decision offers
-the allocator every running and queued job (on the servers a view of them holds), as each of the operator's passes
-does: the allocator
+jobs; without them a running job never changes and views lose nothing), every decision offers the allocator every
+running and queued job (on the servers a view of them holds), as each of the operator's passes does: the allocator
 may then also move workers between running jobs (a shorter job's base growing onto a longer one's flexible worker),
 which views never offer. Held to the live cluster (``lyra demo``, docs/evaluation.md), views diverged exactly there:
 the operator gave short jobs of the morning A100 workers taken from a long elastic job, the views left them on lent
@@ -137,8 +136,8 @@ class CoreDecisions:
         self._allocate(t, running, queued)
 
     def _decide_whole(self, t: float) -> None:
-        """Every running and queued job, on every server (see the module docstring), when anything changed or a
-        decision interval passed (remaining work moves the order of jobs as they run)."""
+        """Every running and queued job (see the module docstring), at every decision: remaining work moves the
+        order of jobs as they run, as it does between the operator's passes."""
         sim = self.sim
         self.dirty = False
         running = sorted(sim.running, key=lambda i: sim.jobs[i].name)
