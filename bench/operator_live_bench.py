@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -120,8 +121,8 @@ class LiveSizes:
             return "--start-timeout: seconds above 0 and below a day"
         if not 1 <= self.service_replicas <= CHAT_MAX_REPLICAS:
             return f"--service-replicas: 1 to {CHAT_MAX_REPLICAS}"
-        t4_servers = self.nodes - self.nodes // 4 - -(-self.gpu_pods // 8)
-        serving = (self.services - 1) * -(-self.service_replicas // 8) + -(-CHAT_MAX_REPLICAS // 8)
+        t4_servers = self.nodes - self.nodes // 4 - math.ceil(self.gpu_pods / 8)
+        serving = (self.services - 1) * math.ceil(self.service_replicas / 8) + math.ceil(CHAT_MAX_REPLICAS / 8)
         if serving > t4_servers:
             return (
                 f"--services x --service-replicas: the services could need {serving} T4 servers, and the inference "

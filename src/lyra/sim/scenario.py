@@ -23,6 +23,11 @@ class ScenarioError(ValueError):
     """The scenario file is unreadable or a field is invalid. The message names the file and the field."""
 
 
+#: The longest cost or decision interval a scenario may set, in seconds (a week). Past it the setting is an input
+#: error, and an infinite one never let a simulation end (every load step of an endless tail is an event).
+MAX_SECONDS = 7 * 86_400
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -190,17 +195,17 @@ class Elasticity(_Strict):
 
 class Preemption(_Strict):
     #: Seconds without progress when a preempted job starts again (rescheduling, loading the checkpoint).
-    restart_cost_s: float = Field(default=60.0, ge=0)
+    restart_cost_s: float = Field(default=60.0, ge=0, le=MAX_SECONDS)
     #: Running jobs checkpoint this often; a preemption loses the work since the last checkpoint.
     checkpoint_interval_s: float = Field(default=1800.0, gt=0)
     #: A job's first start: seconds without progress while its workers are created, scheduled and started, and its
     #: end is noticed (0: none, the shipped scenarios).
-    start_cost_s: float = Field(default=0.0, ge=0)
+    start_cost_s: float = Field(default=0.0, ge=0, le=MAX_SECONDS)
     #: Seconds without progress when an elastic job changes its worker count (it checkpoints as it resizes).
-    resize_cost_s: float = Field(default=20.0, ge=0)
+    resize_cost_s: float = Field(default=20.0, ge=0, le=MAX_SECONDS)
     #: Grace period of a preempted or scaled-in worker (SIGTERM to exit): a reclaimed server waits this long for
     #: its training workers, and a preempted job re-enters the queue only after it.
-    checkpoint_grace_s: float = Field(default=60.0, ge=0)
+    checkpoint_grace_s: float = Field(default=60.0, ge=0, le=MAX_SECONDS)
     #: Whether jobs save a checkpoint within the grace period. If not (the default, the cautious reading), a
     #: preemption loses the work since the last periodic checkpoint.
     saves_on_signal: bool = False
@@ -222,16 +227,16 @@ class Durations(_Strict):
 class Scheduler(_Strict):
     #: Scheduling decisions happen at most this often: the events in between are decided together, as an
     #: operator's reconcile loop batches them (0: decide at every event).
-    decision_interval_s: float = Field(default=30.0, ge=0)
+    decision_interval_s: float = Field(default=30.0, ge=0, le=MAX_SECONDS)
     #: How long after a change its decision is made: the operator acts on a change at its next pass (0: at once).
-    decision_delay_s: float = Field(default=0.0, ge=0)
+    decision_delay_s: float = Field(default=0.0, ge=0, le=MAX_SECONDS)
     #: Full rebalancing of flexible workers over all running elastic jobs at most this often.
-    rebalance_interval_s: float = Field(default=600.0, gt=0)
+    rebalance_interval_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS)
     #: Running elastic jobs offered to the allocator per GPU type and role (donors, receivers, movers) in a
     #: decision (see lyra.sim.decisions).
     view_jobs: int = Field(default=8, ge=1)
-    #: While at most this many jobs run or wait, a decision offers the allocator all of them and every server, as
-    #: the operator's passes do, rebalancing running jobs too (see lyra.sim.decisions); above it, views.
+    #: While at most this many jobs run or wait, a decision offers the allocator all of them, as the operator's
+    #: passes do, rebalancing running jobs too (see lyra.sim.decisions); above it, views.
     whole_cluster_jobs: int = Field(default=32, ge=0)
     #: Phase-2 search budget per decision, in fluid evaluations of the jobs offered (budget = this x jobs).
     search_evaluations: int = Field(default=4, ge=0)

@@ -65,6 +65,17 @@ def test_fields_left_out_take_the_documented_defaults() -> None:
         (POOLS + "preemption: {saves_on_signal: perhaps}", "preemption.saves_on_signal"),
         (POOLS + "scheduler: {migration: sometimes}", "scheduler.migration"),
         (POOLS + "scheduler: {decision_interval_s: -30}", "scheduler.decision_interval_s"),
+        # Infinite (or longer than a week): the simulation never ended.
+        (POOLS + "scheduler: {decision_interval_s: .inf}", "scheduler.decision_interval_s"),
+        (POOLS + "scheduler: {decision_delay_s: 1e30}", "scheduler.decision_delay_s"),
+        (POOLS + "scheduler: {decision_delay_s: -1}", "scheduler.decision_delay_s"),
+        (POOLS + "scheduler: {rebalance_interval_s: 604801}", "scheduler.rebalance_interval_s"),
+        (POOLS + "scheduler: {whole_cluster_jobs: -1}", "scheduler.whole_cluster_jobs"),
+        (POOLS + "preemption: {start_cost_s: .inf}", "preemption.start_cost_s"),
+        (POOLS + "preemption: {start_cost_s: -1}", "preemption.start_cost_s"),
+        (POOLS + "preemption: {resize_cost_s: 1e30}", "preemption.resize_cost_s"),
+        (POOLS + "preemption: {restart_cost_s: 2e9}", "preemption.restart_cost_s"),
+        (POOLS + "preemption: {checkpoint_grace_s: .inf}", "preemption.checkpoint_grace_s"),
         ("training: {groups: [{gpu_type: A100}]}\n" + POOLS.split("\n")[1], "training.groups.0.servers"),
         ("training: {groups: [{servers: 2}]}\n" + POOLS.split("\n")[1], "training.groups.0.gpu_type"),
         (
