@@ -145,8 +145,10 @@ def last_loaned_rank(nodes: Sequence[NodeView]) -> int:
 def score_nodes(pod: PodRequest, nodes: Sequence[NodeView], last_rank: int | None = None) -> list[tuple[str, int]]:
     """Score every node 0..10 for ``pod`` (nodes it may not use score 0). Order follows ``nodes``.
 
-    ``last_rank`` is :func:`last_loaned_rank` of the nodes being compared; a caller that scores them a few at a time
-    (the extender keeps each node's score current as the node changes) passes that of the whole set."""
+    ``last_rank`` scales a loaned node's safety (its reclaim rank over ``last_rank``); by default it is
+    :func:`last_loaned_rank` of ``nodes``. The extender passes that of every loaned node it knows, so that a node's
+    score is its place in the whole reclaim order, whichever other nodes kube-scheduler sent, and can be kept
+    current as the node changes."""
     role = pod.role
     want = pod.gpus
     job_nodes = pod.job_nodes

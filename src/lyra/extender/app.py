@@ -309,7 +309,7 @@ def prioritize_answer(args: ExtenderArgs, view: ClusterView) -> EncodedJson:
     if args.NodeNames is not None and view.scores is not None:
         return EncodedJson(view.scores.answer(pod, args.NodeNames))  # kept current per event: a lookup per name
     views = _candidates(args, view)
-    scored = [(name, score) for name, score in score_nodes(pod, views) if score > 0]
+    scored = [(name, score) for name, score in score_nodes(pod, views, view.last_rank()) if score > 0]
     names = "".join(name for name, _ in scored)
     if '"' in names or "\\" in names or not names.isprintable():
         return EncodedJson(json.dumps([{"Host": name, "Score": score} for name, score in scored]).encode())

@@ -2,14 +2,17 @@
 
 kube-scheduler calls ``prioritize`` inside every GPU pod's scheduling cycle, with the names of the nodes that passed
 its filters (``nodeCacheCapable``): a millisecond there is a millisecond of every cycle. A node's score
-(:func:`lyra.core.placement.score_nodes`) depends on the node and on four things of the request only: the pod's
-role, the GPUs it asks for, the GPU types its job was allocated, and (loaned nodes, training pods) the highest
-reclaim rank among the candidates. So :class:`ScoreTables` keeps, per such key, a table of every node of the view
-that scores above 0 and its answer entry already encoded as JSON (``{"Host":"n","Score":7}``). A table is built
-the first time a key is asked for, and from then on each node event rescores that one node in every table
-(:meth:`ScoreTables.node_changed`, called by :class:`~lyra.extender.view.LiveView` under its lock), so an event
-costs a few microseconds per table and a request a lookup per name. The only part that depends on the pod itself,
-the nodes where its job already runs, is scored per request: a handful of nodes.
+(:func:`lyra.core.placement.score_nodes`) depends on the node, on the highest reclaim rank among all the loaned
+nodes of the view (a loaned node's safety is its place in the whole reclaim order, so its score does not depend on
+which other nodes kube-scheduler happened to send), and on three things of the request only: the pod's role, the
+GPUs it asks for and the GPU types its job was allocated. So :class:`ScoreTables` keeps, per such key, a table of
+every node of the view that scores above 0 and its answer entry already encoded as JSON
+(``{"Host":"n","Score":7}``). A table is built the first time a key is asked for, and from then on each node event
+rescores that one node in every table (:meth:`ScoreTables.node_changed`, called by
+:class:`~lyra.extender.view.LiveView` under its lock), so an event costs a few microseconds per table and a request a
+lookup per name. When the highest rank moves (a server lent or taken back, then the ranks refreshed), the tables are
+dropped and rebuilt on demand. The only part that depends on the pod itself, the nodes where its job already runs,
+is scored per request: a handful of nodes, looked up before the table.
 
 The answer is the same as scoring the candidates from scratch (``tests/unit/extender/test_scores.py`` checks it
 after random events): request order, nodes scoring 0 and names the view does not know left out, duplicates kept.
@@ -25,16 +28,16 @@ from types import MappingProxyType
 from typing import TypeAlias
 
 from lyra.core.model import LoanState
-from lyra.core.placement import NodeView, PodRequest, PodRole, score_nodes
+from lyra.core.placement import NodeView, PodRequest, PodRole, last_loaned_rank, score_nodes
 
-#: Tables kept at once (one per role, GPU count, allowed GPU types and last rank asked for); past it the oldest is
-#: dropped and rebuilt when asked for again. A cluster's pods ask for a few kinds; each table is about 100 bytes per
+#: Tables kept at once (one per role, GPU count and allowed GPU types asked for); past it the oldest is dropped and
+#: rebuilt when asked for again. A cluster's pods ask for a few kinds; each table is about 100 bytes per
 #: node, and each kept table adds a rescoring of one node to every node event.
 MAX_TABLES = 32
 
 #: Encoded entries kept: a node name and a score each, 11 scores per node of a 15,000-node cluster fit.
 MAX_ENTRIES = 11 * 15_000
-Key: TypeAlias = tuple[PodRole, int, frozenset[str] | None, int]
+Key: TypeAlias = tuple[PodRole, int, frozenset[str] | None]
 _TRAINING = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 
@@ -47,7 +50,7 @@ def entry(name: str, score: int) -> bytes:
 
 
 def _rank_moved(old: NodeView | None, new: NodeView | None) -> bool:
-    """Whether a node's change moves the loaned nodes' ranks as :meth:`ScoreTables._last_rank` reads them."""
+    """Whether a node's change may move the highest reclaim rank among the loaned nodes."""
     loaned = LoanState.LOANED
     was_loaned = old is not None and old.state is loaned
     is_loaned = new is not None and new.state is loaned
@@ -67,23 +70,34 @@ def _put(table: dict[str, bytes], name: str, score: int) -> None:
 class ScoreTables:
     """Per-key tables of encoded answer entries over the nodes of a :class:`~lyra.extender.view.LiveView` (see the
     module's docstring). Writers hold the view's lock; a request reads the tables without it (each table entry is
-    replaced whole) and takes it only to build a table."""
+    replaced whole) and takes it only to build a table or to drop them all."""
 
     def __init__(self, nodes: Mapping[str, NodeView], lock: threading.Lock) -> None:
         self._nodes = nodes
         self._lock = lock
         self._tables: dict[Key, dict[str, bytes]] = {}
         self._requests: dict[Key, PodRequest] = {}
-        #: The loaned nodes, highest reclaim rank first, with their ranks; ``None`` when a loaned node changed.
-        self._by_rank: tuple[tuple[str, int], ...] | None = None
+        #: The highest reclaim rank among the view's loaned nodes (at least 1); ``None`` once a change may move it.
+        self._last_rank: int | None = 1
+        #: The highest rank the kept tables were scored with.
+        self._tables_rank = 1
         self.builds = 0
+
+    def last_rank(self) -> int:
+        """The highest reclaim rank among the view's loaned nodes (at least 1): the scale of a loaned node's safety."""
+        rank = self._last_rank
+        if rank is None:
+            with self._lock:
+                rank = self._last_rank = last_loaned_rank(list(self._nodes.values()))
+        return rank
 
     def node_changed(self, name: str, old: NodeView | None, new: NodeView | None) -> None:
         """Rescore node ``name`` (now ``new``, or gone) in every table. Called with the view's lock held."""
         if _rank_moved(old, new):
-            self._by_rank = None
+            self._last_rank = None
+        rank = self._tables_rank
         for key, table in self._tables.items():
-            _put(table, name, score_nodes(self._requests[key], [new], key[3])[0][1] if new is not None else 0)
+            _put(table, name, score_nodes(self._requests[key], [new], rank)[0][1] if new is not None else 0)
 
     def ranks_changed(self, changed: Sequence[NodeView]) -> None:
         """Rescore the nodes ``changed`` (nodes still in the view whose reclaim rank moved) in every table: one
@@ -92,48 +106,43 @@ class ScoreTables:
         the extender's CPU while pods landed on loaned nodes. Called with the view's lock held."""
         if not changed:
             return
-        self._by_rank = None
+        self._last_rank = None
+        rank = self._tables_rank
         for key, table in self._tables.items():
-            for name, score in score_nodes(self._requests[key], changed, key[3]):
+            for name, score in score_nodes(self._requests[key], changed, rank):
                 _put(table, name, score)
 
     def answer(self, pod: PodRequest, names: Sequence[str]) -> bytes:
         """The ``HostPriorityList`` for ``pod`` over the nodes ``names``, encoded."""
-        training = pod.role in _TRAINING
-        last_rank = self._last_rank(names) if training else 1
-        key: Key = (pod.role, pod.gpus, pod.gpu_types, last_rank)
+        rank = self.last_rank()
+        if rank != self._tables_rank:
+            self._rescaled(rank)
+        key: Key = (pod.role, pod.gpus, pod.gpu_types)
         kept = self._tables.get(key)
-        table: Mapping[str, bytes] = self._build(key) if kept is None else kept
-        if training and pod.job_nodes:
-            table = self._with_job(table, pod, last_rank)
-        return b"[" + b",".join(filter(None, map(table.get, names))) + b"]"
+        table = self._build(key) if kept is None else kept
+        get = table.get
+        if pod.role in _TRAINING and pod.job_nodes:
+            mine = self._job_entries(pod, self._tables_rank)  # the scale the table was scored at
+            if mine:
+                found = [mine[name] if name in mine else get(name) for name in names]
+                return b"[" + b",".join(filter(None, found)) + b"]"
+        return b"[" + b",".join(filter(None, map(get, names))) + b"]"
 
-    def _last_rank(self, names: Sequence[str]) -> int:
-        """The highest reclaim rank among the loaned nodes named (at least 1), as the core computes it."""
-        by_rank = self._by_rank
-        if by_rank is None:
-            with self._lock:
-                by_rank = tuple(
-                    sorted(
-                        ((v.name, v.reclaim_rank) for v in self._nodes.values() if v.state is LoanState.LOANED),
-                        key=lambda pair: (-pair[1], pair[0]),
-                    )
-                )
-                self._by_rank = by_rank
-        if not by_rank:
-            return 1
-        named = set(names)
-        for name, rank in by_rank:
-            if name in named:
-                return rank or 1
-        return 1
+    def _rescaled(self, rank: int) -> None:
+        """Drop every table: the highest rank moved, so every loaned node's safety did."""
+        with self._lock:
+            if self._last_rank == rank and self._tables_rank != rank:
+                self._tables.clear()
+                self._requests.clear()
+                self._tables_rank = rank
 
     def _build(self, key: Key) -> dict[str, bytes]:
-        role, gpus, gpu_types, last_rank = key
+        role, gpus, gpu_types = key
         request = PodRequest(role=role, gpus=gpus, job=None, job_nodes=_EMPTY, gpu_types=gpu_types)
         with self._lock:
             views = list(self._nodes.values())
-            table = {name: entry(name, score) for name, score in score_nodes(request, views, last_rank) if score > 0}
+            rank = self._tables_rank
+            table = {name: entry(name, score) for name, score in score_nodes(request, views, rank) if score > 0}
             while len(self._tables) >= MAX_TABLES:
                 oldest = next(iter(self._tables))
                 del self._tables[oldest], self._requests[oldest]
@@ -142,13 +151,11 @@ class ScoreTables:
             self.builds += 1
         return table
 
-    def _with_job(self, table: Mapping[str, bytes], pod: PodRequest, last_rank: int) -> Mapping[str, bytes]:
-        """``table`` with the nodes where the pod's job runs rescored for it (a worker there scores higher)."""
+    def _job_entries(self, pod: PodRequest, rank: int) -> dict[str, bytes]:
+        """The entries of the nodes where the pod's job runs, rescored for it (a worker there scores higher); an
+        empty entry for one that scores 0."""
         known = self._nodes
         hosts = [view for view in map(known.get, pod.job_nodes) if view is not None]
         if not hosts:
-            return table
-        changed = dict(table)
-        for name, score in score_nodes(pod, hosts, last_rank):
-            _put(changed, name, score)
-        return changed
+            return {}
+        return {name: entry(name, score) if score > 0 else b"" for name, score in score_nodes(pod, hosts, rank)}

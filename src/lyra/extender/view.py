@@ -29,7 +29,7 @@ from lyra.api import names
 from lyra.api.convert import PodFacts, gpus_requested, node_view, pod_facts, pod_job, pod_role
 from lyra.api.objects import Node, Pod
 from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
-from lyra.core.placement import NodeView, PodRequest, PodRole
+from lyra.core.placement import NodeView, PodRequest, PodRole, last_loaned_rank
 from lyra.core.reclaim import reclaim_order
 from lyra.extender.scores import ScoreTables
 
@@ -48,6 +48,13 @@ class ClusterView:
     used_gpus: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     #: Each node's ``prioritize`` answer per kind of pod, kept current with the nodes (``None``: score from scratch).
     scores: ScoreTables | None = None
+
+    def last_rank(self) -> int:
+        """The highest reclaim rank among the loaned nodes (at least 1): what a loaned node's safety is scaled by, so
+        that its score is its place in the whole reclaim order, not among the nodes one request names."""
+        if self.scores is not None:
+            return self.scores.last_rank()
+        return last_loaned_rank(list(self.nodes.values()))
 
     def request_for(self, pod: Pod) -> PodRequest:
         role = pod_role(pod)

@@ -10,6 +10,7 @@ import pytest
 
 from lyra.api.convert import pod_facts
 from lyra.api.objects import Node, Pod
+from lyra.core.model import LoanState
 from lyra.core.placement import PodRequest, PodRole, score_nodes
 from lyra.extender.scores import MAX_TABLES, ScoreTables, entry
 from lyra.extender.view import ClusterView, LiveView
@@ -20,8 +21,16 @@ JOBS = ("ns/a", "ns/b", "ns/c", "ns/none")
 
 
 def from_scratch(view: ClusterView, pod: PodRequest, names: list[str]) -> list[dict[str, object]]:
-    candidates = [known for known in map(view.nodes.get, names) if known is not None]
-    return [{"Host": name, "Score": score} for name, score in score_nodes(pod, candidates) if score > 0]
+    """Each named node scored alone, its safety over the highest rank among every loaned node of the view."""
+    last = max((v.reclaim_rank for v in view.nodes.values() if v.state is LoanState.LOANED), default=0) or 1
+    scored = []
+    for name in names:
+        known = view.nodes.get(name)
+        if known is not None:
+            score = score_nodes(pod, [known], last)[0][1]
+            if score > 0:
+                scored.append({"Host": name, "Score": score})
+    return scored
 
 
 def requests(view: ClusterView, rng: random.Random) -> list[PodRequest]:
@@ -89,3 +98,21 @@ def test_a_name_that_needs_escaping_is_escaped() -> None:
 def test_a_view_without_tables_is_scored_from_scratch() -> None:
     assert ClusterView().scores is None
     assert isinstance(LiveView().view.scores, ScoreTables)
+
+
+def test_a_loaned_nodes_score_does_not_depend_on_the_other_nodes_named() -> None:
+    """Its safety is its place in the whole reclaim order: kube-scheduler sends a different sample of nodes to
+    each request, and a node must not score higher for being named beside nodes reclaimed earlier."""
+    live = LiveView()
+    for index in range(4):
+        live.set_node(f"i{index}", Node.model_validate(node(f"i{index}", "inference", T4, state="loaned")))
+    live.refresh_ranks()
+    ranks = {name: view.reclaim_rank for name, view in live.view.nodes.items()}
+    first, last = min(ranks, key=ranks.__getitem__), max(ranks, key=ranks.__getitem__)
+    assert live.view.last_rank() == ranks[last] == 3
+    tables = live.scores
+    flexible = PodRequest(PodRole.TRAINING_FLEXIBLE, 1, gpu_types=frozenset({T4}))
+    alone = json.loads(tables.answer(flexible, [first]))
+    beside_earlier = json.loads(tables.answer(flexible, [first, last]))
+    assert alone == beside_earlier[:1]
+    assert beside_earlier[0]["Score"] < beside_earlier[1]["Score"]
