@@ -31,6 +31,7 @@ import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -152,6 +153,34 @@ class ExtenderMetrics:
                 self.requests.labels(verb.value, outcome.value)
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A verb's HTTP answer: status, JSON body, and whether the connection is closed after it."""
+
+    status: int
+    body: bytes
+    close: bool = False
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(self.body))]
+        if self.close:
+            headers.append((b"connection", b"close"))
+        return headers
+
+
+@dataclass(frozen=True, slots=True)
+class DirectVerb:
+    """One verb: ``answer`` turns a whole request body (and when the request began, for the latency metric) into
+    the answer, counting it in the metrics; ``asgi`` serves it as an ASGI app, reading the body within the limits
+    first. The HTTP protocol (:mod:`lyra.extender.serving`) calls ``answer`` itself for a small body that arrived
+    whole, after taking its declared size from ``held``."""
+
+    answer: Callable[[bytes, float], Answer]
+    asgi: ASGIApp
+    held: HeldBytes
+    max_body_bytes: int
+
+
 class BadBodyError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -248,16 +277,12 @@ async def _read_body(declared: str | None, chunks: AsyncIterator[bytes], limit: 
     return body
 
 
-async def _read_json(scope: Scope, receive: Receive, limit: int, taken: _Taken, timeout_s: float) -> Any:
+async def _read_body_within(scope: Scope, receive: Receive, limit: int, taken: _Taken, timeout_s: float) -> bytes:
     try:
         async with asyncio.timeout(timeout_s):
-            body = await _read_body(_header(scope, b"content-length"), _chunks(receive), limit, taken)
+            return await _read_body(_header(scope, b"content-length"), _chunks(receive), limit, taken)
     except TimeoutError:
         raise BadBodyError(408, f"request body not received within {timeout_s:g} s") from None
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as error:
-        raise BadBodyError(400, f"request body is not JSON: {error}") from None
 
 
 def _validation_message(error: ValidationError) -> str:
@@ -439,13 +464,14 @@ class ExtenderApp(FastAPI):
     """FastAPI with the verbs (``POST /prioritize``, ``POST /preempt``) served before its own layers, as bare
     ASGI apps; everything else (``/healthz``, ``/readyz``, ``/metrics``, a wrong method) goes through FastAPI."""
 
-    verbs: dict[str, ASGIApp]
+    #: The verbs by path; :mod:`lyra.extender.serving` answers them straight from the HTTP protocol when it can.
+    verbs: dict[str, DirectVerb]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             served = self.verbs.get(scope["path"])
             if served is not None:
-                await served(scope, receive, send)
+                await served.asgi(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -466,44 +492,56 @@ def create_app(
     held = HeldBytes(max_held_bytes)
     app.state.held = held
 
-    def verb(name: Verb, handler: Callable[[dict[str, Any], ClusterView], object]) -> ASGIApp:
-        """The verb as a bare ASGI app: kube-scheduler calls it inside every GPU pod's scheduling cycle, and
-        FastAPI's request, routing and response layers cost about as much CPU as the answer at 500 nodes."""
+    def verb(name: Verb, handler: Callable[[dict[str, Any], ClusterView], object]) -> DirectVerb:
+        """The verb's answer to a whole body, served two ways: straight from the HTTP protocol when the body is
+        small and whole (:mod:`lyra.extender.serving`), else as a bare ASGI app that reads the body within its
+        limits. kube-scheduler calls it inside every GPU pod's scheduling cycle, and FastAPI's request, routing and
+        response layers cost about as much CPU as the answer at 500 nodes."""
 
-        async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-            started = time.perf_counter()
-            taken = _Taken(held)
-            close = False
+        def finished(outcome: Outcome, started: float) -> None:
+            metrics.requests.labels(name.value, outcome.value).inc()
+            metrics.latency.labels(name.value).observe(time.perf_counter() - started)
+
+        def answer(raw: bytes, started: float) -> Answer:
             try:
-                data = await _read_json(scope, receive, max_body_bytes, taken, body_timeout_s)
+                try:
+                    data = json.loads(raw)
+                except (ValueError, RecursionError) as error:
+                    raise BadBodyError(400, f"request body is not JSON: {error}") from None
                 if not isinstance(data, dict):
                     raise BadBodyError(400, "request body must be a JSON object")
                 if recorder is not None:
                     recorder.record(name, data)
-                answer = handler(data, source.current())
+                answered = handler(data, source.current())
+                body = bytes(answered) if isinstance(answered, EncodedJson) else _json_bytes(answered)
                 outcome, status = Outcome.OK, 200
-                body = bytes(answer) if isinstance(answer, EncodedJson) else _json_bytes(answer)
             except BadBodyError as bad:
                 outcome, status, body = Outcome.BAD_REQUEST, bad.status, _json_bytes({"Error": bad.message})
-                if bad.status in (408, 413, 503):
-                    outcome = Outcome.REFUSED if bad.status == 503 else outcome
-                    close = True  # the rest of the body is never read
             except ValidationError as error:
                 outcome, status = Outcome.BAD_REQUEST, 422
                 body = _json_bytes({"Error": _validation_message(error)})
+            finished(outcome, started)
+            return Answer(status, body)
+
+        async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+            started = time.perf_counter()
+            taken = _Taken(held)
+            try:
+                raw = await _read_body_within(scope, receive, max_body_bytes, taken, body_timeout_s)
+                answered = answer(raw, started)
+            except BadBodyError as bad:
+                finished(Outcome.REFUSED if bad.status == 503 else Outcome.BAD_REQUEST, started)
+                # 408, 413 and 503 leave the rest of the body unread: the connection is closed
+                close = bad.status in (408, 413, 503)
+                answered = Answer(bad.status, _json_bytes({"Error": bad.message}), close=close)
             except ClientGoneError:
                 return
             finally:
                 taken.release()
-            metrics.requests.labels(name.value, outcome.value).inc()
-            metrics.latency.labels(name.value).observe(time.perf_counter() - started)
-            headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-            if close:
-                headers.append((b"connection", b"close"))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await send({"type": "http.response.start", "status": answered.status, "headers": answered.headers()})
+            await send({"type": "http.response.body", "body": answered.body})
 
-        return endpoint
+        return DirectVerb(answer=answer, asgi=endpoint, held=held, max_body_bytes=max_body_bytes)
 
     def do_prioritize(data: dict[str, Any], view: ClusterView) -> object:
         args = ExtenderArgs.model_validate(data)
