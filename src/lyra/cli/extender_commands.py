@@ -104,11 +104,9 @@ def run_extender(args: argparse.Namespace) -> int:
     if tls_problem is not None:
         return _bad(tls_problem)
 
-    import uvicorn
-
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.extender.app import MIB, BodyRecorder, create_app
-    from lyra.extender.serving import server_config
+    from lyra.extender.serving import serve, server_config
     from lyra.extender.watch import WatchedView
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -141,7 +139,7 @@ def run_extender(args: argparse.Namespace) -> int:
             tls_key_file=args.tls_key_file,
             client_ca_file=args.client_ca_file,
         )
-        uvicorn.Server(config).run()
+        serve(config)
     except OSError as error:
         print(f"lyra extender: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return EXIT_FAILED

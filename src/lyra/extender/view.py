@@ -110,8 +110,12 @@ class LiveView:
                 self._ranks_stale = True
 
     def set_pod(self, key: str, facts: PodFacts | None) -> None:
-        """A pod (``namespace/name``) now holds ``facts``, or nothing (deleted, finished or not bound)."""
+        """A pod (``namespace/name``) now holds ``facts``, or nothing (deleted, finished or not bound). A change that
+        leaves the facts as they were (a pod's status: started, ready) changes nothing: no node is rescored and the
+        reclaim order is not marked stale."""
         with self._lock:
+            if facts is not None and self._pods.get(self._pod_uids.get(key, "")) == facts:
+                return
             uid = self._pod_uids.pop(key, None)
             old = self._pods.pop(uid, None) if uid is not None else None
             if old is not None:

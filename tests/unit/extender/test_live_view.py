@@ -121,6 +121,25 @@ def test_a_job_mapping_handed_to_a_request_is_never_changed_afterwards() -> None
     assert dict(live.view.job_nodes["ns/gpt"]) == {"l0": 2}
 
 
+def test_a_pod_change_that_leaves_its_facts_as_they_were_changes_nothing() -> None:
+    """A pod's status moving (pending, started, ready) is most of the pod events while pods land: it must not
+    rescore its node nor mark the reclaim order stale."""
+    live = LiveView()
+    live.set_node("l0", Node.model_validate(node("l0", "inference", T4, "loaned")))
+    pending = pod("w0", 1, "flexible", "gpt", on="l0")
+    live.set_pod("ns/w0", pod_facts(Pod.model_validate(pending)))
+    live.refresh_ranks()
+    before = live.view.nodes["l0"]
+    started = pending | {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    live.set_pod("ns/w0", pod_facts(Pod.model_validate(started)))
+    assert live.view.nodes["l0"] is before
+    assert not live.ranks_stale
+    moved = pod("w0", 2, "flexible", "gpt", on="l0")
+    live.set_pod("ns/w0", pod_facts(Pod.model_validate(moved)))
+    assert live.view.nodes["l0"].free_gpus == before.free_gpus - 1
+    assert live.ranks_stale
+
+
 def test_the_watched_view_follows_its_caches_event_by_event() -> None:
     nodes, pods = FakeServer(), FakeServer()
     nodes.put(node("t0", "training", A100))
