@@ -8,7 +8,8 @@ each round runs once without the extender and once with it (nodeCacheCapable, as
 it), alternating which goes first; the ratio is the median of the rounds' ratios (target >= 0.9x). Beside each
 rate, kube-scheduler's CPU time over the run (and the extender's), from ``/proc``: the extender costs the
 scheduler its round trips, and both share the machine's cores. Pods are created from 16 threads so that creation
-outpaces scheduling.
+outpaces scheduling. With ``--floor``, each round also runs the second scheduler against an extender that answers at
+once and scores nothing (:mod:`bench.null_extender`): what one round trip per pod costs whatever the extender does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -116,11 +118,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class Mode(StrEnum):
+    """What the run's pods are scheduled with."""
+
+    WITHOUT = "without the extender"
+    LYRA = "with the extender"
+    NULL = "with an extender that does nothing"
+
+
 @dataclass(frozen=True)
 class Run:
     """One timed run: pods bound per second, and the CPU seconds kube-scheduler and the extender used meanwhile."""
 
-    with_extender: bool
+    mode: Mode
     rate: float
     elapsed_s: float
     scheduler_cpu_s: float
@@ -128,13 +138,16 @@ class Run:
 
 
 @contextmanager
-def extender(kubeconfig: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """``lyra extender`` as its own process (and process group), as it runs in a cluster."""
-    profile_to = os.environ.get("LYRA_BENCH_PROFILE")  # a path: write the extender's cProfile there
-    command = [sys.executable, *(["-m", "cProfile", "-o", profile_to] if profile_to else []), "-m", "lyra"]
-    server = start_process(
-        [*command, "extender", "--kubeconfig", str(kubeconfig), "--port", str(port)], stdout=subprocess.DEVNULL
-    )
+def extender(kubeconfig: Path, port: int, mode: Mode = Mode.LYRA) -> Iterator[subprocess.Popen[bytes]]:
+    """``lyra extender`` (or, ``Mode.NULL``, :mod:`bench.null_extender`) as its own process (and process group), as
+    it runs in a cluster."""
+    if mode is Mode.NULL:
+        argv = [sys.executable, "-m", "bench.null_extender", "--port", str(port)]
+    else:
+        profile_to = os.environ.get("LYRA_BENCH_PROFILE")  # a path: write the extender's cProfile there
+        command = [sys.executable, *(["-m", "cProfile", "-o", profile_to] if profile_to else []), "-m", "lyra"]
+        argv = [*command, "extender", "--kubeconfig", str(kubeconfig), "--port", str(port)]
+    server = start_process(argv, stdout=subprocess.DEVNULL)
     try:
         wait_until_ready(port, server)
         yield server
@@ -235,12 +248,13 @@ def _cleared(bench: Bench) -> None:
     )
 
 
-def run(with_extender: bool, bench: Bench) -> Run:
+def run(mode: Mode, bench: Bench) -> Run:
     """Pods bound per second, with the CPU time of the scheduler that bound them (and the extender's) over the span."""
     core, namespace = bench.core, bench.namespace
     _cleared(bench)
     kubeconfig = bench.control_plane.kubeconfig
-    with extender(kubeconfig, bench.extender_port) if with_extender else nullcontext() as server:
+    with_extender = mode is not Mode.WITHOUT
+    with extender(kubeconfig, bench.extender_port, mode) if with_extender else nullcontext() as server:
         bodies = pods(EXTENDER_SCHEDULER if with_extender else None)
         scheduler = bench.extender_scheduler if with_extender else bench.plain_scheduler
         scheduler_before = _cpu_seconds(scheduler)
@@ -257,60 +271,73 @@ def run(with_extender: bool, bench: Bench) -> Run:
         elapsed = time.perf_counter() - started
         scheduler_cpu = _cpu_seconds(scheduler) - scheduler_before
         extender_cpu = _cpu_seconds(server.pid) - extender_before if server is not None else None
-    measured = Run(with_extender, PODS / elapsed, elapsed, scheduler_cpu, extender_cpu)
+    measured = Run(mode, PODS / elapsed, elapsed, scheduler_cpu, extender_cpu)
     extender_note = f", extender {extender_cpu:.1f} s of CPU" if extender_cpu is not None else ""
     print(
-        f"  {bench.nodes} nodes, {'with' if with_extender else 'without'} the extender: {PODS} pods bound in"
-        f" {elapsed:.1f} s ({measured.rate:.1f}/s); kube-scheduler {scheduler_cpu:.1f} s of CPU{extender_note}",
+        f"  {bench.nodes} nodes, {mode}: {PODS} pods bound in {elapsed:.1f} s ({measured.rate:.1f}/s);"
+        f" kube-scheduler {scheduler_cpu:.1f} s of CPU{extender_note}",
         flush=True,
     )
     return measured
 
 
-def interleaved(nodes: int, rounds: int, directory: Path) -> list[tuple[Run, Run]]:
-    """``rounds`` pairs of runs (without, with) on one cluster, alternating which goes first, so that the machine's
-    drift (other processes, a warm or cold page cache) falls on both alike."""
-    pairs = []
+def interleaved(nodes: int, rounds: int, directory: Path, modes: Sequence[Mode]) -> list[dict[Mode, Run]]:
+    """``rounds`` rounds of one run per mode on one cluster, the order rotated each round (two modes alternate which
+    goes first), so that the machine's drift (other processes, a warm or cold page cache) falls on every mode
+    alike."""
+    results = []
     with cluster(nodes, directory / str(nodes)) as bench:
         for round_ in range(rounds):
-            order = (False, True) if round_ % 2 == 0 else (True, False)
-            runs = {mode: run(mode, bench) for mode in order}
-            pairs.append((runs[False], runs[True]))
-    return pairs
+            shift = round_ % len(modes)
+            results.append({mode: run(mode, bench) for mode in [*modes[shift:], *modes[:shift]]})
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, nargs="+", default=[500], help="cluster sizes (default 500; 5000 too)")
     parser.add_argument("--rounds", type=int, default=3, help="pairs of runs per size (default 3)")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run against an extender that does nothing, each round (the floor of a round trip per pod)",
+    )
     args = parser.parse_args(argv)
     if any(nodes < MIN_NODES or nodes % 10 for nodes in args.nodes) or args.rounds < 1:
         parser.error(
             f"--nodes must be multiples of 10 of at least {MIN_NODES} (fewer cannot hold the {PODS:,} pods: their base"
             " workers alone need 750 A100s) and --rounds at least 1"
         )
+    modes = [Mode.WITHOUT, Mode.LYRA, *([Mode.NULL] if args.floor else [])]
     started_load = load_average()
     results = {}
     with stopped_on_signals(), tempfile.TemporaryDirectory(prefix="lyra-scheduling-bench-") as directory:
         for nodes in args.nodes:
-            results[nodes] = interleaved(nodes, args.rounds, Path(directory))
+            results[nodes] = interleaved(nodes, args.rounds, Path(directory), modes)
     print(f"load average at the start {started_load}, at the end {load_average()}")
+    floor_head = " | floor: with a null extender pods/s (median) | its ratio (median of rounds)" if args.floor else ""
     print(
         "| nodes | rounds | without pods/s (median) | with pods/s (median) | ratio (median of rounds) "
-        "| per-round ratios | kube-scheduler CPU s without / with | extender CPU s | target | status |"
+        f"| per-round ratios | kube-scheduler CPU s without / with | extender CPU s{floor_head} | target | status |"
     )
-    print("|---:|---:|---:|---:|---:|---|---:|---:|---|---|")
-    for nodes, pairs in results.items():
-        ratios = [with_.rate / without.rate for without, with_ in pairs]
+    print("|---:|---:|---:|---:|---:|---|---:|---:|" + ("---:|---:|" if args.floor else "") + "---|---|")
+    for nodes, rounds in results.items():
+        ratios = [round_[Mode.LYRA].rate / round_[Mode.WITHOUT].rate for round_ in rounds]
         ratio = statistics.median(ratios)
         status = "pass" if ratio >= TARGET_RATIO else "MISS"
+        floor = ""
+        if args.floor:
+            null_rate = statistics.median(round_[Mode.NULL].rate for round_ in rounds)
+            null_ratio = statistics.median(round_[Mode.NULL].rate / round_[Mode.WITHOUT].rate for round_ in rounds)
+            floor = f" | {null_rate:.1f} | {null_ratio:.2f}x"
         print(
-            f"| {nodes:,} | {len(pairs)} | {statistics.median(w.rate for w, _ in pairs):.1f} | "
-            f"{statistics.median(w.rate for _, w in pairs):.1f} | {ratio:.2f}x | "
+            f"| {nodes:,} | {len(rounds)} | {statistics.median(r[Mode.WITHOUT].rate for r in rounds):.1f} | "
+            f"{statistics.median(r[Mode.LYRA].rate for r in rounds):.1f} | {ratio:.2f}x | "
             f"{', '.join(f'{r:.2f}' for r in ratios)} | "
-            f"{statistics.median(w.scheduler_cpu_s for w, _ in pairs):.1f} / "
-            f"{statistics.median(w.scheduler_cpu_s for _, w in pairs):.1f} | "
-            f"{statistics.median(w.extender_cpu_s or 0.0 for _, w in pairs):.1f} | >= {TARGET_RATIO}x | {status} |"
+            f"{statistics.median(r[Mode.WITHOUT].scheduler_cpu_s for r in rounds):.1f} / "
+            f"{statistics.median(r[Mode.LYRA].scheduler_cpu_s for r in rounds):.1f} | "
+            f"{statistics.median(r[Mode.LYRA].extender_cpu_s or 0.0 for r in rounds):.1f}{floor} | "
+            f">= {TARGET_RATIO}x | {status} |"
         )
     return 0
 
