@@ -36,6 +36,19 @@ RANK_CPU_SHARE = 0.05
 SYNC_POLL_S = 0.05
 
 
+def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    section = raw.get(name)
+    return section if isinstance(section, Mapping) else {}
+
+
+def _facts_signature(raw: JsonObject) -> tuple[object, ...]:
+    """Everything of a kept pod that :func:`~lyra.api.convert.pod_facts` reads: its UID and labels, its spec (the
+    cache keeps its node, selector, scheduler and containers' resources) and its phase. Two events with equal
+    signatures give equal facts, so the second need not be parsed."""
+    metadata = _section(raw, "metadata")
+    return (metadata.get("uid"), metadata.get("labels"), raw.get("spec"), _section(raw, "status").get("phase"))
+
+
 def rank_wait_s(interval_s: float, spent_s: float) -> float:
     """How long the rank thread waits after a refresh that took ``spent_s`` of CPU (0: none was due)."""
     return max(interval_s, spent_s / RANK_CPU_SHARE)
@@ -66,6 +79,9 @@ class WatchedView:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.rank_refreshes = 0
+        #: Per pod, the parts of its last event that :func:`~lyra.api.convert.pod_facts` reads.
+        self._pod_signatures: dict[str, tuple[object, ...]] = {}
+        self.pods_parsed = 0
 
     @property
     def synced(self) -> bool:
@@ -102,7 +118,21 @@ class WatchedView:
         self.live.set_node(key, self._parse(Node, raw) if raw is not None else None)
 
     def _pod_changed(self, key: str, raw: JsonObject | None) -> None:
-        pod = self._parse(Pod, raw) if raw is not None else None
+        """A pod event: parsed only when what the view keeps of a pod may have moved. While pods land, most pod
+        events are their status moving (scheduled, started, ready), and a pod not bound to a node holds nothing."""
+        if raw is None:
+            self._pod_signatures.pop(key, None)
+            self.live.set_pod(key, None)
+            return
+        signature = _facts_signature(raw)
+        if self._pod_signatures.get(key) == signature:
+            return
+        self._pod_signatures[key] = signature
+        if not _section(raw, "spec").get("nodeName"):
+            self.live.set_pod(key, None)
+            return
+        pod = self._parse(Pod, raw)
+        self.pods_parsed += 1
         self.live.set_pod(key, pod_facts(pod) if pod is not None else None)
 
     def _rank_loop(self) -> None:

@@ -166,6 +166,33 @@ def test_the_watched_view_follows_its_caches_event_by_event() -> None:
         source.stop()
 
 
+def test_a_pod_is_parsed_only_when_what_the_view_keeps_of_it_may_have_moved() -> None:
+    nodes, pods = FakeServer(), FakeServer()
+    nodes.put(node("l0", "inference", T4, "loaned"))
+    source = WatchedView(sources={"nodes": nodes, "pods": pods}, rank_interval_s=0.01)
+    source.start()
+    try:
+        assert source.wait_synced(10)
+        view = source.current()
+        unbound = pod("bert-0", 2, "flexible", "bert", T4)
+        pods.put(unbound)
+        wait_for(lambda: source.caches["pods"].events >= 1, 10, "the pending pod's event")
+        assert source.pods_parsed == 0  # bound to no node: it holds nothing
+        bound = pod("bert-0", 2, "flexible", "bert", T4, on="l0")
+        pods.put(bound)
+        wait_for(lambda: view.nodes["l0"].free_gpus == 6, 10, "the bound pod in the view")
+        assert source.pods_parsed == 1
+        started = bound | {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+        pods.put(started)
+        wait_for(lambda: source.caches["pods"].events >= 3, 10, "the started pod's event")
+        assert source.pods_parsed == 1  # its status moved, nothing the view keeps
+        pods.put(started | {"status": {"phase": "Succeeded"}})
+        wait_for(lambda: view.nodes["l0"].free_gpus == 8, 10, "the finished pod out of the view")
+        assert source.pods_parsed == 2
+    finally:
+        source.stop()
+
+
 def test_the_rank_thread_keeps_to_its_share_of_a_core() -> None:
     assert rank_wait_s(RANK_INTERVAL_S, 0.0) == RANK_INTERVAL_S  # nothing was due, or a refresh cost nothing
     assert rank_wait_s(RANK_INTERVAL_S, 0.001) == RANK_INTERVAL_S  # a small cluster: the interval rules
