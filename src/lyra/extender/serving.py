@@ -133,7 +133,9 @@ def deadline_protocol(
                     self._arm()
             elif self._direct is None:
                 self._disarm()  # a request is being served: the app's own deadline holds for its body
-            # else a verb's body is being read here: the head's deadline holds for it too
+            elif self._head_deadline is None:
+                self._arm()  # a verb's body is being read here: the head's deadline holds for it too (from now, when
+                # its head came in one piece right after an answer)
 
         def on_headers_complete(self) -> None:
             self._in_head = True  # a request starting now, not one queued behind another

@@ -10,6 +10,7 @@ import http.client
 import json
 import select
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -153,6 +154,25 @@ def test_the_bytes_of_a_body_being_read_are_held_and_given_back_when_the_client_
     wait_for(lambda: app.state.held.held == 1000, 10, "the declared body to be counted as held", interval=0.01)
     sock.close()
     wait_for(lambda: app.state.held.held == 0, 10, "the held bytes to be given back", interval=0.01)
+
+
+def test_a_body_that_stops_after_an_answer_on_the_same_connection_gets_a_408() -> None:
+    """The head's deadline is re-armed for a verb's body even when the head came whole right after an answer."""
+    app = create_app(FixedView(build_view([], [])), body_timeout_s=1)
+    with serving(app, client_timeout_s=1) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(raw_request(b"{}"))
+        [(status, _, _)] = answers(sock, 1)
+        assert status == 422
+        sock.sendall(raw_request(b"{" + b" " * 999)[:-500])  # the next head whole, half of its body
+        started = time.monotonic()
+        [(status, _, answer)] = answers(sock, 1)
+        assert status == 408
+        assert b"request body not received within 1 s" in answer
+        assert time.monotonic() - started <= 4
+        readable, _, _ = select.select([sock], [], [], 5)
+        assert readable
+        assert sock.recv(4096) == b""
+    assert app.state.held.held == 0
 
 
 @pytest.mark.parametrize(
