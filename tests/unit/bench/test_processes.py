@@ -18,8 +18,11 @@ ROOT = Path(__file__).resolve().parents[3]
 
 #: A benchmark in miniature: it starts a server (in its own group) that starts a worker of its own, then waits.
 BENCHMARK = """
-import subprocess, sys, time
+import signal, subprocess, sys, time
 from bench import start_process, stop_process_group, stopped_on_signals
+
+# As when started from a terminal: a suite run from a shell's background job inherits SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SERVER = "import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])" \\
     "; print(w.pid, flush=True); time.sleep(600)"
