@@ -24,7 +24,7 @@ from lyra.api.convert import pod_facts
 from lyra.api.objects import Node, Pod
 from lyra.extender.view import ClusterView, LiveView
 from lyra.kubewatch import ApiSource, Source, WatchCache
-from lyra.kubewatch.kinds import NODES, PODS, JsonObject
+from lyra.kubewatch.kinds import NODES, PODS, JsonObject, section
 
 log = logging.getLogger("lyra.extender")
 
@@ -36,17 +36,12 @@ RANK_CPU_SHARE = 0.05
 SYNC_POLL_S = 0.05
 
 
-def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    section = raw.get(name)
-    return section if isinstance(section, Mapping) else {}
-
-
 def _facts_signature(raw: JsonObject) -> tuple[object, ...]:
     """Everything of a kept pod that :func:`~lyra.api.convert.pod_facts` reads: its UID and labels, its spec (the
     cache keeps its node, selector, scheduler and containers' resources) and its phase. Two events with equal
     signatures give equal facts, so the second need not be parsed."""
-    metadata = _section(raw, "metadata")
-    return (metadata.get("uid"), metadata.get("labels"), raw.get("spec"), _section(raw, "status").get("phase"))
+    metadata = section(raw, "metadata")
+    return (metadata.get("uid"), metadata.get("labels"), raw.get("spec"), section(raw, "status").get("phase"))
 
 
 def rank_wait_s(interval_s: float, spent_s: float) -> float:
@@ -128,7 +123,7 @@ class WatchedView:
         if self._pod_signatures.get(key) == signature:
             return
         self._pod_signatures[key] = signature
-        if not _section(raw, "spec").get("nodeName"):
+        if not section(raw, "spec").get("nodeName"):
             self.live.set_pod(key, None)
             return
         pod = self._parse(Pod, raw)

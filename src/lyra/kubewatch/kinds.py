@@ -66,7 +66,8 @@ def _kept_annotation(key: str) -> bool:
     return key.startswith(_LYRA_PREFIX) or key == names.POD_DELETION_COST_ANNOTATION
 
 
-def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+def section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The mapping at ``raw[name]``, or an empty one when it is missing or not a mapping."""
     part = raw.get(name)
     return part if isinstance(part, Mapping) else {}
 
@@ -85,8 +86,8 @@ def slim_metadata_only(raw: Mapping[str, Any]) -> JsonObject:
 def slim_node(raw: Mapping[str, Any]) -> JsonObject:
     return {
         "metadata": _metadata(raw),
-        "spec": _picked(_section(raw, "spec"), ("taints", "unschedulable")),
-        "status": _slim_conditions(_picked(_section(raw, "status"), ("capacity", "allocatable", "conditions"))),
+        "spec": _picked(section(raw, "spec"), ("taints", "unschedulable")),
+        "status": _slim_conditions(_picked(section(raw, "status"), ("capacity", "allocatable", "conditions"))),
     }
 
 
@@ -111,8 +112,8 @@ def _container_statuses(items: Any) -> list[JsonObject]:
 
 
 def slim_pod(raw: Mapping[str, Any]) -> JsonObject:
-    spec = _section(raw, "spec")
-    status = _section(raw, "status")
+    spec = section(raw, "spec")
+    status = section(raw, "status")
     slim_spec = _picked(spec, ("nodeName", "nodeSelector", "schedulerName"))
     slim_spec["containers"] = _containers(spec.get("containers"))
     if "initContainers" in spec:
@@ -139,19 +140,19 @@ def _asks_for_gpus(containers: Any) -> bool:
 
 def keeps_pod(raw: Mapping[str, Any]) -> bool:
     """A pod that asks for GPUs (any container) or carries one of Lyra's labels; the others are never stored."""
-    labels = _section(_section(raw, "metadata"), "labels")
+    labels = section(section(raw, "metadata"), "labels")
     if any(label in labels for label in _POD_LABELS):
         return True
-    spec = _section(raw, "spec")
+    spec = section(raw, "spec")
     return _asks_for_gpus(spec.get("containers")) or _asks_for_gpus(spec.get("initContainers"))
 
 
 def slim_deployment(raw: Mapping[str, Any]) -> JsonObject:
     return {
         "metadata": _metadata(raw),
-        "spec": _picked(_section(raw, "spec"), ("replicas",)),
+        "spec": _picked(section(raw, "spec"), ("replicas",)),
         "status": _picked(
-            _section(raw, "status"),
+            section(raw, "status"),
             ("observedGeneration", "replicas", "readyReplicas", "availableReplicas", "updatedReplicas", "conditions"),
         ),
     }
