@@ -56,6 +56,11 @@ STEPS, BATCH, LR = 600, 24, 0.05
 STEP_S = 0.05  # the example's stand-in for compute, so each scale-in lands mid-training
 #: Seconds to wait for a re-rendezvous: the leaver found dead (keep-alive), the last call, workers started again.
 REJOIN_S = 90.0
+#: torchrun's exit barrier: an agent whose workers are done waits up to this long for the others before it exits
+#: (and exits 0 if they never come). CI once saw the job's agents still running 240 s after its last step; the wait
+#: for the end covers a barrier that runs out, and the agents' INFO log says which one it was.
+EXIT_BARRIER_S = 300
+FINISH_S = EXIT_BARRIER_S + 90.0
 
 
 def closed_form(steps: int, batch: int, lr: float) -> float:
@@ -180,6 +185,7 @@ class Job:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "HOME": os.environ.get("HOME", "/tmp"),
             "OMP_NUM_THREADS": "1",  # 2 cores for 3 agents and 3 workers
+            "LOGLEVEL": "INFO",  # the agents' rendezvous rounds and exit barrier, for the report of a failure
         }
         name = pod["metadata"]["name"]
         self.started += 1
@@ -215,7 +221,13 @@ class Job:
         return [e["step"] for e in done if world is None or e["world"] == world]
 
     def logs_tail(self) -> str:
-        return "\n".join(f"--- {name}\n{tail(path, 25)}" for name, path in self.logs.items())
+        """Each worker's state and the end of its last agent's log."""
+        parts = []
+        for name, path in self.logs.items():
+            agent = self.agents.get(name)
+            state = "scaled in" if agent is None else "running" if agent.poll() is None else f"exit {agent.returncode}"
+            parts.append(f"--- {name} ({state})\n{tail(path, 40)}")
+        return "\n".join(parts)
 
     def stop_all(self) -> None:
         for agent in self.agents.values():
@@ -263,7 +275,7 @@ def test_the_example_survives_scale_ins_and_scale_outs(job: Job) -> None:
             gate.open()  # the new worker reaches the store: the others restart into a round of 3
             poll(partial(job.steps, world=3, after=joined_at), REJOIN_S, f"run {run}: 3 workers training again")
             changes.append((left_at, joined_at))
-        poll(lambda: all(a.poll() is not None for a in job.agents.values()), 240, "the job to finish")
+        poll(lambda: all(a.poll() is not None for a in job.agents.values()), FINISH_S, "the job to finish")
     except WaitTimeoutError:
         pytest.fail(f"{sys.exc_info()[1]}\n{job.logs_tail()}")
     codes = {name: agent.returncode for name, agent in job.agents.items()}
