@@ -5,7 +5,8 @@ the state labels and taints the operator writes: two loaned, one reclaiming, the
 the operator makes them (:mod:`lyra.operator.manifests`). Through the real scheduler and the real extender: an
 inference replica lands on a serving node; a flexible worker allocated T4s on a loaned node (never a reclaiming or
 serving one); a base worker allocated A100s on a training node; a second worker of the same job on the node that
-already hosts the first (the extender's packing, though emptier nodes are free). With the extender stopped, the
+already hosts the first (the extender's packing, though emptier nodes are free); a worker no node can take never
+reaches the extender's cache (the server leaves unbound pods out of its watch). With the extender stopped, the
 rules still hold (they are the taints and node affinity, checked by kube-scheduler itself): a worker waits for
 nothing and lands on a loaned node.
 """
@@ -38,6 +39,7 @@ LOANED = ("inference-t4-6", "inference-t4-7")
 RECLAIMING = "inference-t4-5"
 A100 = "NVIDIA-A100-SXM4-80GB"
 T4 = "Tesla-T4"
+H100 = "NVIDIA-H100-80GB-HBM3"
 TEMPLATE = {"spec": {"automountServiceAccountToken": False, "containers": [{"name": "main", "image": "x.invalid/a:1"}]}}
 
 
@@ -124,10 +126,17 @@ def test_pods_land_where_lyras_rules_say(tmp_path: Path) -> None:
             assert flexible_node in LOANED
             assert base_node.startswith("training-a100-")
 
+            # A worker no node can take (no H100 here) stays unbound: the server never sends it to the extender.
+            core.create_namespaced_pod(namespace, worker(namespace, "t5", 0, names.ROLE_BASE, gpus=1, gpu_type=H100))
+
             # The job's next worker goes where the job already runs (packing), though other nodes are emptier.
             wait_for(lambda: source.current().job_nodes.get(f"{namespace}/gpt"), 30, "the view to see gpt's worker")
             core.create_namespaced_pod(namespace, worker(namespace, "gpt", 1, names.ROLE_BASE, gpus=2, gpu_type=A100))
             assert wait_for(lambda: bound("gpt-w1"), 60, "the second worker to be bound") == base_node
+            pods = source.caches["pods"]
+            wait_for(lambda: pods.get(f"{namespace}/gpt-w1"), 30, "the extender to see the second worker bound")
+            assert bound("t5-w0") is None
+            assert pods.get(f"{namespace}/t5-w0") is None, "an unbound pod reached the extender's cache"
 
         # Extender stopped: the rules are the taints and node affinity, so the pod is placed right without it.
         core.create_namespaced_pod(namespace, worker(namespace, "bert", 1, names.ROLE_FLEXIBLE, gpus=1, gpu_type=T4))

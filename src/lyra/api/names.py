@@ -38,6 +38,8 @@ TEMPLATE_HASH_ANNOTATION: Final = f"{GROUP}/template-hash"
 #: The ReplicaSet controller deletes a Deployment's replicas with the lowest cost first (Kubernetes' own key; the
 #: operator writes it on inference replicas: :mod:`lyra.operator.services`, "Which replicas a scale-down deletes").
 POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
+#: A field selector for the pods bound to a node (``spec.nodeName`` set; the API server filters pods on it).
+BOUND_POD_FIELD_SELECTOR: Final = "spec.nodeName!="
 
 # Pod labels.
 ROLE_LABEL: Final = f"{GROUP}/role"

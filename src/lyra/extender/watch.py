@@ -24,7 +24,7 @@ from lyra.api.convert import pod_facts
 from lyra.api.objects import Node, Pod
 from lyra.extender.view import ClusterView, LiveView
 from lyra.kubewatch import ApiSource, Source, WatchCache
-from lyra.kubewatch.kinds import NODES, PODS, JsonObject, section
+from lyra.kubewatch.kinds import BOUND_PODS, NODES, JsonObject, section
 
 log = logging.getLogger("lyra.extender")
 
@@ -63,11 +63,11 @@ class WatchedView:
         if sources is None:
             if api is None:
                 raise ValueError("WatchedView needs an API client or sources")
-            sources = {"nodes": ApiSource(api, NODES), "pods": ApiSource(api, PODS)}
+            sources = {"nodes": ApiSource(api, NODES), "pods": ApiSource(api, BOUND_PODS)}
         self.live = LiveView()
         self.caches = {
             "nodes": WatchCache(NODES, sources["nodes"], on_change=self._node_changed),
-            "pods": WatchCache(PODS, sources["pods"], on_change=self._pod_changed),
+            "pods": WatchCache(BOUND_PODS, sources["pods"], on_change=self._pod_changed),
         }
         self._rank_interval_s = rank_interval_s
         self._ranked = threading.Event()
@@ -114,7 +114,9 @@ class WatchedView:
 
     def _pod_changed(self, key: str, raw: JsonObject | None) -> None:
         """A pod event: parsed only when what the view keeps of a pod may have moved. While pods land, most pod
-        events are their status moving (scheduled, started, ready), and a pod not bound to a node holds nothing."""
+        events are their status moving (scheduled, started, ready). A pod not bound to a node holds nothing (the API
+        server leaves such pods out of the watch, :data:`~lyra.kubewatch.kinds.BOUND_PODS`; a source without that
+        selector may still send them)."""
         if raw is None:
             self._pod_signatures.pop(key, None)
             self.live.set_pod(key, None)

@@ -105,12 +105,13 @@ class ApiSource:
 
     def __init__(self, api: client.ApiClient, kind: Kind) -> None:
         self._call = kind.list_function(api)
-        self._selector = kind.label_selector
+        selectors = {"label_selector": kind.label_selector, "field_selector": kind.field_selector}
+        self._selectors = {argument: value for argument, value in selectors.items() if value}
         self._open: Any = None
         self._lock = threading.Lock()
 
     def _common(self) -> dict[str, Any]:
-        return {"label_selector": self._selector} if self._selector else {}
+        return dict(self._selectors)
 
     def list_page(self, *, limit: int, continue_token: str) -> Mapping[str, Any]:
         kwargs = self._common()

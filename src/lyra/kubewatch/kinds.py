@@ -10,10 +10,11 @@ managed fields and images. What is kept, per kind:
 * nodes (only those with the pool label, selected by the server): ``spec`` taints and unschedulable; ``status``
   capacity, allocatable and conditions (without ``lastHeartbeatTime``: the kubelet rewrites it on every status
   report, and a heartbeat that changes nothing else must not look like a change);
-* pods (all of them are needed for GPU accounting, so no server-side selector): only pods that ask for GPUs or carry
-  one of Lyra's labels are kept; ``spec`` node name, node selector, scheduler name, containers' and init containers'
-  names and resources; ``status`` phase, reason, message, start time, conditions (without ``lastProbeTime``) and
-  container statuses (without image digests and container IDs);
+* pods (all of them are needed for GPU accounting, so no server-side label selector): only pods that ask for GPUs or
+  carry one of Lyra's labels are kept; ``spec`` node name, node selector, scheduler name, containers' and init
+  containers' names and resources; ``status`` phase, reason, message, start time, conditions (without
+  ``lastProbeTime``) and container statuses (without image digests and container IDs). The extender's kind
+  (:data:`BOUND_PODS`) also has the server leave out pods bound to no node (a field selector): they hold nothing;
 * Lyra's Deployments (server-side selector on the service label): ``spec.replicas`` and the replica counts and
   conditions of ``status`` (not the pod template: the operator compares the template hash annotation it wrote,
   ``lyra.dev/template-hash``, kept with Lyra's annotations);
@@ -161,11 +162,13 @@ def slim_deployment(raw: Mapping[str, Any]) -> JsonObject:
 @dataclass(frozen=True, slots=True)
 class Kind:
     """A kind of object to watch. ``list_function`` picks the client's list call for it (the same call lists,
-    pages and watches); ``keep`` says whether an object belongs in the cache at all; ``slim`` what of it is kept."""
+    pages and watches), called with the server-side selectors; ``keep`` says whether an object belongs in the cache
+    at all; ``slim`` what of it is kept."""
 
     name: str
     list_function: Callable[[client.ApiClient], Callable[..., Any]]
     label_selector: str = ""
+    field_selector: str = ""
     keep: Callable[[Mapping[str, Any]], bool] = lambda _: True
     slim: Callable[[Mapping[str, Any]], JsonObject] = slim_metadata_only
 
@@ -184,6 +187,16 @@ def _custom(plural: str) -> Callable[[client.ApiClient], Callable[..., Any]]:
 
 NODES = Kind("nodes", lambda api: client.CoreV1Api(api).list_node, label_selector=names.POOL_LABEL, slim=slim_node)
 PODS = Kind("pods", lambda api: client.CoreV1Api(api).list_pod_for_all_namespaces, keep=keeps_pod, slim=slim_pod)
+#: Pods bound to a node, for the extender: it counts what each node holds. While pods land, an unbound pod's creation
+#: is a third of the pod events, and the server drops it here (a pod is seen when it is bound, and leaves when it is
+#: deleted).
+BOUND_PODS = Kind(
+    "pods",
+    lambda api: client.CoreV1Api(api).list_pod_for_all_namespaces,
+    field_selector=names.BOUND_POD_FIELD_SELECTOR,
+    keep=keeps_pod,
+    slim=slim_pod,
+)
 TRAINING_JOBS = Kind(names.TRAINING_JOB_PLURAL, _custom(names.TRAINING_JOB_PLURAL))
 INFERENCE_SERVICES = Kind(names.INFERENCE_SERVICE_PLURAL, _custom(names.INFERENCE_SERVICE_PLURAL))
 DEPLOYMENTS = Kind(
