@@ -48,6 +48,7 @@ from lyra.api.objects import MAX_NODES, Node
 from lyra.core.model import LoanState
 from lyra.core.placement import NodeView, PodRequest, PodRole, score_nodes
 from lyra.exposition import exporter_registry
+from lyra.extender.scores import encode
 from lyra.extender.view import ClusterView
 from lyra.extender.wire import (
     ExtenderArgs,
@@ -322,24 +323,27 @@ class EncodedJson(bytes):
 
 
 def prioritize_answer(args: ExtenderArgs, view: ClusterView) -> EncodedJson:
-    """``HostPriorityList`` in request order, leaving out the nodes that score 0: kube-scheduler adds the extender's
-    score of each host it lists and nothing for the others, so a missing host and a 0 are the same, and the answer
-    stays small. Encoded here: this is the hot path, the core keeps scores within 0..10 (see
+    """``HostPriorityList`` in request order, relative to the lowest score among the nodes named
+    (:func:`~lyra.extender.scores.relative`): kube-scheduler adds the extender's score of each host it lists and
+    nothing for the others, and picks the highest total, so taking the lowest score off every node changes no
+    choice, and the nodes at it (at 0 when any node named scores nothing) are left out; the answer stays small.
+    Encoded here: this is the hot path, the core keeps scores within 0..10 (see
     :class:`~lyra.extender.wire.HostPriority`). With ``nodeCacheCapable`` (how Lyra configures kube-scheduler) the
-    view's :class:`~lyra.extender.scores.ScoreTables` hold every node's answer already; otherwise the nodes sent are
-    scored here, and a node name needs no JSON escaping unless it holds a quote, a
-    backslash or a character that is not printable (Kubernetes names never do; a name sent in a request is checked,
-    and the whole answer then goes through ``json``)."""
+    view's :class:`~lyra.extender.scores.ScoreTables` hold every node's score already; otherwise the nodes sent are
+    scored here."""
     pod = view.request_for(args.Pod)
     if args.NodeNames is not None and view.scores is not None:
         return EncodedJson(view.scores.answer(pod, args.NodeNames))  # kept current per event: a lookup per name
-    views = _candidates(args, view)
-    scored = [(name, score) for name, score in score_nodes(pod, views, view.last_rank()) if score > 0]
-    names = "".join(name for name, _ in scored)
-    if '"' in names or "\\" in names or not names.isprintable():
-        return EncodedJson(json.dumps([{"Host": name, "Score": score} for name, score in scored]).encode())
-    entries = ",".join([f'{{"Host":"{name}","Score":{score:d}}}' for name, score in scored])
-    return EncodedJson(f"[{entries}]".encode())
+    scores = dict(score_nodes(pod, _candidates(args, view), view.last_rank()))
+    named = _named(args)
+    return EncodedJson(encode(named, [scores.get(name, 0) for name in named]))  # a node not known scores 0
+
+
+def _named(args: ExtenderArgs) -> list[str]:
+    """The names of the nodes a request lists, in its order."""
+    if args.NodeNames is not None:
+        return list(args.NodeNames)
+    return [node.metadata.name for node in args.Nodes.items] if args.Nodes is not None else []
 
 
 def _preempt(

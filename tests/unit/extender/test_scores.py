@@ -1,5 +1,6 @@
 """The precomputed ``prioritize`` answers (:class:`lyra.extender.scores.ScoreTables`) are, after any sequence of
-node and pod events, exactly what scoring the named nodes from scratch gives: same hosts, scores and order."""
+node and pod events, exactly what scoring the named nodes from scratch gives, relative to the lowest score among
+them: same hosts, scores and order. And an answer relative to the lowest changes none of kube-scheduler's choices."""
 
 from __future__ import annotations
 
@@ -21,16 +22,15 @@ JOBS = ("ns/a", "ns/b", "ns/c", "ns/none")
 
 
 def from_scratch(view: ClusterView, pod: PodRequest, names: list[str]) -> list[dict[str, object]]:
-    """Each named node scored alone, its safety over the highest rank among every loaned node of the view."""
+    """Each named node scored alone (0 for a name the view does not know), its safety over the highest rank among
+    every loaned node of the view; then the lowest of those scores taken off each, and the nodes left at 0 dropped."""
     last = max((v.reclaim_rank for v in view.nodes.values() if v.state is LoanState.LOANED), default=0) or 1
-    scored = []
+    absolute = []
     for name in names:
         known = view.nodes.get(name)
-        if known is not None:
-            score = score_nodes(pod, [known], last)[0][1]
-            if score > 0:
-                scored.append({"Host": name, "Score": score})
-    return scored
+        absolute.append((name, score_nodes(pod, [known], last)[0][1] if known is not None else 0))
+    low = min((score for _, score in absolute), default=0)
+    return [{"Host": name, "Score": score - low} for name, score in absolute if score > low]
 
 
 def requests(view: ClusterView, rng: random.Random) -> list[PodRequest]:
@@ -112,7 +112,41 @@ def test_a_loaned_nodes_score_does_not_depend_on_the_other_nodes_named() -> None
     assert live.view.last_rank() == ranks[last] == 3
     tables = live.scores
     flexible = PodRequest(PodRole.TRAINING_FLEXIBLE, 1, gpu_types=frozenset({T4}))
-    alone = json.loads(tables.answer(flexible, [first]))
-    beside_earlier = json.loads(tables.answer(flexible, [first, last]))
+    # A name the view does not know scores 0, so the answers' lowest is 0 and the scores are whole.
+    alone = json.loads(tables.answer(flexible, [first, "unknown"]))
+    beside_earlier = json.loads(tables.answer(flexible, [first, last, "unknown"]))
     assert alone == beside_earlier[:1]
     assert beside_earlier[0]["Score"] < beside_earlier[1]["Score"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_an_answer_relative_to_the_lowest_changes_no_choice(seed: int) -> None:
+    """kube-scheduler adds the extender's score (times its weight) to each node's total from its own plugins and
+    picks a node with the highest total; a node left out of the answer gets nothing. Whatever those totals, the nodes
+    it may pick are the same with the relative answer as with every node's whole score."""
+    rng = random.Random(seed)
+    live = LiveView()
+    for index in range(3):
+        live.set_node(f"t{index}", Node.model_validate(node(f"t{index}", "training", A100)))
+    for kind, key, raw in random_cluster_events(random.Random(seed + 1000), 100):
+        if kind == "node":
+            live.set_node(key, Node.model_validate(raw) if raw else None)
+        else:
+            live.set_pod(key, pod_facts(Pod.model_validate(raw)) if raw else None)
+    live.refresh_ranks()
+    view = live.view
+    assert view.scores is not None
+    last = max((v.reclaim_rank for v in view.nodes.values() if v.state is LoanState.LOANED), default=0) or 1
+    for pod in requests(view, rng):
+        names = list(view.nodes)
+        whole = {name: score_nodes(pod, [view.nodes[name]], last)[0][1] for name in names}
+        relative = {e["Host"]: e["Score"] for e in json.loads(view.scores.answer(pod, names))}
+        for weight in (1, 5):
+            own = {name: rng.randrange(0, 300) for name in names}  # kube-scheduler's plugins' total for each node
+
+            def best(extender: dict[str, int], own: dict[str, int] = own, weight: int = weight) -> set[str]:
+                totals = {name: total + weight * 10 * extender.get(name, 0) for name, total in own.items()}
+                top = max(totals.values(), default=0)
+                return {name for name, total in totals.items() if total == top}
+
+            assert best(relative) == best(whole), (pod, weight)
