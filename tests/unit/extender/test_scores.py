@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 
@@ -21,10 +22,30 @@ from tests.unit.extender.test_live_view import random_cluster_events
 JOBS = ("ns/a", "ns/b", "ns/c", "ns/none")
 
 
+def highest_rank(view: ClusterView) -> int:
+    """The highest reclaim rank among every loaned node of the view (at least 1)."""
+    return max((v.reclaim_rank for v in view.nodes.values() if v.state is LoanState.LOANED), default=0) or 1
+
+
+def apply(live: LiveView, kind: str, key: str, raw: dict[str, Any] | None) -> None:
+    """One of :func:`random_cluster_events`' events, parsed and given to the view."""
+    if kind == "node":
+        live.set_node(key, Node.model_validate(raw) if raw else None)
+    else:
+        live.set_pod(key, pod_facts(Pod.model_validate(raw)) if raw else None)
+
+
+def with_training_nodes(count: int) -> LiveView:
+    live = LiveView()
+    for index in range(count):
+        live.set_node(f"t{index}", Node.model_validate(node(f"t{index}", "training", A100)))
+    return live
+
+
 def from_scratch(view: ClusterView, pod: PodRequest, names: list[str]) -> list[dict[str, object]]:
     """Each named node scored alone (0 for a name the view does not know), its safety over the highest rank among
     every loaned node of the view; then the lowest of those scores taken off each, and the nodes left at 0 dropped."""
-    last = max((v.reclaim_rank for v in view.nodes.values() if v.state is LoanState.LOANED), default=0) or 1
+    last = highest_rank(view)
     absolute = []
     for name in names:
         known = view.nodes.get(name)
@@ -62,14 +83,9 @@ def assert_same_answers(view: ClusterView, rng: random.Random) -> None:
 @pytest.mark.parametrize("seed", range(20))
 def test_answers_kept_current_event_by_event_match_scoring_from_scratch(seed: int) -> None:
     rng = random.Random(seed)
-    live = LiveView()
-    for index in range(3):
-        live.set_node(f"t{index}", Node.model_validate(node(f"t{index}", "training", A100)))
+    live = with_training_nodes(3)
     for step, (kind, key, raw) in enumerate(random_cluster_events(random.Random(seed + 1000), 200)):
-        if kind == "node":
-            live.set_node(key, Node.model_validate(raw) if raw else None)
-        else:
-            live.set_pod(key, pod_facts(Pod.model_validate(raw)) if raw else None)
+        apply(live, kind, key, raw)
         if live.ranks_stale and rng.random() < 0.3:
             live.refresh_ranks()
         if step % 25 == 0:  # tables built early, then kept current by the events that follow
@@ -125,18 +141,13 @@ def test_an_answer_relative_to_the_lowest_changes_no_choice(seed: int) -> None:
     picks a node with the highest total; a node left out of the answer gets nothing. Whatever those totals, the nodes
     it may pick are the same with the relative answer as with every node's whole score."""
     rng = random.Random(seed)
-    live = LiveView()
-    for index in range(3):
-        live.set_node(f"t{index}", Node.model_validate(node(f"t{index}", "training", A100)))
+    live = with_training_nodes(3)
     for kind, key, raw in random_cluster_events(random.Random(seed + 1000), 100):
-        if kind == "node":
-            live.set_node(key, Node.model_validate(raw) if raw else None)
-        else:
-            live.set_pod(key, pod_facts(Pod.model_validate(raw)) if raw else None)
+        apply(live, kind, key, raw)
     live.refresh_ranks()
     view = live.view
     assert view.scores is not None
-    last = max((v.reclaim_rank for v in view.nodes.values() if v.state is LoanState.LOANED), default=0) or 1
+    last = highest_rank(view)
     for pod in requests(view, rng):
         names = list(view.nodes)
         whole = {name: score_nodes(pod, [view.nodes[name]], last)[0][1] for name in names}
