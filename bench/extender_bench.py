@@ -9,8 +9,8 @@ process, with ``--clients`` connections at once
 measured at the client: HTTP, JSON and the decision; beside it, the server's CPU time per request (its process's
 user and system time over the run, from ``/proc``, divided by the requests), which load from other processes does
 not lengthen. Prints p50 and p99 per size against the targets (p50 <= 0.5 ms at 500 nodes, <= 2 ms at 5,000; p99
-<= 5 ms at 5,000 with two clients), the load average, and a profile of a round trip by stage in CPU time (parse,
-validate, decide and encode, the ASGI app, the HTTP server). ``--baseline-src DIR`` instead compares the server of
+<= 5 ms at 5,000 with two clients), the load average, and a profile of a round trip by stage in CPU time (decode,
+decide and encode, the ASGI app, the HTTP server). ``--baseline-src DIR`` instead compares the server of
 another checkout's ``src`` with this one's, in alternating rounds on the same view.
 
 The cluster: 40% training nodes (8 A100), 60% inference nodes (8 T4: 50% serving, 10% idle, 35% loaned, 5%
@@ -180,8 +180,9 @@ def _cpu_ms_per_call(call: Callable[[], object], calls: int) -> float:
 
 
 def stages(nodes: int, calls: int = 300) -> dict[str, float]:
-    """CPU ms per request of each stage of a ``prioritize`` round trip, measured in this process: the body parsed
-    (``json``), validated (the wire models), decided and encoded (the view's score tables), and the whole verb as
+    """CPU ms per request of each stage of a ``prioritize`` round trip, measured in this process: the body decoded
+    into the wire models (``model_validate_json``, parsing and validating in one pass, as the server does), decided
+    and encoded (the view's score tables), and the whole verb as
     the server calls it (straight from the HTTP protocol: the stages before and the metrics; the ASGI app for a
     ``--baseline-src`` that predates that). The HTTP server's share is the server process's CPU per request
     (measured over HTTP) less the verb's."""
@@ -189,8 +190,7 @@ def stages(nodes: int, calls: int = 300) -> dict[str, float]:
 
     view = fixed_view(nodes)
     body = request_body(cluster(nodes)[0])
-    data = json.loads(body)
-    args = ExtenderArgs.model_validate(data)
+    args = ExtenderArgs.model_validate_json(body)
     app = create_app(FixedView(view))
     scope = {
         "type": "http",
@@ -230,8 +230,7 @@ def stages(nodes: int, calls: int = 300) -> dict[str, float]:
 
     try:
         figures = {
-            "parse": _cpu_ms_per_call(lambda: json.loads(body), calls),
-            "validate": _cpu_ms_per_call(lambda: ExtenderArgs.model_validate(data), calls),
+            "decode": _cpu_ms_per_call(lambda: ExtenderArgs.model_validate_json(body), calls),
             "decide+encode": _cpu_ms_per_call(lambda: prioritize_answer(args, view), calls),
             "verb": _cpu_ms_per_call(whole, calls),
         }
@@ -358,12 +357,12 @@ def measure_all(args: argparse.Namespace) -> int:
         print(f"| `{name}` | {cpu_ms:.2f} | {p50:.2f} | {p99:.2f} | {mean:.2f} | {count} | {bound} | {status} |")
     print()
     print("CPU ms per request by stage (the first four in this process; HTTP server = server process less the verb)")
-    print("| nodes | parse | validate | decide+encode | the verb (all before) | HTTP server | server process |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("| nodes | decode | decide+encode | the verb (all before) | HTTP server | server process |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for nodes, figures in profiles.items():
         server_ms = figures["server (HTTP, 1 client)"]
         print(
-            f"| {nodes:,} | {figures['parse']:.3f} | {figures['validate']:.3f} | {figures['decide+encode']:.3f} | "
+            f"| {nodes:,} | {figures['decode']:.3f} | {figures['decide+encode']:.3f} | "
             f"{figures['verb']:.3f} | {server_ms - figures['verb']:.3f} | {server_ms:.3f} |"
         )
     return 0

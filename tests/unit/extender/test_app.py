@@ -245,6 +245,8 @@ def test_no_body_makes_the_extender_fail_with_a_5xx(api: TestClient, verb: str, 
 def test_the_recorder_keeps_the_first_bodies_of_each_verb(tmp_path: Path) -> None:
     view = build_view([Node.model_validate(n) for n in NODES], [])
     api = TestClient(create_app(FixedView(view), recorder=BodyRecorder(tmp_path, limit=2)))
+    for bad in (b"not json", b"[1]"):  # answered 400, not kept, and not counted against the limit
+        api.post("/prioritize", content=bad, headers={"Content-Type": "application/json"})
     for index in range(3):
         api.post("/prioritize", json=names_args(pod(f"p{index}", 1)))
     api.post("/preempt", json={"Pod": pod("q", 1), "NodeNameToMetaVictims": {}})
