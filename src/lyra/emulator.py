@@ -145,7 +145,7 @@ def complete(api: client.ApiClient, pods: list[PodRecord]) -> int:
     core = client.CoreV1Api(api)
     marked = 0
     for pod in pods:
-        body = {"status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False"}]}}
+        body = {"status": {"phase": names.POD_SUCCEEDED, "conditions": [{"type": "Ready", "status": "False"}]}}
         try:
             core.patch_namespaced_pod_status(pod.ref.name, pod.ref.namespace, body)
             marked += 1

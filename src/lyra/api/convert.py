@@ -15,7 +15,6 @@ from lyra.api.resources import TrainingJobSpec
 from lyra.core.model import LoanState, Pool, TrainingJob
 from lyra.core.placement import NodeView, PodRole
 
-_FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 _ROLES = {
     names.ROLE_BASE: PodRole.TRAINING_BASE,
     names.ROLE_FLEXIBLE: PodRole.TRAINING_FLEXIBLE,
@@ -138,7 +137,7 @@ def pod_facts(pod: Pod) -> PodFacts | None:
     """What the view keeps of a pod, or ``None`` if it holds nothing (not bound to a node, or finished). The watcher
     computes this once per event, so a rebuild does not parse pods again."""
     host = pod.spec.node_name
-    if not host or pod.status.phase in _FINISHED_PHASES:
+    if not host or pod.status.phase in names.FINISHED_POD_PHASES:
         return None
     role = pod_role(pod)
     job = pod_job(pod) if role in (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE) else None

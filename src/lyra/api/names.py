@@ -66,6 +66,11 @@ HEALTH_TAINTS: Final = (UNREACHABLE_TAINT, NOT_READY_TAINT)
 DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"
 #: ``status.reason`` of a pod the kubelet evicted (node pressure) or stopped for a node shutdown (``Terminated``
 #: since Kubernetes 1.21, ``NodeShutdown`` for a pod refused during one, ``Shutdown`` before 1.21).
+# Pod phases (Kubernetes' own) that Lyra reads.
+POD_SUCCEEDED: Final = "Succeeded"
+POD_FAILED: Final = "Failed"
+#: A pod in one of these phases holds nothing on its node any more.
+FINISHED_POD_PHASES: Final = frozenset({POD_SUCCEEDED, POD_FAILED})
 DISRUPTED_POD_REASONS: Final = frozenset({"Evicted", "Terminated", "NodeShutdown", "Shutdown"})
 STUCK_WAITING_REASONS: Final = frozenset(
     {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}

@@ -27,7 +27,6 @@ OPERATOR_ANNOTATIONS = (names.RECLAIM_STARTED_ANNOTATION, names.IDLE_SINCE_ANNOT
 ADMIN_LABELS = (names.POOL_LABEL,)
 #: Loan states in which training runs on an inference server.
 LENT_STATES = frozenset({"loaned", "reclaiming"})
-_FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +121,7 @@ def plan_restore(
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         job = training_owner(pod)
         phase = (pod.get("status") or {}).get("phase")
-        if node in lent and job is not None and phase not in _FINISHED_PHASES:
+        if node in lent and job is not None and phase not in names.FINISHED_POD_PHASES:
             blockers.append(
                 TrainingPod(
                     str(metadata.get("namespace")), str(metadata.get("name")), str(metadata.get("uid")), node, job

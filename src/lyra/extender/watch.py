@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes import client
 from pydantic import ValidationError
 
+from lyra.api import names
 from lyra.api.convert import pod_facts
 from lyra.api.objects import Node, Pod
 from lyra.extender.view import ClusterView, LiveView
@@ -38,10 +39,12 @@ SYNC_POLL_S = 0.05
 
 def _facts_signature(raw: JsonObject) -> tuple[object, ...]:
     """Everything of a kept pod that :func:`~lyra.api.convert.pod_facts` reads: its UID and labels, its spec (the
-    cache keeps its node, selector, scheduler and containers' resources) and its phase. Two events with equal
-    signatures give equal facts, so the second need not be parsed."""
+    cache keeps its node, selector, scheduler and containers' resources) and whether its phase is a finished one
+    (the only thing of the phase it reads: a bound pod that starts, ``Pending`` to ``Running``, holds what it held).
+    Two events with equal signatures give equal facts, so the second need not be parsed."""
     metadata = section(raw, "metadata")
-    return (metadata.get("uid"), metadata.get("labels"), raw.get("spec"), section(raw, "status").get("phase"))
+    finished = section(raw, "status").get("phase") in names.FINISHED_POD_PHASES
+    return (metadata.get("uid"), metadata.get("labels"), raw.get("spec"), finished)
 
 
 def rank_wait_s(interval_s: float, spent_s: float) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lyra.api import conditions
+from lyra.api import conditions, names
 from lyra.api.resources import JobPhase, WorkerCounts
 from lyra.operator.conditions import set_condition
 from lyra.operator.job_work import WorkLedger
@@ -104,8 +104,8 @@ class JobLives:
             for pod in job.live:  # a finished job keeps no worker running
                 self.training.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.JOB_FINISHED)
             return
-        failed = [p for p in job.pods if p.phase == "Failed" and not p.terminating and not p.disruption]
-        succeeded = [p for p in job.pods if p.phase == "Succeeded"]
+        failed = [p for p in job.pods if p.phase == names.POD_FAILED and not p.terminating and not p.disruption]
+        succeeded = [p for p in job.pods if p.phase == names.POD_SUCCEEDED]
         if status.phase is JobPhase.RUNNING and failed:
             self.stop_job(job, JobPhase.FAILED, conditions.WORKER_FAILED, f"worker {failed[0].ref.name} failed")
         elif status.phase is JobPhase.RUNNING and succeeded and not job.live:

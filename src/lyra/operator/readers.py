@@ -307,7 +307,7 @@ def _disruption(pod: ObservedPod) -> str:
     for condition in pod.status.conditions:
         if condition.type == names.DISRUPTION_TARGET_CONDITION and condition.status == names.CONDITION_TRUE:
             return condition.reason or names.DISRUPTION_TARGET_CONDITION
-    if pod.status.phase == "Failed" and pod.status.reason in names.DISRUPTED_POD_REASONS:
+    if pod.status.phase == names.POD_FAILED and pod.status.reason in names.DISRUPTED_POD_REASONS:
         return pod.status.reason
     return ""
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lyra.api import conditions
+from lyra.api import conditions, names
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
 from lyra.core.model import TrainingJob
 from lyra.operator.actions import PatchStatus
@@ -136,7 +136,7 @@ class TrainingPass:
             key=record.ref.key,
             live=live,
             bound_live=bound_live,
-            finishing=any(p.phase == "Succeeded" for p in pods),
+            finishing=any(p.phase == names.POD_SUCCEEDED for p in pods),
             on_lost_nodes=on_lost,
             on_unknown_node=any(p.node in self.unknown_nodes for p in bound_live),
             leaving=any(p.terminating and p.holds_gpus and self.plannable(p.node) for p in pods),

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lyra.api import names
 from lyra.api.convert import training_job
 from lyra.api.objects import Taint
 from lyra.api.resources import (
@@ -34,8 +35,6 @@ from lyra.core.errors import InvalidClusterError
 from lyra.core.model import LoanState, Pool, TrainingJob
 from lyra.core.placement import PodRole
 from lyra.operator.templates import template_problem
-
-_FINISHED = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +125,7 @@ class PodRecord:
     is_live: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        finished = self.phase in _FINISHED
+        finished = self.phase in names.FINISHED_POD_PHASES
         object.__setattr__(self, "is_finished", finished)
         object.__setattr__(self, "started", self.phase == "Running" and not self.stuck)
         object.__setattr__(self, "holds_gpus", bool(self.node) and not finished)

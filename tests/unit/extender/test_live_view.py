@@ -178,14 +178,14 @@ def test_a_pod_is_parsed_only_when_what_the_view_keeps_of_it_may_have_moved() ->
         pods.put(unbound)
         wait_for(lambda: source.caches["pods"].events >= 1, 10, "the pending pod's event")
         assert source.pods_parsed == 0  # bound to no node: it holds nothing
-        bound = pod("bert-0", 2, "flexible", "bert", T4, on="l0")
+        bound = pod("bert-0", 2, "flexible", "bert", T4, on="l0") | {"status": {"phase": "Pending"}}
         pods.put(bound)
         wait_for(lambda: view.nodes["l0"].free_gpus == 6, 10, "the bound pod in the view")
         assert source.pods_parsed == 1
         started = bound | {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
         pods.put(started)
         wait_for(lambda: source.caches["pods"].events >= 3, 10, "the started pod's event")
-        assert source.pods_parsed == 1  # its status moved, nothing the view keeps
+        assert source.pods_parsed == 1  # it started: its status moved, nothing the view keeps
         pods.put(started | {"status": {"phase": "Succeeded"}})
         wait_for(lambda: view.nodes["l0"].free_gpus == 8, 10, "the finished pod out of the view")
         assert source.pods_parsed == 2
