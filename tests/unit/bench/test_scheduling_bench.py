@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bench.scheduling_bench import EXTENDER_SCHEDULER, PODS, _replaced, main, pods
+from bench.scheduling_bench import EXTENDER_SCHEDULER, PODS, Mode, Run, _replaced, main, pods, summary
 
 
 def test_a_flag_is_replaced_in_place_and_the_others_are_kept() -> None:
@@ -34,3 +34,27 @@ def test_sizes_that_cannot_hold_the_pods_are_refused_before_any_work(
         main(argv)
     assert exited.value.code == 2
     assert "--nodes must be multiples of 10 of at least 300" in capsys.readouterr().err
+
+
+def _round(without: float, lyra: float, null: float) -> dict[Mode, Run]:
+    def run(mode: Mode, rate: float) -> Run:
+        return Run(mode, rate, PODS / rate, 5.0, None if mode is Mode.WITHOUT else 1.0)
+
+    return {Mode.WITHOUT: run(Mode.WITHOUT, without), Mode.LYRA: run(Mode.LYRA, lyra), Mode.NULL: run(Mode.NULL, null)}
+
+
+def test_the_table_gives_medians_of_per_round_ratios_and_the_extenders_own_cost_beyond_a_null_one() -> None:
+    # three rounds as measured at 5,000 nodes: the null extender was slowest in the third, so its ratio to "without"
+    # and the extender's ratio to it are medians of their own rounds, not ratios of medians
+    rounds = [_round(118.1, 103.0, 120.3), _round(120.9, 103.2, 106.5), _round(103.0, 89.1, 85.5)]
+    header, rule, row = summary({5000: rounds}, floor=True)
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert len(cells) == len(header.strip("|").split("|")) == rule.count("|") - 1
+    assert cells[4] == "0.865x"  # median of 0.872, 0.854, 0.865
+    assert cells[5] == "0.87, 0.85, 0.87"
+    assert cells[9] == "0.881x"  # the null extender: median of 1.019, 0.881, 0.830
+    assert cells[10] == "0.969x"  # the extender over the null one: median of 0.856, 0.969, 1.042
+    assert cells[-1] == "MISS"
+    without_floor = summary({500: [_round(200.0, 190.0, 199.0)]}, floor=False)
+    assert [line.count("|") for line in without_floor] == [row.count("|") - 3] * 3  # no floor columns
+    assert "0.950x" in without_floor[2]
