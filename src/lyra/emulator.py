@@ -119,7 +119,7 @@ def advance(progress: Progress, world: World, gpus: GpuCatalog) -> list[PodRecor
         workers = [
             p
             for p in world.pods_of(job.ref.key)
-            if p.role in _WORKER_ROLES and p.is_live and p.node and p.phase == "Running"
+            if p.role in _WORKER_ROLES and p.is_live and p.node and p.phase == names.POD_RUNNING
         ]
         key = job.ref.key
         done = progress.done.setdefault(key, job.status.work_done)

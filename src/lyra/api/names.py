@@ -64,13 +64,14 @@ HEALTH_TAINTS: Final = (UNREACHABLE_TAINT, NOT_READY_TAINT)
 # Pods: the condition and reasons that say a pod was disrupted (not failed by its own program), and the waiting
 # reasons of a container that will not start by itself.
 DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"
-#: ``status.reason`` of a pod the kubelet evicted (node pressure) or stopped for a node shutdown (``Terminated``
-#: since Kubernetes 1.21, ``NodeShutdown`` for a pod refused during one, ``Shutdown`` before 1.21).
 # Pod phases (Kubernetes' own) that Lyra reads.
+POD_RUNNING: Final = "Running"
 POD_SUCCEEDED: Final = "Succeeded"
 POD_FAILED: Final = "Failed"
 #: A pod in one of these phases holds nothing on its node any more.
 FINISHED_POD_PHASES: Final = frozenset({POD_SUCCEEDED, POD_FAILED})
+#: ``status.reason`` of a pod the kubelet evicted (node pressure) or stopped for a node shutdown (``Terminated``
+#: since Kubernetes 1.21, ``NodeShutdown`` for a pod refused during one, ``Shutdown`` before 1.21).
 DISRUPTED_POD_REASONS: Final = frozenset({"Evicted", "Terminated", "NodeShutdown", "Shutdown"})
 STUCK_WAITING_REASONS: Final = frozenset(
     {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}

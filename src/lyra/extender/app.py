@@ -289,21 +289,15 @@ async def _read_body_within(scope: Scope, receive: Receive, limit: int, taken: _
 def _bad_body(error: ValidationError) -> BadBodyError:
     """The answer to a body the wire models refused: 400 when it is not JSON or not an object (the models parse the
     bytes themselves, in one pass: no ``dict`` is built first), else 422 naming the fields."""
-    first = error.errors()[0]
+    errors = error.errors(include_url=False, include_context=False, include_input=False)  # listed once
+    first = errors[0]
     if first["type"] == "json_invalid":
         return BadBodyError(400, f"request body is not JSON: {first['msg'].removeprefix('Invalid JSON: ')}")
     if not first["loc"] and first["type"] == "model_type":
         return BadBodyError(400, "request body must be a JSON object")
-    return BadBodyError(422, _validation_message(error))
-
-
-def _validation_message(error: ValidationError) -> str:
-    problems = []
-    for item in error.errors()[:5]:
-        where = ".".join(str(part) for part in item["loc"]) or "body"
-        problems.append(f"{where}: {item['msg']}")
-    more = f" (and {error.error_count() - 5} more)" if error.error_count() > 5 else ""
-    return "; ".join(problems) + more
+    problems = [f"{'.'.join(str(part) for part in item['loc']) or 'body'}: {item['msg']}" for item in errors[:5]]
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return BadBodyError(422, "; ".join(problems) + more)
 
 
 def _candidates(args: ExtenderArgs, view: ClusterView) -> list[NodeView]:
@@ -410,7 +404,10 @@ class BodyRecorder:
 
     def record(self, verb: str, raw: bytes) -> None:
         """Write ``raw`` when it is a JSON object and fewer than ``limit`` of ``verb`` were written (anything else
-        is answered 400 and not kept)."""
+        is answered 400 and not kept). Once ``limit`` are written, nothing is parsed."""
+        with self._lock:
+            if self._counts.get(verb, 0) >= self.limit:
+                return
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):

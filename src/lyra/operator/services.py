@@ -41,7 +41,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from lyra.api import conditions
+from lyra.api import conditions, names
 from lyra.api.resources import ConditionStatus, InferenceServiceStatus, ReclaimWait, name_problem, wire
 from lyra.core.model import Pool
 from lyra.core.ordering import lend_order
@@ -323,7 +323,7 @@ class ServiceBook:
         running = sum(
             1
             for pod in self.world.pods_of(service.ref.key)
-            if pod.role is PodRole.INFERENCE and pod.phase == "Running" and pod.node and not pod.terminating
+            if pod.role is PodRole.INFERENCE and pod.phase == names.POD_RUNNING and pod.node and not pod.terminating
         )
         record = status.reclaim
         if record is None:

@@ -127,7 +127,7 @@ class PodRecord:
     def __post_init__(self) -> None:
         finished = self.phase in names.FINISHED_POD_PHASES
         object.__setattr__(self, "is_finished", finished)
-        object.__setattr__(self, "started", self.phase == "Running" and not self.stuck)
+        object.__setattr__(self, "started", self.phase == names.POD_RUNNING and not self.stuck)
         object.__setattr__(self, "holds_gpus", bool(self.node) and not finished)
         object.__setattr__(self, "is_live", not self.terminating and not finished)
 
