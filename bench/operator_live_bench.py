@@ -20,7 +20,10 @@ through a watch cache of its own (``lyra.kubewatch``):
 
 And it checks, once the stream is over and the cluster has converged: that the operator's caches hold what a fresh
 paginated list holds (its ``/debug/caches``, each object at least at the listed resourceVersion: a cache that missed
-an event stays behind), and that steady passes write nothing. :func:`run_live` returns all of it as a
+an event stays behind), and that steady passes write nothing. Converged means every job running or queued, the
+service's replicas ready, no worker in flight (leaving, left behind by a deleted job, or bound and not started: a
+worker's GPUs are free only once it is gone, and a queued job may start then) and two quiet passes since.
+:func:`run_live` returns all of it as a
 :class:`LiveResult`; ``tests/integration/test_live_benchmark.py`` runs it at small sizes and asserts on it.
 """
 
@@ -339,6 +342,31 @@ def not_running(api: client.ApiClient, namespace: str, shown: int = 8) -> str:
     return f"{len(pods)} pods not running: {', '.join(described)}{more}" if pods else "every pod running"
 
 
+def workers_in_flight(api: client.ApiClient, namespace: str, jobs: WatchCache) -> Callable[[], list[str]]:
+    """Lyra's workers of ``namespace`` still on their way in or out: leaving (``deletionTimestamp`` set), left behind
+    by a deleted TrainingJob (the garbage collector has yet to delete them), or bound to a node and not started. A
+    worker that leaves frees its GPUs only once it is gone, and a queued job may start then: the cluster has not
+    converged while one is in flight, however quiet the operator's passes meanwhile."""
+    core = client.CoreV1Api(api)
+
+    def in_flight() -> list[str]:
+        response = core.list_namespaced_pod(namespace, label_selector=names.JOB_LABEL, _preload_content=False)
+        current = {key_of(job) for job in jobs.snapshot()}
+        found = []
+        for pod in json.loads(response.data)["items"]:
+            meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+            owner = f"{namespace}/{(meta.get('labels') or {}).get(names.JOB_LABEL, '')}"
+            if meta.get("deletionTimestamp"):
+                found.append(f"{meta['name']} (leaving)")
+            elif owner not in current:
+                found.append(f"{meta['name']} (its job deleted)")
+            elif spec.get("nodeName") and status.get("phase") == names.POD_PENDING:
+                found.append(f"{meta['name']} (bound, not started)")
+        return sorted(found)
+
+    return in_flight
+
+
 def held_within(condition: Callable[[], bool], timeout_s: float, what: str) -> bool:
     """Whether ``condition`` held before the deadline (a benchmark reports what did not happen, it does not stop)."""
     try:
@@ -422,9 +450,23 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             quiet_from = steady_until = datetime.now(UTC)
             # A reclaim's scale-in gives its workers the TrainingJob's grace before the servers are free.
             grace_s = Preemption().grace_period_seconds
-            converged = held_within(
-                lambda: stream.converged() and steadiness.twice(), CHECK_DEADLINE_S + grace_s, "a converged cluster"
-            )
+            in_flight = workers_in_flight(api, namespace, jobs)
+            flown: set[str] = set()  # the workers seen in flight while the rest had converged
+
+            def converged_now() -> bool:
+                if not stream.converged():
+                    return False
+                flying = in_flight()
+                if flying:
+                    flown.update(flying)
+                    steadiness.restart()  # quiet passes count only once nothing is in flight
+                    return False
+                return steadiness.twice()
+
+            converged = held_within(converged_now, CHECK_DEADLINE_S + grace_s, "a converged cluster")
+            if flown:
+                shown = ", ".join(sorted(flown)[:8])
+                print(f"  converging waited for {len(flown)} workers in flight: {shown}", file=sys.stderr, flush=True)
             if converged:
                 quiet_from = datetime.now(UTC)
                 passes = passes_made(port)
@@ -438,7 +480,9 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             result.end_state = stream.end_state()
             result.peak_mib = rss_mib(operator.pid, "VmHWM")
             if not converged:
+                flying = in_flight()
                 result.end_state += "; " + not_running(api, namespace)
+                result.end_state += f"; {len(flying)} workers in flight: {', '.join(flying[:8])}" if flying else ""
         finally:
             operator.terminate()
             operator.wait(timeout=30)
@@ -577,7 +621,9 @@ def kubelets_caught_up(api: client.ApiClient, namespace: str) -> Callable[[], bo
     core = client.CoreV1Api(api)
 
     def caught_up() -> bool:
-        waiting = core.list_namespaced_pod(namespace, field_selector="status.phase=Pending,spec.nodeName!=", limit=1)
+        waiting = core.list_namespaced_pod(
+            namespace, field_selector=f"status.phase={names.POD_PENDING},spec.nodeName!=", limit=1
+        )
         return not waiting.items
 
     return caught_up
@@ -714,6 +760,10 @@ class Steadiness:
         steady = previous is not None and now[1] == previous[1] and now[0] >= 2
         self.in_a_row = self.in_a_row + 1 if steady else 0
         return steady
+
+    def restart(self) -> None:
+        """Count quiet passes from the next one observed."""
+        self.in_a_row = 0
 
     def twice(self) -> bool:
         """Two observations in a row of new passes with no action (polled by the caller's wait)."""

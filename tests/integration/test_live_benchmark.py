@@ -13,8 +13,9 @@ inference scale changes. It fails if a pass lists the cluster, or if the operato
 * **The operator's caches equal the cluster**: its ``/debug/caches`` (``--debug-endpoints``) against a fresh
   paginated list at the end, every object cached at least at its listed resourceVersion (KWOK's node heartbeats
   move on meanwhile), none missing, none extra.
-* **Steady passes write nothing**: once every job runs and the service has its replicas, three more passes make no
-  write.
+* **Steady passes write nothing**: once every job runs or waits in the queue, the service has its replicas and no
+  worker is in flight (leaving, or left behind by a deleted job: its GPUs free, a queued job may start), three more
+  passes make no write.
 
 Proven able to fail: with :meth:`lyra.kubewatch.WatchCache.apply` made to drop every 7th ``MODIFIED`` event (the
 cache's version moves on, its object does not), this test failed (docs/benchmarks.md, "The operator, live").

@@ -65,6 +65,7 @@ HEALTH_TAINTS: Final = (UNREACHABLE_TAINT, NOT_READY_TAINT)
 # reasons of a container that will not start by itself.
 DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"
 # Pod phases (Kubernetes' own) that Lyra reads.
+POD_PENDING: Final = "Pending"
 POD_RUNNING: Final = "Running"
 POD_SUCCEEDED: Final = "Succeeded"
 POD_FAILED: Final = "Failed"

@@ -95,7 +95,9 @@ class WorkerPods:
             ref = ObjectRef("Pod", job.record.ref.namespace, manifests.worker_name(job.record.ref.name, index))
             self.training.changes.actions.append(CreatePod(ref, manifest, job.record.ref, node or ""))
             pod_role = PodRole.TRAINING_BASE if role == names.ROLE_BASE else PodRole.TRAINING_FLEXIBLE
-            created.append(PodRecord(ref, pod_role, job.key, index, "", "Pending", spec.gpus_per_worker, False, None))
+            created.append(
+                PodRecord(ref, pod_role, job.key, index, "", names.POD_PENDING, spec.gpus_per_worker, False, None)
+            )
         return created
 
     def relabel(self, job: JobState, live: list[PodRecord]) -> None:
