@@ -23,8 +23,8 @@ paginated list holds (its ``/debug/caches``, each object at least at the listed 
 an event stays behind), and that steady passes write nothing. Converged means every job running or queued, the
 service's replicas ready, no worker in flight (leaving, left behind by a deleted job, or bound and not started: a
 worker's GPUs are free only once it is gone, and a queued job may start then) and two quiet passes since.
-:func:`run_live` returns all of it as a
-:class:`LiveResult`; ``tests/integration/test_live_benchmark.py`` runs it at small sizes and asserts on it.
+:func:`run_live` returns all of it as a :class:`LiveResult`; ``tests/integration/test_live_benchmark.py`` runs it
+at small sizes and asserts on it.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from lyra.api import names
 from lyra.api.resources import JobPhase, Preemption
 from lyra.kubewatch import ApiSource, WatchCache
 from lyra.kubewatch.cache import key_of
-from lyra.kubewatch.kinds import DEPLOYMENTS, TRAINING_JOBS, JsonObject
+from lyra.kubewatch.kinds import DEPLOYMENTS, TRAINING_JOBS, JsonObject, Kind, section, slim_pod
 from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ClusterOptions, ControlPlane
 from lyra.localcluster.ports import allocate_ports
@@ -342,29 +342,33 @@ def not_running(api: client.ApiClient, namespace: str, shown: int = 8) -> str:
     return f"{len(pods)} pods not running: {', '.join(described)}{more}" if pods else "every pod running"
 
 
-def workers_in_flight(api: client.ApiClient, namespace: str, jobs: WatchCache) -> Callable[[], list[str]]:
-    """Lyra's workers of ``namespace`` still on their way in or out: leaving (``deletionTimestamp`` set), left behind
-    by a deleted TrainingJob (the garbage collector has yet to delete them), or bound to a node and not started. A
-    worker that leaves frees its GPUs only once it is gone, and a queued job may start then: the cluster has not
-    converged while one is in flight, however quiet the operator's passes meanwhile."""
-    core = client.CoreV1Api(api)
+#: Lyra's workers (pods labelled with their TrainingJob), watched by the end-of-run checks: slim, and only once the
+#: stream is over (a watch of its own during the stream would compete with the operator for the machine).
+WORKERS = Kind(
+    "pods",
+    lambda api: client.CoreV1Api(api).list_pod_for_all_namespaces,
+    label_selector=names.JOB_LABEL,
+    slim=slim_pod,
+)
 
-    def in_flight() -> list[str]:
-        response = core.list_namespaced_pod(namespace, label_selector=names.JOB_LABEL, _preload_content=False)
-        current = {key_of(job) for job in jobs.snapshot()}
-        found = []
-        for pod in json.loads(response.data)["items"]:
-            meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-            owner = f"{namespace}/{(meta.get('labels') or {}).get(names.JOB_LABEL, '')}"
-            if meta.get("deletionTimestamp"):
-                found.append(f"{meta['name']} (leaving)")
-            elif owner not in current:
-                found.append(f"{meta['name']} (its job deleted)")
-            elif spec.get("nodeName") and status.get("phase") == names.POD_PENDING:
-                found.append(f"{meta['name']} (bound, not started)")
-        return sorted(found)
 
-    return in_flight
+def workers_in_flight(workers: WatchCache, jobs: WatchCache) -> list[str]:
+    """Lyra's workers still on their way in or out: leaving (``deletionTimestamp`` set), left behind by a deleted
+    TrainingJob (the garbage collector has yet to delete them), or bound to a node and not started. A worker that
+    leaves frees its GPUs only once it is gone, and a queued job may start then: the cluster has not converged while
+    one is in flight, however quiet the operator's passes meanwhile. ``workers`` must have listed."""
+    current = {key_of(job) for job in jobs.snapshot()}
+    found = []
+    for pod in workers.snapshot():
+        meta, spec, status = section(pod, "metadata"), section(pod, "spec"), section(pod, "status")
+        job = f"{meta.get('namespace')}/{section(meta, 'labels').get(names.JOB_LABEL)}"
+        if meta.get("deletionTimestamp"):
+            found.append(f"{meta.get('name')} (leaving)")
+        elif job not in current:
+            found.append(f"{meta.get('name')} (its job deleted)")
+        elif spec.get("nodeName") and status.get("phase") == names.POD_PENDING:
+            found.append(f"{meta.get('name')} (bound, not started)")
+    return found
 
 
 def held_within(condition: Callable[[], bool], timeout_s: float, what: str) -> bool:
@@ -415,6 +419,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
         stopwatch = Stopwatch()
         jobs = WatchCache(TRAINING_JOBS, ApiSource(api, TRAINING_JOBS), on_change=stopwatch)
         deployments = WatchCache(DEPLOYMENTS, ApiSource(api, DEPLOYMENTS), on_change=stopwatch)
+        workers = WatchCache(WORKERS, ApiSource(api, WORKERS))
         port = allocate_ports(1)[0]
         command = [sys.executable, "-m", "lyra", "operator", "--kubeconfig", str(kubeconfig),
                    "--lease-namespace", OPERATOR_NAMESPACE, "--lend-delay", "5", "--http-port", str(port),
@@ -450,13 +455,13 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             quiet_from = steady_until = datetime.now(UTC)
             # A reclaim's scale-in gives its workers the TrainingJob's grace before the servers are free.
             grace_s = Preemption().grace_period_seconds
-            in_flight = workers_in_flight(api, namespace, jobs)
+            workers.start()  # the list and watch of Lyra's workers, for what is in flight
             flown: set[str] = set()  # the workers seen in flight while the rest had converged
 
             def converged_now() -> bool:
-                if not stream.converged():
+                if not (stream.converged() and workers.synced):
                     return False
-                flying = in_flight()
+                flying = workers_in_flight(workers, jobs)
                 if flying:
                     flown.update(flying)
                     steadiness.restart()  # quiet passes count only once nothing is in flight
@@ -480,7 +485,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             result.end_state = stream.end_state()
             result.peak_mib = rss_mib(operator.pid, "VmHWM")
             if not converged:
-                flying = in_flight()
+                flying = workers_in_flight(workers, jobs) if workers.synced else ["(the workers never listed)"]
                 result.end_state += "; " + not_running(api, namespace)
                 result.end_state += f"; {len(flying)} workers in flight: {', '.join(flying[:8])}" if flying else ""
         finally:
@@ -488,6 +493,7 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             operator.wait(timeout=30)
             jobs.stop()
             deployments.stop()
+            workers.stop()
             shown = [line for line in operator_log.read_text().splitlines() if "pass " in line or "WARN" in line]
             print("\n".join(f"  operator: {line}" for line in shown[-40:]), file=sys.stderr)
         audit = audited(control_plane, operator.pid)
