@@ -79,6 +79,13 @@ STUCK_WAITING_REASONS: Final = frozenset(
 )
 CONDITION_TRUE: Final = "True"
 
+# Patch content types the API server accepts (the body's meaning depends on which).
+#: RFC 7386: a field set to null is removed; with ``metadata.resourceVersion`` set, a precondition (409 if the object
+#: changed, 404 if it is gone: a PATCH never creates, unlike a PUT of a Lease).
+MERGE_PATCH: Final = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+
 # The operator: its field manager, the Lease that keeps one of it active, the source of its Events.
 OPERATOR_NAME: Final = "lyra-operator"
 

@@ -410,7 +410,7 @@ class Cluster:
                 plural,
                 action.ref.name,
                 whole,
-                _content_type="application/json-patch+json",
+                _content_type=names.JSON_PATCH,
                 **raw,
             )
             return _version_in(response)

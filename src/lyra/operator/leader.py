@@ -28,7 +28,8 @@ that names it, or no Lease at all included: whatever happened before it looked, 
 renewal before that, and its fence closes within a renew deadline of it. So no moment has two writers, whatever is
 done to the Lease by hand; the cost is that a takeover (after a clean stop, a deletion or an edit) takes a lease
 duration. Every write to the Lease is conditional on the resourceVersion read (or a create), so two candidates
-racing for it cannot both win.
+racing for it cannot both win; a renewal is a merge patch with the resourceVersion read as its precondition, never a
+PUT (which the API server answers, for a Lease deleted since the read, by creating it anew).
 
 The operator's reconcile loop is its own (no framework's peering can pause it), hence a Lease here.
 """
@@ -208,6 +209,8 @@ class LeaderLease:
         except ApiException as error:
             if error.status == 409:
                 self._lost("another operator won the lease")
+            elif error.status == 404:  # deleted between the read and the write
+                self._lost("the lease was deleted")
             else:
                 log.warning("could not renew the lease: %s %s", error.status, error.reason)
         finally:
@@ -284,7 +287,7 @@ class LeaderLease:
                 "leaseTransitions": transitions,
             },
         }
-        written = self.coordination.replace_namespaced_lease(names.OPERATOR_NAME, self.namespace, cast(Any, body))
+        written = self._write(body)
         self._written = _version_of(written)
         self._won(started, "renewed" if own else f"took over from {holder or 'nobody'}")
 
@@ -303,15 +306,23 @@ class LeaderLease:
                 return  # not its own record any more
             body = {
                 "metadata": {"name": names.OPERATOR_NAME, "resourceVersion": lease["metadata"]["resourceVersion"]},
-                "spec": {
-                    "leaseDurationSeconds": self.timing.written_duration_s,
-                    "leaseTransitions": int(spec.get("leaseTransitions") or 0),
-                },
+                "spec": {"holderIdentity": None, "acquireTime": None, "renewTime": None},
             }
-            self.coordination.replace_namespaced_lease(names.OPERATOR_NAME, self.namespace, cast(Any, body))
+            self._write(body)
             log.info("released the lease")
         except ApiException as error:
-            log.warning("could not release the lease: %s", error.reason)
+            if error.status in (404, 409):
+                log.info("did not release the lease: it was deleted or changed after it was read (%s)", error.reason)
+            else:
+                log.warning("could not release the lease: %s", error.reason)
+
+    def _write(self, body: dict[str, Any]) -> object:
+        """Write ``body`` over the Lease as read: a merge patch whose ``metadata.resourceVersion`` is the precondition
+        (409 if the Lease changed since, 404 if it was deleted). Never a PUT: the API server creates a Lease on
+        update when none exists, so a renewal whose read came just before a deletion by hand would re-create it."""
+        return self.coordination.patch_namespaced_lease(
+            names.OPERATOR_NAME, self.namespace, cast(Any, body), _content_type=names.MERGE_PATCH
+        )
 
     def _read(self) -> dict[str, Any] | None:
         try:

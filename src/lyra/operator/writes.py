@@ -36,14 +36,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
 
+from lyra.api.names import MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from lyra.operator.leader import LeadershipLostError
 
 #: Seconds a request may wait on the server (connecting, or for any byte of the answer).
 TIMEOUT_S = 60.0
 JSON = "application/json"
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 _BREAKS = re.compile(r"[\r\n\0]")
 #: Errors of a kept-alive connection the server closed meanwhile: the request is sent again on a new one.
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)

@@ -15,8 +15,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lyra.api.names import JSON_PATCH
 from lyra.operator.leader import LeadershipLostError
-from lyra.operator.writes import JSON_PATCH, ApiWrites
+from lyra.operator.writes import ApiWrites
 
 
 @dataclass

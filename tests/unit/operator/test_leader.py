@@ -43,6 +43,11 @@ class LeaseApi:
             raise ApiException(status=503, reason="Service Unavailable")
         if self.lease is None:
             raise ApiException(status=404, reason="Not Found")
+        return self._stored(name, namespace)
+
+    def _stored(self, name: str, namespace: str) -> client.V1Lease:
+        """The Lease as stored, as a read or a write returns it."""
+        assert self.lease is not None
         spec = self.lease["spec"]
         return client.V1Lease(
             metadata=client.V1ObjectMeta(name=name, namespace=namespace, resource_version=str(self.version)),
@@ -61,17 +66,35 @@ class LeaseApi:
         if self.lease is not None:
             raise ApiException(status=409, reason="AlreadyExists")
         self.lease, self.version = {"spec": dict(body["spec"])}, self.version + 1
-        return self.read_namespaced_lease(names.OPERATOR_NAME, namespace)
+        return self._stored(names.OPERATOR_NAME, namespace)
 
     def replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any]) -> client.V1Lease:
+        """A PUT, as the API server answers it for a Lease: it creates one when none exists, whatever resourceVersion
+        the body carries (so the operator never renews with it)."""
+        if self.down:
+            raise ApiException(status=503, reason="Service Unavailable")
+        if self.lease is not None and body["metadata"]["resourceVersion"] != str(self.version):
+            raise ApiException(status=409, reason="Conflict")
+        self.lease, self.version = {"spec": dict(body["spec"])}, self.version + 1
+        return self._stored(name, namespace)
+
+    def patch_namespaced_lease(
+        self, name: str, namespace: str, body: dict[str, Any], _content_type: str | None = None
+    ) -> client.V1Lease:
+        """A merge patch: 404 when there is no Lease, 409 when ``metadata.resourceVersion`` is not the current one,
+        and a null removes its field."""
+        assert _content_type == names.MERGE_PATCH
         if self.down:
             raise ApiException(status=503, reason="Service Unavailable")
         if self.lease is None:
             raise ApiException(status=404, reason="Not Found")
-        if body["metadata"]["resourceVersion"] != str(self.version):
+        precondition = (body.get("metadata") or {}).get("resourceVersion")
+        if precondition is not None and precondition != str(self.version):
             raise ApiException(status=409, reason="Conflict")
-        self.lease, self.version = {"spec": dict(body["spec"])}, self.version + 1
-        return self.read_namespaced_lease(name, namespace)
+        merged = {**self.lease["spec"], **(body.get("spec") or {})}
+        self.lease = {"spec": {key: value for key, value in merged.items() if value is not None}}
+        self.version += 1
+        return self._stored(name, namespace)
 
     # What an administrator does by hand (kubectl delete, edit, create): new resourceVersions, written by nobody's
     # LeaderLease.
@@ -190,15 +213,17 @@ def test_two_candidates_racing_for_an_expired_lease_cannot_both_win() -> None:
     first.try_lead()
     second.try_lead()
     clock.now += 16
-    replace = api.replace_namespaced_lease
+    patch = api.patch_namespaced_lease
 
-    def first_writes_in_between(name: str, namespace: str, body: dict[str, Any]) -> client.V1Lease:
+    def first_writes_in_between(
+        name: str, namespace: str, body: dict[str, Any], _content_type: str | None = None
+    ) -> client.V1Lease:
         if body["spec"]["holderIdentity"] == "b":
-            api.replace_namespaced_lease = replace  # type: ignore[method-assign]
+            api.patch_namespaced_lease = patch  # type: ignore[method-assign]
             assert first.try_lead()  # reads the version the second read, and writes first
-        return replace(name, namespace, body)
+        return patch(name, namespace, body, _content_type)
 
-    api.replace_namespaced_lease = first_writes_in_between  # type: ignore[method-assign]
+    api.patch_namespaced_lease = first_writes_in_between  # type: ignore[method-assign]
     assert not second.try_lead()
     assert api.holder == "a"
     assert first.may_write()
@@ -241,6 +266,37 @@ def test_a_lease_deleted_by_hand_closes_the_leaders_fence_at_its_next_renewal_an
     assert standby.try_lead()
     assert not leader.try_lead()
     assert api.holder == "b"
+
+
+@pytest.mark.parametrize("step", ["renewal", "release"])
+def test_a_lease_deleted_between_the_leaders_read_and_its_write_stays_deleted(step: str) -> None:
+    """``kubectl delete lease`` lands after the leader read the Lease and before it wrote it back. The write finds
+    nothing and the fence closes at once; the Lease is not re-created (a PUT would have re-created it: the API
+    server creates a Lease on update), so nobody writes it for a lease duration after the deletion."""
+    api, clock = LeaseApi(), Clock()
+    leader = leading(api, "a", clock)
+    clock.now += 2
+    read = api.read_namespaced_lease
+
+    def deleted_once_read(name: str, namespace: str) -> client.V1Lease:
+        found = read(name, namespace)
+        api.delete()
+        return found
+
+    api.read_namespaced_lease = deleted_once_read  # type: ignore[method-assign]
+    if step == "renewal":
+        assert not leader.try_lead()
+    else:
+        leader.release()
+    api.read_namespaced_lease = read  # type: ignore[method-assign]
+    assert not leader.may_write()
+    assert api.lease is None, "the write re-created the deleted Lease"
+    assert not leader.try_lead(), "it sees the Lease missing, like any candidate"
+    clock.now += TIMING.duration_s - 0.1
+    assert not leader.try_lead()
+    assert api.lease is None
+    clock.now += 0.2
+    assert leader.try_lead(), "and creates it once it has seen it missing for a lease duration"
 
 
 def test_a_standby_creates_a_deleted_lease_only_after_the_paused_leaders_fence_has_closed() -> None:
