@@ -485,9 +485,11 @@ def run_live(sizes: LiveSizes, state: Path) -> LiveResult:
             result.end_state = stream.end_state()
             result.peak_mib = rss_mib(operator.pid, "VmHWM")
             if not converged:
-                flying = workers_in_flight(workers, jobs) if workers.synced else ["(the workers never listed)"]
                 result.end_state += "; " + not_running(api, namespace)
-                result.end_state += f"; {len(flying)} workers in flight: {', '.join(flying[:8])}" if flying else ""
+                if not workers.synced:
+                    result.end_state += "; the workers in flight unknown (their watch never listed)"
+                elif flying := workers_in_flight(workers, jobs):
+                    result.end_state += f"; {len(flying)} workers in flight: {', '.join(flying[:8])}"
         finally:
             operator.terminate()
             operator.wait(timeout=30)
