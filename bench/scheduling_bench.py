@@ -121,14 +121,19 @@ def pods(scheduler_name: str | None = None) -> list[dict[str, Any]]:
     return made
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (Linux), the process state first."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _state(pid: int) -> str:
-    """A process's state letter from /proc (Linux): ``T`` once it is stopped."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    """A process's state letter: ``T`` once it is stopped."""
+    return _stat(pid)[0]
 
 
 def _cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a process, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -142,15 +147,13 @@ class Mode(StrEnum):
 
 @dataclass(frozen=True)
 class Run:
-    """One timed run: pods bound per second, and the CPU seconds kube-scheduler and the extender used meanwhile (and
-    how long creating the pods took, timed apart when the scheduler was held)."""
+    """One timed run: pods bound per second, and the CPU seconds kube-scheduler and the extender used meanwhile."""
 
     mode: Mode
     rate: float
     elapsed_s: float
     scheduler_cpu_s: float
     extender_cpu_s: float | None
-    creation_s: float = 0.0
 
     @property
     def ms_per_pod(self) -> float:
@@ -315,7 +318,7 @@ def run(mode: Mode, bench: Bench, *, hold: bool = True) -> Run:
         scheduler_after, extender_after = cpu()
         scheduler_cpu = scheduler_after - scheduler_before
         extender_cpu = extender_after - extender_before if server is not None else None
-    measured = Run(mode, PODS / elapsed, elapsed, scheduler_cpu, extender_cpu, creation_s)
+    measured = Run(mode, PODS / elapsed, elapsed, scheduler_cpu, extender_cpu)
     extender_note = f", extender {extender_cpu:.1f} s of CPU" if extender_cpu is not None else ""
     timed = (
         f"created in {creation_s:.1f} s, scheduler held; bound in {elapsed:.2f} s from its resume"

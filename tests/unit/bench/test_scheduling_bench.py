@@ -71,7 +71,8 @@ def _state(pid: int) -> str:
 
 
 def test_the_timed_scheduler_is_held_while_pods_are_created_and_resumed_however_the_block_ends() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # A stand-in for kube-scheduler: a process that waits on its stdin until the test closes it (no timer).
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         seen: list[str] = []
 
@@ -88,4 +89,4 @@ def test_the_timed_scheduler_is_held_while_pods_are_created_and_resumed_however_
             assert _state(child.pid) != "T"
     finally:
         child.kill()
-        child.wait()
+        child.communicate()
