@@ -13,7 +13,11 @@ Filter (hard rules):
 
 Score (0..10, higher is better; kube-scheduler multiplies by the extender weight and adds its own scores):
 
-* inference pods prefer ``serving`` servers, fullest first (best fit), so idle servers stay idle and lendable;
+* inference pods prefer servers that already run pods, fullest first (best fit), then empty ``serving`` servers,
+  then empty ``idle`` ones, so the fewest servers serve and the others stay lendable. An ``idle`` server with a
+  replica on it serves from the operator's next pass on; were it scored as idle, the next replica could go to an
+  empty server kept serving and leave both serving (seen when a replica was bound in the moment between a pass and
+  the next, which kept a server serving for it);
 * within the GPU type its job was allocated, a training base worker prefers training servers and a flexible
   worker loaned ones (where an inference pool has the same type as training servers), so a reclaim scales
   jobs in instead of preempting them;
@@ -187,7 +191,12 @@ def score_nodes(pod: PodRequest, nodes: Sequence[NodeView], last_rank: int | Non
             if node.pool is training_pool or node.state is loaned or node.state is LoanState.RECLAIMING:
                 append((node.name, 0))
                 continue
-            score = 6 + int(fill * 4 + 0.5) if node.state is LoanState.SERVING else 1 + int(fill * 4 + 0.5)
+            if node.free_gpus < node.gpus:  # runs pods already: fullest first
+                score = 7 + int(fill * 3 + 0.5)
+            elif node.state is LoanState.SERVING:  # empty, kept serving
+                score = 4 + int(fill * 2 + 0.5)
+            else:  # empty and idle: lendable while it stays empty
+                score = 1 + int(fill * 2 + 0.5)
         else:
             if node.state is loaned or node.state is LoanState.RECLAIMING:
                 append((node.name, 0))

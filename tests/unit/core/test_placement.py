@@ -160,16 +160,19 @@ def test_filter_keeps_input_order_and_reports_every_refusal() -> None:
 # higher than ``worse``. (id, role, pod GPUs, job nodes, better, worse, context)
 PREFERENCES: list[tuple[str, PodRole, int, dict[str, int], NodeBuilder, NodeBuilder, list[NodeBuilder]]] = [
     ("inference-serving-over-idle", INFERENCE, 1, {}, node("a").serving(), node("b").idle(), []),
+    # A replica bound to an idle server before the operator's pass marked another server serving for it: the next
+    # replica joins it, so one server serves both and the empty one goes back to idle, to be lent.
     (
-        "inference-serving-over-idle-even-when-emptier",
+        "inference-a-server-running-a-replica-over-an-empty-serving-one",
         INFERENCE,
         1,
         {},
-        node("a").serving(),
-        node("b").idle().free(1),
+        node("a").idle().free(7),
+        node("b").serving(),
         [],
     ),
     ("inference-best-fit-among-serving", INFERENCE, 1, {}, node("a").serving().free(1), node("b").serving(), []),
+    ("inference-best-fit-among-busy", INFERENCE, 1, {}, node("a").serving().free(3), node("b").idle().free(6), []),
     ("inference-best-fit-among-idle", INFERENCE, 2, {}, node("a").idle().free(2), node("b").idle(), []),
     (
         "base-prefers-training-server",
