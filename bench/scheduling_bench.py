@@ -18,12 +18,15 @@ each rate, kube-scheduler's CPU time over the timed span (and the extender's), f
 scheduler its round trips, and both share the machine's cores. Pods are created from 16 threads. With ``--floor``,
 each round also runs the second scheduler against an extender that answers at once and scores nothing
 (:mod:`bench.null_extender`): what one round trip per pod costs whatever the extender does, and, as the ratio of the
-extender's rate to that one, what its own work costs beyond it.
+extender's rate to that one, what its own work costs beyond it; and against the same null extender written in Go
+(``bench/null_extender_go``, built with the Go toolchain that builds the cluster's binaries, into the cache): the
+floor of a round trip per pod whatever the extender's language.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import signal
 import statistics
@@ -45,8 +48,9 @@ from kubernetes import client
 from bench import start_process, stop_process_group, stopped_on_signals
 from bench.__main__ import load_average
 from bench.extender_bench import wait_until_ready
-from lyra.localcluster import componentconfig, populate
+from lyra.localcluster import componentconfig, gobuild, populate
 from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.locations import cache_root
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.profile import parse_profile
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
@@ -143,6 +147,32 @@ class Mode(StrEnum):
     WITHOUT = "without the extender"
     LYRA = "with the extender"
     NULL = "with an extender that does nothing"
+    NULL_GO = "with an extender that does nothing, in Go"
+
+
+#: The Go null extender's sources, and what its build is cached under (their hash: an edit rebuilds it).
+NULL_EXTENDER_GO = Path(__file__).resolve().parent / "null_extender_go"
+NULL_EXTENDER_GO_FILES = ("go.mod", "main.go")
+
+
+def null_extender_go() -> Path:
+    """The Go null extender's executable, built into the cache the first time (and after an edit of its sources).
+    Raises :class:`lyra.localcluster.gobuild.BuildError` (with the build's log) when Go cannot build it."""
+    sources = [NULL_EXTENDER_GO / name for name in NULL_EXTENDER_GO_FILES]
+    version = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:12]
+    root = cache_root()
+    executable = root / "bench" / f"null-extender-go-{version}" / "null-extender"
+    if not os.access(executable, os.X_OK):
+        executable.parent.mkdir(parents=True, exist_ok=True)
+        gobuild.build_local_module(
+            gobuild.find_go(root),
+            sources=sources,
+            work_dir=root / "go" / "work" / f"null-extender-go-{version}",
+            output=executable,
+            log_path=executable.parent / "build.log",
+            report=lambda line: print(f"  {line}", flush=True),
+        )
+    return executable
 
 
 @dataclass(frozen=True)
@@ -162,10 +192,12 @@ class Run:
 
 @contextmanager
 def extender(kubeconfig: Path, port: int, mode: Mode = Mode.LYRA) -> Iterator[subprocess.Popen[bytes]]:
-    """``lyra extender`` (or, ``Mode.NULL``, :mod:`bench.null_extender`) as its own process (and process group), as
-    it runs in a cluster."""
+    """``lyra extender`` (or, ``Mode.NULL``, :mod:`bench.null_extender`; ``Mode.NULL_GO``, the Go one) as its own
+    process (and process group), as it runs in a cluster."""
     if mode is Mode.NULL:
         argv = [sys.executable, "-m", "bench.null_extender", "--port", str(port)]
+    elif mode is Mode.NULL_GO:
+        argv = [str(null_extender_go()), "--port", str(port)]
     else:
         profile_to = os.environ.get("LYRA_BENCH_PROFILE")  # a path: write the extender's cProfile there
         command = [sys.executable, *(["-m", "cProfile", "-o", profile_to] if profile_to else []), "-m", "lyra"]
@@ -349,11 +381,13 @@ def interleaved(
 
 def summary(results: dict[int, list[dict[Mode, Run]]], *, floor: bool) -> list[str]:
     """The results as a Markdown table, a row per size: medians of the rates and of the per-round ratios (with
-    ``floor``, also the null extender's and the extender's rate over the null one's, per round)."""
+    ``floor``, also the null extender's and the extender's rate over the null one's, per round, and the Go null
+    extender's ratio with kube-scheduler's CPU beside it)."""
     rows = []
     floor_head = (
         " | floor: with a null extender pods/s (median) | its ratio (median of rounds)"
         " | with the extender / with a null one (median of rounds)"
+        " | with a null extender in Go: its ratio (median of rounds) | kube-scheduler CPU s with it"
         if floor
         else ""
     )
@@ -362,7 +396,8 @@ def summary(results: dict[int, list[dict[Mode, Run]]], *, floor: bool) -> list[s
         "| ratio (median of rounds) | per-round ratios | kube-scheduler CPU s without / with | extender CPU s"
         f"{floor_head} | target | status |"
     )
-    rows.append("|---:|---:|---:|---:|---:|---:|---|---:|---:|" + ("---:|---:|---:|" if floor else "") + "---|---|")
+    floor_rule = "---:|" * 5 if floor else ""
+    rows.append("|---:|---:|---:|---:|---:|---:|---|---:|---:|" + floor_rule + "---|---|")
     for nodes, rounds in results.items():
         ratios = [round_[Mode.LYRA].rate / round_[Mode.WITHOUT].rate for round_ in rounds]
         ratio = statistics.median(ratios)
@@ -373,7 +408,9 @@ def summary(results: dict[int, list[dict[Mode, Run]]], *, floor: bool) -> list[s
             null_ratio = statistics.median(round_[Mode.NULL].rate / round_[Mode.WITHOUT].rate for round_ in rounds)
             # what the extender's own work costs beyond a round trip per pod, which kube-scheduler pays for any
             own = statistics.median(round_[Mode.LYRA].rate / round_[Mode.NULL].rate for round_ in rounds)
-            cells = f" | {null_rate:.1f} | {null_ratio:.3f}x | {own:.3f}x"
+            go_ratio = statistics.median(round_[Mode.NULL_GO].rate / round_[Mode.WITHOUT].rate for round_ in rounds)
+            go_cpu = statistics.median(round_[Mode.NULL_GO].scheduler_cpu_s for round_ in rounds)
+            cells = f" | {null_rate:.1f} | {null_ratio:.3f}x | {own:.3f}x | {go_ratio:.3f}x | {go_cpu:.1f}"
         rows.append(
             f"| {nodes:,} | {len(rounds)} | {statistics.median(r[Mode.WITHOUT].rate for r in rounds):.1f} | "
             f"{statistics.median(r[Mode.LYRA].rate for r in rounds):.1f} | "
@@ -395,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--floor",
         action="store_true",
-        help="also run against an extender that does nothing, each round (the floor of a round trip per pod)",
+        help="also run against an extender that does nothing, in Python and in Go, each round (the floor of a round "
+        "trip per pod)",
     )
     parser.add_argument(
         "--while-creating",
@@ -409,7 +447,13 @@ def main(argv: list[str] | None = None) -> int:
             f"--nodes must be multiples of 10 of at least {MIN_NODES} (fewer cannot hold the {PODS:,} pods: their base"
             " workers alone need 750 A100s) and --rounds at least 1"
         )
-    modes = [Mode.WITHOUT, Mode.LYRA, *([Mode.NULL] if args.floor else [])]
+    modes = [Mode.WITHOUT, Mode.LYRA, *([Mode.NULL, Mode.NULL_GO] if args.floor else [])]
+    if args.floor:  # built before any cluster starts, so that a missing Go fails at once
+        try:
+            print(f"the Go null extender: {null_extender_go()}", flush=True)
+        except gobuild.BuildError as error:
+            print(f"scheduling_bench: --floor needs the Go null extender built: {error}", file=sys.stderr)
+            return 2
     started_load = load_average()
     results = {}
     with stopped_on_signals(), tempfile.TemporaryDirectory(prefix="lyra-scheduling-bench-") as directory:

@@ -1,5 +1,5 @@
-"""The do-nothing extender the scheduling benchmark measures the floor with answers every request at once: ``[]``
-to a verb, ``ok`` to a readiness probe, pipelined requests in order, over one keep-alive connection."""
+"""The do-nothing extenders the scheduling benchmark measures the floor with (Python, and Go built by the benchmark)
+answer every request at once: ``[]`` to a verb, ``ok`` to a readiness probe, over one keep-alive connection."""
 
 from __future__ import annotations
 
@@ -9,15 +9,17 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from bench.scheduling_bench import null_extender_go
 
 from lyra.localcluster.ports import allocate_ports
 from lyra.localcluster.waiting import wait_for
 
 
-@pytest.fixture
-def port() -> Iterator[int]:
+@pytest.fixture(params=["python", "go"])
+def port(request: pytest.FixtureRequest) -> Iterator[int]:
     [port] = allocate_ports(1)
-    server = subprocess.Popen([sys.executable, "-m", "bench.null_extender", "--port", str(port)])
+    command = [sys.executable, "-m", "bench.null_extender"] if request.param == "python" else [str(null_extender_go())]
+    server = subprocess.Popen([*command, "--port", str(port)])
     try:
 
         def answering() -> bool:

@@ -40,17 +40,22 @@ def test_sizes_that_cannot_hold_the_pods_are_refused_before_any_work(
     assert "--nodes must be multiples of 10 of at least 300" in capsys.readouterr().err
 
 
-def _round(without: float, lyra: float, null: float) -> dict[Mode, Run]:
-    def run(mode: Mode, rate: float) -> Run:
-        return Run(mode, rate, PODS / rate, 5.0, None if mode is Mode.WITHOUT else 1.0)
+def _round(without: float, lyra: float, null: float, null_go: float | None = None) -> dict[Mode, Run]:
+    def run(mode: Mode, rate: float, scheduler_cpu_s: float = 5.0) -> Run:
+        return Run(mode, rate, PODS / rate, scheduler_cpu_s, None if mode is Mode.WITHOUT else 1.0)
 
-    return {Mode.WITHOUT: run(Mode.WITHOUT, without), Mode.LYRA: run(Mode.LYRA, lyra), Mode.NULL: run(Mode.NULL, null)}
+    return {
+        Mode.WITHOUT: run(Mode.WITHOUT, without),
+        Mode.LYRA: run(Mode.LYRA, lyra),
+        Mode.NULL: run(Mode.NULL, null),
+        Mode.NULL_GO: run(Mode.NULL_GO, null if null_go is None else null_go, 4.0),
+    }
 
 
 def test_the_table_gives_medians_of_per_round_ratios_and_the_extenders_own_cost_beyond_a_null_one() -> None:
     # three rounds as measured at 5,000 nodes: the null extender was slowest in the third, so its ratio to "without"
     # and the extender's ratio to it are medians of their own rounds, not ratios of medians
-    rounds = [_round(118.1, 103.0, 120.3), _round(120.9, 103.2, 106.5), _round(103.0, 89.1, 85.5)]
+    rounds = [_round(118.1, 103.0, 120.3, 118.1), _round(120.9, 103.2, 106.5, 96.7), _round(103.0, 89.1, 85.5, 95.8)]
     header, rule, row = summary({5000: rounds}, floor=True)
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert len(cells) == len(header.strip("|").split("|")) == rule.count("|") - 1
@@ -59,9 +64,11 @@ def test_the_table_gives_medians_of_per_round_ratios_and_the_extenders_own_cost_
     assert cells[6] == "0.87, 0.85, 0.87"
     assert cells[10] == "0.881x"  # the null extender: median of 1.019, 0.881, 0.830
     assert cells[11] == "0.969x"  # the extender over the null one: median of 0.856, 0.969, 1.042
+    assert cells[12] == "0.930x"  # the Go null extender: median of 1.000, 0.800, 0.930
+    assert cells[13] == "4.0"  # kube-scheduler's CPU seconds with it
     assert cells[-1] == "MISS"
     without_floor = summary({500: [_round(200.0, 190.0, 199.0)]}, floor=False)
-    assert [line.count("|") for line in without_floor] == [row.count("|") - 3] * 3  # no floor columns
+    assert [line.count("|") for line in without_floor] == [row.count("|") - 5] * 3  # no floor columns
     assert "0.950x" in without_floor[2]
 
 

@@ -1,0 +1,3 @@
+module lyra.dev/bench/nullextender
+
+go 1.22
