@@ -19,11 +19,13 @@ scale-out: a hand trial with the launcher's defaults survived the scale-in in on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -110,12 +112,18 @@ class Gate:
 
     @staticmethod
     def _pump(source: socket.socket, sink: socket.socket) -> None:
+        """Copy ``source`` to ``sink``. At its end, half-close ``sink`` as ``source`` was; on a reset (a peer that
+        went away with data unread, as the store's host does when its agent exits) end both connections, so the
+        other peer sees it too and does not wait on a store that is gone (CI once saw a gated agent wait past the
+        test's deadline after the job's last step, its store's host gone)."""
         try:
             while data := source.recv(1 << 16):
                 sink.sendall(data)
             sink.shutdown(socket.SHUT_WR)
         except OSError:
-            return
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self.opened.set()
@@ -296,3 +304,30 @@ def test_the_example_survives_scale_ins_and_scale_outs(job: Job) -> None:
     final = torch.load(job.checkpoint)
     assert final["step"] == STEPS
     assert final["w"].item() == pytest.approx(closed_form(STEPS, BATCH, LR), rel=1e-12)
+
+
+def test_the_gate_passes_on_a_store_that_went_away_with_a_request_unanswered() -> None:
+    """The store's host resets the connection (its agent exited with a request unread): the client behind the gate
+    sees the connection end at once instead of waiting for an answer that cannot come."""
+    store = socket.create_server((LOOPBACK, 0))
+    gate = Gate(store.getsockname()[1])
+    gate.open()
+    try:
+        client = socket.create_connection((LOOPBACK, gate.port), timeout=10)
+        client.sendall(b"a request")
+        host, _ = store.accept()
+        with host:
+            assert host.recv(64) == b"a request"
+            # closed with a zero linger time: a reset, as from a process that exits with a request unread
+            host.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:
+            ended = client.recv(64) == b""
+        except ConnectionResetError:
+            ended = True
+        except TimeoutError:
+            ended = False
+        assert ended, "the client behind the gate was left waiting on a store that reset its connection"
+        client.close()
+    finally:
+        gate.close()
+        store.close()
