@@ -26,6 +26,7 @@ from lyra.api.objects import Node, Pod
 from lyra.extender.view import ClusterView, LiveView
 from lyra.kubewatch import ApiSource, Source, WatchCache
 from lyra.kubewatch.kinds import BOUND_PODS, NODES, JsonObject, section
+from lyra.osthreads import name_os_thread
 
 log = logging.getLogger("lyra.extender")
 
@@ -136,6 +137,7 @@ class WatchedView:
         self.live.set_pod(key, pod_facts(pod) if pod is not None else None)
 
     def _rank_loop(self) -> None:
+        name_os_thread()
         synced: Callable[[], bool] = lambda: all(cache.synced for cache in self.caches.values())  # noqa: E731
         while not self._stop.is_set() and not synced():
             self._stop.wait(SYNC_POLL_S)

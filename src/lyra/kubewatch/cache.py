@@ -37,6 +37,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lyra.kubewatch.kinds import JsonObject, Kind
+from lyra.osthreads import name_os_thread
 
 log = logging.getLogger("lyra.kubewatch")
 
@@ -263,6 +264,7 @@ class WatchCache:
         self._source.close()
 
     def _run(self) -> None:
+        name_os_thread()
         backoff = self._initial_backoff_s
         must_list = True
         while not self._stop.is_set():

@@ -57,6 +57,7 @@ from lyra.operator.readers import Readings, read_world
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import ObjectRef, World
 from lyra.operator.writes import ApiWrites
+from lyra.osthreads import name_os_thread
 
 log = logging.getLogger("lyra.operator")
 
@@ -199,6 +200,7 @@ class Cluster:
         errors: list[BaseException] = []
 
         def write() -> None:
+            name_os_thread()
             while not stop.is_set():
                 with state.lock:
                     chain = next(pending, None)

@@ -39,6 +39,7 @@ from lyra.core.model import Pool
 from lyra.kubewatch.cache import key_of, reached
 from lyra.kubewatch.kinds import JsonObject, Kind
 from lyra.operator.caches import CATCH_UP_S, KINDS, StaleCacheError, cache_of
+from lyra.osthreads import name_os_thread
 
 log = logging.getLogger("lyra.operator")
 
@@ -203,6 +204,7 @@ class KopfCaches:
         self._thread.start()
 
     def _run(self) -> None:
+        name_os_thread()
         loop = asyncio.new_event_loop()
         self._loop = loop
         logging.getLogger("kopf").setLevel(logging.WARNING)  # a line per object and handler otherwise

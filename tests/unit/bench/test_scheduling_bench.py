@@ -7,7 +7,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench.scheduling_bench import EXTENDER_SCHEDULER, PODS, Mode, Run, _replaced, held, main, pods, summary
+from bench.scheduling_bench import (
+    EXTENDER_SCHEDULER,
+    MAIN_THREAD,
+    PODS,
+    Mode,
+    Run,
+    _replaced,
+    _spent,
+    _threads_cpu_seconds,
+    held,
+    main,
+    pods,
+    summary,
+    thread_breakdown,
+    threads_summary,
+)
 
 
 def test_a_flag_is_replaced_in_place_and_the_others_are_kept() -> None:
@@ -94,6 +109,46 @@ def test_the_timed_scheduler_is_held_while_pods_are_created_and_resumed_however_
         assert _state(child.pid) != "T", "resumed, though the block raised"
         with held(child.pid, hold=False):
             assert _state(child.pid) != "T"
+    finally:
+        child.kill()
+        child.communicate()
+
+
+def test_the_extenders_cpu_by_thread_is_a_median_of_rounds_with_a_thread_absent_from_a_round_counted_zero() -> None:
+    rounds = [_round(200.0, 190.0, 199.0) for _ in range(3)]
+    for round_, threads in zip(
+        rounds,
+        [{"main": 0.5, "watch-pods": 0.2}, {"main": 0.7, "watch-pods": 0.1, "extender-ranks": 0.3}, {"main": 0.6}],
+        strict=True,
+    ):
+        round_[Mode.LYRA].extender_threads_cpu_s.update(threads)
+    (line,) = threads_summary({500: rounds})
+    assert line == "500 nodes, the extender's CPU s by thread (median of rounds): main 0.60, watch-pods 0.10"
+    assert thread_breakdown({"main": 0.004}) == "no thread took 0.01 s"
+
+
+_CHILD = """
+import sys, threading, time
+from lyra.osthreads import name_os_thread
+def burn():
+    name_os_thread()
+    while time.thread_time() < 0.05:
+        pass
+    print("burnt", flush=True)
+    sys.stdin.read()
+threading.Thread(target=burn, name="watch-everything-at-once").start()
+"""
+
+
+def test_the_cpu_of_a_process_is_read_per_thread_by_the_name_lyra_gave_it() -> None:
+    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "burnt\n"
+        seconds = _threads_cpu_seconds(child.pid)
+        assert set(seconds) == {MAIN_THREAD, "watch-everythin"}  # the kernel keeps 15 bytes of a name
+        assert seconds["watch-everythin"] >= 0.04
+        assert _spent({"main": 1.0}, {"main": 1.5, "new": 0.25}) == {"main": 0.5, "new": 0.25}
     finally:
         child.kill()
         child.communicate()
