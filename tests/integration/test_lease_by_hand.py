@@ -35,7 +35,7 @@ from lyra.api import names
 from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.waiting import wait_for
-from tests.integration.test_split_brain import audited_writes, by, identity_of, received
+from tests.integration.test_split_brain import answered, audited_writes, by, identity_of, received
 from tests.operator_support import DEADLINE_S, OPERATOR_NAMESPACE, Operator, lease_holder, service_account_kubeconfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(300)]
@@ -220,8 +220,7 @@ def test_one_writer_whatever_is_done_to_the_lease(
         # first (CI saw an operator's renewal received 2 ms after the edit and accepted, committed before it; one
         # committed after would have carried a stale resourceVersion and got 409). Only writes received once the
         # edit was answered come after it for certain.
-        answered = datetime.fromisoformat(by_hand[0]["stageTimestamp"].replace("Z", "+00:00"))
-        after = [e for e in writes if received(e) > answered and AGENT in e.get("userAgent", "")]
+        after = [e for e in writes if received(e) > answered(by_hand[0]) and AGENT in e.get("userAgent", "")]
         first = (received(after[0]) - edited).total_seconds()
         assert first >= timing.duration_s, f"{case}: the Lease was written {first:.2f} s after the edit"
         print(f"{case}: first operator write of the Lease {first:.2f} s after the edit; handovers {handovers}")

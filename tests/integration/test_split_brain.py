@@ -62,7 +62,17 @@ def audited_writes(cluster: ControlPlane) -> list[dict[str, Any]]:
 
 
 def received(event: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+    """When the API server received an audited request."""
+    return _audit_time(event["requestReceivedTimestamp"])
+
+
+def answered(event: dict[str, Any]) -> datetime:
+    """When the API server answered an audited request (the time of its ``ResponseComplete`` stage)."""
+    return _audit_time(event["stageTimestamp"])
+
+
+def _audit_time(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def identity_of(operator: Operator) -> str:

@@ -313,21 +313,20 @@ def test_the_gate_passes_on_a_store_that_went_away_with_a_request_unanswered() -
     gate = Gate(store.getsockname()[1])
     gate.open()
     try:
-        client = socket.create_connection((LOOPBACK, gate.port), timeout=10)
-        client.sendall(b"a request")
-        host, _ = store.accept()
-        with host:
-            assert host.recv(64) == b"a request"
-            # closed with a zero linger time: a reset, as from a process that exits with a request unread
-            host.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        try:
-            ended = client.recv(64) == b""
-        except ConnectionResetError:
-            ended = True
-        except TimeoutError:
-            ended = False
+        with socket.create_connection((LOOPBACK, gate.port), timeout=10) as client:
+            client.sendall(b"a request")
+            host, _ = store.accept()
+            with host:
+                assert host.recv(64) == b"a request"
+                # closed with a zero linger time: a reset, as from a process that exits with a request unread
+                host.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            try:
+                ended = client.recv(64) == b""
+            except ConnectionResetError:
+                ended = True
+            except TimeoutError:
+                ended = False
         assert ended, "the client behind the gate was left waiting on a store that reset its connection"
-        client.close()
     finally:
         gate.close()
         store.close()

@@ -280,6 +280,8 @@ def build_local_module(
     """Build a small Go module of the project (``sources``: its go.mod, go.sum and .go files) into ``output``.
 
     Every module it needs is one the kubernetes build already put in the module cache, so the build runs offline.
+    The executable is written beside ``output`` under another name and renamed once whole: a build cut short
+    leaves no file at ``output`` that looks built.
     """
     if work_dir.exists():
         shutil.rmtree(work_dir)
@@ -287,12 +289,14 @@ def build_local_module(
     for source in sources:
         shutil.copy2(source, work_dir / source.name)
     report(f"compiling {output.name} from {sources[0].parent}")
+    partial = output.with_name(f"{output.name}.partial")
     _run_go(
         go,
-        [str(go.go), "build", "-trimpath", "-ldflags", "-s -w", "-o", str(output), "."],
+        [str(go.go), "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), "."],
         work_dir,
         log_path,
         report,
         step="compile",
         extra_env={"GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"},
     )
+    partial.replace(output)

@@ -196,7 +196,7 @@ def test_a_pod_is_parsed_only_when_what_the_view_keeps_of_it_may_have_moved() ->
 def test_the_rank_thread_keeps_to_its_share_of_a_core() -> None:
     assert rank_wait_s(RANK_INTERVAL_S, 0.0) == RANK_INTERVAL_S  # nothing was due, or a refresh cost nothing
     assert rank_wait_s(RANK_INTERVAL_S, 0.001) == RANK_INTERVAL_S  # a small cluster: the interval rules
-    spent = 0.04  # a refresh at 5,000 nodes with 1,000 loaned
+    spent = 0.01  # a refresh at 5,000 nodes with 1,000 loaned, on a busy machine
     waited = rank_wait_s(RANK_INTERVAL_S, spent)
     assert waited > RANK_INTERVAL_S
     assert spent / (spent + waited) <= RANK_CPU_SHARE
