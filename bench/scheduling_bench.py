@@ -20,7 +20,10 @@ each round also runs the second scheduler against an extender that answers at on
 (:mod:`bench.null_extender`): what one round trip per pod costs whatever the extender does, and, as the ratio of the
 extender's rate to that one, what its own work costs beyond it; and against the same null extender written in Go
 (``bench/null_extender_go``, built with the Go toolchain that builds the cluster's binaries, into the cache): the
-floor of a round trip per pod whatever the extender's language.
+floor of a round trip per pod whatever the extender's language. With ``--probes``, each round also runs the Go null
+extender as it is, answering a fixed time late (latency and no work), and decoding each request to score a fixed
+number of the nodes it names (the work and the answer's length of a real extender, with no view behind it): what
+kube-scheduler pays for an answer's latency and for its length, each apart from the other.
 """
 
 from __future__ import annotations
@@ -125,9 +128,20 @@ def pods(scheduler_name: str | None = None) -> list[dict[str, Any]]:
     return made
 
 
+def _stat_fields(path: Path) -> list[str]:
+    """The fields of a ``stat`` file of ``/proc`` (a process's or a thread's) after the command name (Linux), the
+    state first."""
+    return path.read_text().rsplit(")", 1)[1].split()
+
+
 def _stat(pid: int) -> list[str]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (Linux), the process state first."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """The fields of ``/proc/<pid>/stat`` after the command name, the process state first."""
+    return _stat_fields(Path(f"/proc/{pid}/stat"))
+
+
+def _cpu_of(fields: Sequence[str]) -> float:
+    """User plus system CPU seconds from the fields :func:`_stat_fields` reads."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _state(pid: int) -> str:
@@ -137,8 +151,7 @@ def _state(pid: int) -> str:
 
 def _cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a process, from /proc (Linux)."""
-    fields = _stat(pid)
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu_of(_stat(pid))
 
 
 #: What the extender's main thread is called in a breakdown: it runs the HTTP server and answers the verbs.
@@ -149,16 +162,15 @@ def _threads_cpu_seconds(pid: int) -> dict[str, float]:
     """User plus system CPU time of each thread of a process, by the name the kernel has for it (Lyra names its
     threads, :mod:`lyra.osthreads`; the main thread is :data:`MAIN_THREAD`), threads of one name summed. A thread
     that ends between the listing and its read is left out."""
-    tick = os.sysconf("SC_CLK_TCK")
     seconds: dict[str, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             comm = (task / "comm").read_text().rstrip("\n")
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            spent = _cpu_of(_stat_fields(task / "stat"))
         except OSError:
             continue
         name = MAIN_THREAD if task.name == str(pid) else comm
-        seconds[name] = seconds.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        seconds[name] = seconds.get(name, 0.0) + spent
     return seconds
 
 
@@ -175,6 +187,16 @@ class Mode(StrEnum):
     LYRA = "with the extender"
     NULL = "with an extender that does nothing"
     NULL_GO = "with an extender that does nothing, in Go"
+    GO_LATE = "with the Go null extender answering late"
+    GO_SCORING = "with the Go null extender decoding the request and scoring nodes"
+
+
+#: ``--probes``: how late the Go null extender answers in :attr:`Mode.GO_LATE` (Lyra's extender spends 0.2-0.3 ms of
+#: CPU on an answer at 500 nodes in this benchmark), and how many of the named nodes it scores in
+#: :attr:`Mode.GO_SCORING` (Lyra's answers at 500 nodes list about 40).
+PROBE_DELAY = "300us"
+PROBE_ANSWER_NODES = 40
+PROBES = (Mode.NULL_GO, Mode.GO_LATE, Mode.GO_SCORING)
 
 
 #: The Go null extender's sources, and what its build is cached under (their hash: an edit rebuilds it).
@@ -221,22 +243,29 @@ class Run:
 
 @contextmanager
 def extender(kubeconfig: Path, port: int, mode: Mode = Mode.LYRA) -> Iterator[subprocess.Popen[bytes]]:
-    """``lyra extender`` (or, ``Mode.NULL``, :mod:`bench.null_extender`; ``Mode.NULL_GO``, the Go one) as its own
-    process (and process group), as it runs in a cluster."""
+    """``lyra extender`` (or, ``Mode.NULL``, :mod:`bench.null_extender`; ``Mode.NULL_GO``, the Go one, and the Go
+    one's probes) as its own process (and process group), as it runs in a cluster."""
+    profile_to = os.environ.get("LYRA_BENCH_PROFILE")  # a path: write Lyra's extender's cProfile there
     if mode is Mode.NULL:
         argv = [sys.executable, "-m", "bench.null_extender", "--port", str(port)]
-    elif mode is Mode.NULL_GO:
+    elif mode in PROBES:
         argv = [str(null_extender_go()), "--port", str(port)]
+        if mode is Mode.GO_LATE:
+            argv += ["--delay", PROBE_DELAY]
+        elif mode is Mode.GO_SCORING:
+            argv += ["--answer-nodes", str(PROBE_ANSWER_NODES)]
     else:
-        profile_to = os.environ.get("LYRA_BENCH_PROFILE")  # a path: write the extender's cProfile there
         command = [sys.executable, *(["-m", "cProfile", "-o", profile_to] if profile_to else []), "-m", "lyra"]
         argv = [*command, "extender", "--kubeconfig", str(kubeconfig), "--port", str(port)]
+    # uvicorn stops cleanly on either signal; cProfile writes its file only on SIGINT (a KeyboardInterrupt, which the
+    # CLI reports as "interrupted" on stderr: noise in a benchmark's log when nothing is being profiled).
+    stop_with = signal.SIGINT if mode is Mode.LYRA and profile_to else signal.SIGTERM
     server = start_process(argv, stdout=subprocess.DEVNULL)
     try:
         wait_until_ready(port, server)
         yield server
     finally:
-        server.send_signal(signal.SIGINT)  # uvicorn stops cleanly on SIGINT (and cProfile writes its file)
+        server.send_signal(stop_with)
         with suppress(subprocess.TimeoutExpired):
             server.wait(timeout=30)
         stop_process_group(server)
@@ -468,6 +497,25 @@ def summary(results: dict[int, list[dict[Mode, Run]]], *, floor: bool) -> list[s
     return rows
 
 
+def probes_summary(results: dict[int, list[dict[Mode, Run]]]) -> list[str]:
+    """A Markdown table, a row per size and mode of ``--probes`` (and Lyra's extender beside them): the median of
+    the per-round ratios to the run without an extender, the rounds' ratios, and kube-scheduler's CPU seconds
+    (median), without an extender first."""
+    rows = [
+        "| nodes | scheduled | ratio to without (median of rounds) | per-round ratios | kube-scheduler CPU s (median) |",
+        "|---:|---|---:|---|---:|",
+    ]
+    for nodes, rounds in results.items():
+        cpu = statistics.median(round_[Mode.WITHOUT].scheduler_cpu_s for round_ in rounds)
+        rows.append(f"| {nodes:,} | {Mode.WITHOUT} | 1 | - | {cpu:.2f} |")
+        for mode in (*PROBES, Mode.LYRA):
+            ratios = [round_[mode].rate / round_[Mode.WITHOUT].rate for round_ in rounds]
+            cpu = statistics.median(round_[mode].scheduler_cpu_s for round_ in rounds)
+            shown = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+            rows.append(f"| {nodes:,} | {mode} | {statistics.median(ratios):.3f}x | {shown} | {cpu:.2f} |")
+    return rows
+
+
 def threads_summary(results: dict[int, list[dict[Mode, Run]]]) -> list[str]:
     """A line per size: the extender's CPU seconds by thread over the timed spans (median of the rounds, a thread
     absent from a round counted 0), most first."""
@@ -494,6 +542,12 @@ def main(argv: list[str] | None = None) -> int:
         "trip per pod)",
     )
     parser.add_argument(
+        "--probes",
+        action="store_true",
+        help=f"also run, each round, the Go null extender as it is, answering {PROBE_DELAY} late, and decoding each "
+        f"request to score {PROBE_ANSWER_NODES} nodes: what an answer's latency and length cost kube-scheduler",
+    )
+    parser.add_argument(
         "--while-creating",
         action="store_true",
         help="time from the first create with the scheduler running (bound by how fast the API server creates "
@@ -506,11 +560,13 @@ def main(argv: list[str] | None = None) -> int:
             " workers alone need 750 A100s) and --rounds at least 1"
         )
     modes = [Mode.WITHOUT, Mode.LYRA, *([Mode.NULL, Mode.NULL_GO] if args.floor else [])]
-    if args.floor:  # built before any cluster starts, so that a missing Go fails at once
+    if args.probes:
+        modes += [mode for mode in PROBES if mode not in modes]
+    if args.floor or args.probes:  # built before any cluster starts, so that a missing Go fails at once
         try:
             print(f"the Go null extender: {null_extender_go()}", flush=True)
         except gobuild.BuildError as error:
-            print(f"scheduling_bench: --floor needs the Go null extender built: {error}", file=sys.stderr)
+            print(f"scheduling_bench: --floor and --probes need the Go null extender built: {error}", file=sys.stderr)
             return 2
     started_load = load_average()
     results = {}
@@ -523,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.while_creating
         else "timed from the resume of the scheduler, held while the pods were created: scheduling alone"
     )
-    for line in [*summary(results, floor=args.floor), *threads_summary(results)]:
+    probe_lines = probes_summary(results) if args.probes else []
+    for line in [*summary(results, floor=args.floor), *threads_summary(results), *probe_lines]:
         print(line)
     return 0
 

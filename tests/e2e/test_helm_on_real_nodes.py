@@ -11,6 +11,9 @@ Asserted:
 * the operator, the extender and the bundled kube-scheduler pods are Running and Ready on real nodes, by their own
   probes, under their ServiceAccounts (in-cluster credentials: a projected token, no kubeconfig);
 * an operator pod holds the operator's Lease;
+* the extender's threads carry their names for the kernel inside its container (``prctl`` allowed by the
+  container's seccomp profile): its watch threads and its reclaim-rank thread, read from ``/proc`` on this machine
+  for the processes in the container's cgroup;
 * the bundled scheduler reaches the extender by its Service's DNS name (``https://lyra-extender.lyra-system.svc``,
   answered by the network process's DNS and relayed to a ready extender pod): a GPU pod of that scheduler is
   scheduled and the extender's ``prioritize`` counter moved;
@@ -115,6 +118,28 @@ def is_ready(pod: client.V1Pod) -> bool:
     return pod.status.phase == "Running" and any(
         condition.type == "Ready" and condition.status == "True" for condition in pod.status.conditions or []
     )
+
+
+#: The extender's threads that name themselves (:mod:`lyra.osthreads`), as ``top -H`` shows them.
+EXTENDER_THREADS = frozenset({"watch-pods", "watch-nodes", "extender-ranks"})
+
+
+def container_thread_names(pod: client.V1Pod) -> set[str]:
+    """The names the kernel has for the threads of a pod's (first) container, read on this machine: the real nodes'
+    kubelets use the cgroupfs driver, so each of the container's processes is in a cgroup whose path ends in the
+    container's ID."""
+    container_id = pod.status.container_statuses[0].container_id.split("://", 1)[1]
+    names: set[str] = set()
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            if not any(line.endswith(f"/{container_id}") for line in (process / "cgroup").read_text().splitlines()):
+                continue
+            names.update((task / "comm").read_text().strip() for task in (process / "task").iterdir())
+        except OSError:  # a process that ended while it was read
+            continue
+    return names
 
 
 def ready_at(pod: client.V1Pod) -> datetime:
@@ -254,6 +279,11 @@ def test_helm_install_from_the_built_images_runs_lyra_ready_on_real_nodes(
         [container] = pod.spec.containers
         assert container.readiness_probe is not None, pod.metadata.name
         assert pod.status.container_statuses[0].restart_count == 0, pod.metadata.name
+
+    [extender] = [pod for pod in pods if component(pod) == "extender"]
+    threads = container_thread_names(extender)
+    print(f"  the extender container's threads: {', '.join(sorted(threads))}")
+    assert threads >= EXTENDER_THREADS, f"the extender container's threads are {sorted(threads)}"
 
     operators = [pod.metadata.name for pod in pods if component(pod) == "operator"]
     wait_for(

@@ -19,6 +19,7 @@ from bench.scheduling_bench import (
     held,
     main,
     pods,
+    probes_summary,
     summary,
     thread_breakdown,
     threads_summary,
@@ -85,6 +86,27 @@ def test_the_table_gives_medians_of_per_round_ratios_and_the_extenders_own_cost_
     without_floor = summary({500: [_round(200.0, 190.0, 199.0)]}, floor=False)
     assert [line.count("|") for line in without_floor] == [row.count("|") - 5] * 3  # no floor columns
     assert "0.950x" in without_floor[2]
+
+
+def test_the_probes_table_gives_each_modes_median_ratio_to_without_and_kube_schedulers_cpu() -> None:
+    def round_(without: float, lyra: float, null_go: float, late: float, scoring: float) -> dict[Mode, Run]:
+        rates = {Mode.WITHOUT: without, Mode.LYRA: lyra, Mode.NULL_GO: null_go, Mode.GO_LATE: late}
+        rates[Mode.GO_SCORING] = scoring
+        cpus = {Mode.WITHOUT: 1.9, Mode.LYRA: 2.6, Mode.NULL_GO: 2.3, Mode.GO_LATE: 2.7, Mode.GO_SCORING: 2.5}
+        return {mode: Run(mode, rate, PODS / rate, cpus[mode], 0.1) for mode, rate in rates.items()}
+
+    # the rounds' ratios (late over without): 0.5, 0.7, 0.6: the median of the ratios, 0.6, not of the rates
+    rounds = [round_(400.0, 300.0, 360.0, 200.0, 280.0), round_(200.0, 150.0, 180.0, 140.0, 140.0)]
+    rounds.append(round_(300.0, 210.0, 270.0, 180.0, 210.0))
+    header, rule, *rows = probes_summary({500: rounds})
+    assert header.count("|") == rule.count("|") == 6
+    cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+    assert [row[1] for row in cells] == [
+        Mode.WITHOUT, Mode.NULL_GO, Mode.GO_LATE, Mode.GO_SCORING, Mode.LYRA,
+    ]  # fmt: skip
+    assert cells[0][2:] == ["1", "-", "1.90"]
+    assert cells[2][2:] == ["0.600x", "0.50, 0.70, 0.60", "2.70"]
+    assert cells[4][2:] == ["0.750x", "0.75, 0.75, 0.70", "2.60"]
 
 
 def _state(pid: int) -> str:
