@@ -12,18 +12,18 @@ measured creation (every pod was bound within 0.7 s of the last create, in every
 cycle waits on the extender. ``--while-creating`` times that way still (from the first create, the scheduler running),
 as every run recorded in docs/benchmarks.md before the held runs was.
 
-Interleaved: each round runs once without the extender and once with it (nodeCacheCapable, as ``lyra cluster up``
-configures it), the order rotated each round; the ratio is the median of the rounds' ratios (target >= 0.9x). Beside
-each rate, kube-scheduler's CPU time over the timed span (and the extender's), from ``/proc``: the extender costs the
-scheduler its round trips, and both share the machine's cores. Pods are created from 16 threads. With ``--floor``,
-each round also runs the second scheduler against an extender that answers at once and scores nothing
+Interleaved: each round runs with the extender (nodeCacheCapable, as ``lyra cluster up`` configures it) between two runs
+without it, which count as one (their pods over their total time); the ratio is the median of the rounds' ratios (target
+>= 0.9x). Beside each rate, kube-scheduler's CPU time over the timed span (and the extender's), from ``/proc``: the
+extender costs the scheduler its round trips, and both share the machine's cores. Pods are created from 16 threads. With
+``--floor``, each round also runs the second scheduler against an extender that answers at once and scores nothing
 (:mod:`bench.null_extender`): what one round trip per pod costs whatever the extender does, and, as the ratio of the
 extender's rate to that one, what its own work costs beyond it; and against the same null extender written in Go
-(``bench/null_extender_go``, built with the Go toolchain that builds the cluster's binaries, into the cache): the
-floor of a round trip per pod whatever the extender's language. With ``--probes``, each round also runs the Go null
-extender as it is, answering a fixed time late (latency and no work), and decoding each request to score a fixed
-number of the nodes it names (the work and the answer's length of a real extender, with no view behind it): what
-kube-scheduler pays for an answer's latency and for its length, each apart from the other.
+(``bench/null_extender_go``, built with the Go toolchain that builds the cluster's binaries, into the cache): the floor
+of a round trip per pod whatever the extender's language. With ``--probes``, each round also runs the Go null extender
+as it is, answering a fixed time late (latency and no work), and decoding each request to score a fixed number of the
+nodes it names (the work and the answer's length of a real extender, with no view behind it): what kube-scheduler pays
+for an answer's latency and for its length, each apart from the other.
 """
 
 from __future__ import annotations
@@ -437,17 +437,41 @@ def thread_breakdown(seconds: dict[str, float]) -> str:
     return ", ".join(shown) or "no thread took 0.01 s"
 
 
+def round_order(modes: Sequence[Mode], round_: int) -> list[Mode]:
+    """The runs of round ``round_`` (from 0): one without an extender first and one last, and between them one per
+    other mode of ``modes``, their order rotated each round so that none always follows the run without."""
+    others = [mode for mode in modes if mode is not Mode.WITHOUT]
+    shift = round_ % len(others) if others else 0
+    return [Mode.WITHOUT, *others[shift:], *others[:shift], Mode.WITHOUT]
+
+
+def bracketed(before: Run, after: Run) -> Run:
+    """The two runs without an extender that open and close a round, as the round's one: their pods over their
+    total time (so a run that a burst of the machine's own work slowed or sped counts half), their mean CPU."""
+    elapsed_s = (before.elapsed_s + after.elapsed_s) / 2
+    return Run(
+        Mode.WITHOUT,
+        PODS / elapsed_s,
+        elapsed_s,
+        (before.scheduler_cpu_s + after.scheduler_cpu_s) / 2,
+        None,
+    )
+
+
 def interleaved(
     nodes: int, rounds: int, directory: Path, modes: Sequence[Mode], *, hold: bool = True
 ) -> list[dict[Mode, Run]]:
-    """``rounds`` rounds of one run per mode on one cluster, the order rotated each round (two modes alternate which
-    goes first), so that the machine's drift (other processes, a warm or cold page cache) falls on every mode
-    alike."""
+    """``rounds`` rounds on one cluster, each as :func:`round_order` says: every mode's run lies between two runs
+    without an extender, which count as one (:func:`bracketed`). One run without per round made each round's ratios
+    follow that run's luck: in two rounds of seven at 500 nodes it was fast and every mode read 0.61-0.78x of it."""
     results = []
     with cluster(nodes, directory / str(nodes)) as bench:
         for round_ in range(rounds):
-            shift = round_ % len(modes)
-            results.append({mode: run(mode, bench, hold=hold) for mode in [*modes[shift:], *modes[:shift]]})
+            order = round_order(modes, round_)
+            first = run(order[0], bench, hold=hold)
+            measured = {mode: run(mode, bench, hold=hold) for mode in order[1:-1]}
+            measured[Mode.WITHOUT] = bracketed(first, run(order[-1], bench, hold=hold))
+            results.append(measured)
     return results
 
 
@@ -502,7 +526,8 @@ def probes_summary(results: dict[int, list[dict[Mode, Run]]]) -> list[str]:
     the per-round ratios to the run without an extender, the rounds' ratios, and kube-scheduler's CPU seconds
     (median), without an extender first."""
     rows = [
-        "| nodes | scheduled | ratio to without (median of rounds) | per-round ratios | kube-scheduler CPU s (median) |",
+        "| nodes | scheduled | ratio to without (median of rounds) | per-round ratios"
+        " | kube-scheduler CPU s (median) |",
         "|---:|---|---:|---|---:|",
     ]
     for nodes, rounds in results.items():

@@ -16,10 +16,12 @@ from bench.scheduling_bench import (
     _replaced,
     _spent,
     _threads_cpu_seconds,
+    bracketed,
     held,
     main,
     pods,
     probes_summary,
+    round_order,
     summary,
     thread_breakdown,
     threads_summary,
@@ -107,6 +109,26 @@ def test_the_probes_table_gives_each_modes_median_ratio_to_without_and_kube_sche
     assert cells[0][2:] == ["1", "-", "1.90"]
     assert cells[2][2:] == ["0.600x", "0.50, 0.70, 0.60", "2.70"]
     assert cells[4][2:] == ["0.750x", "0.75, 0.75, 0.70", "2.60"]
+
+
+def test_every_round_opens_and_closes_without_an_extender_and_rotates_the_modes_between() -> None:
+    modes = [Mode.WITHOUT, Mode.LYRA, Mode.NULL, Mode.NULL_GO]
+    orders = [round_order(modes, round_) for round_ in range(4)]
+    assert orders[0] == [Mode.WITHOUT, Mode.LYRA, Mode.NULL, Mode.NULL_GO, Mode.WITHOUT]
+    assert orders[1] == [Mode.WITHOUT, Mode.NULL, Mode.NULL_GO, Mode.LYRA, Mode.WITHOUT]
+    assert orders[3] == orders[0]
+    assert [order[1] for order in orders[:3]] == [Mode.LYRA, Mode.NULL, Mode.NULL_GO]  # none always follows it
+    assert round_order([Mode.WITHOUT, Mode.LYRA], 1) == [Mode.WITHOUT, Mode.LYRA, Mode.WITHOUT]
+
+
+def test_the_two_runs_without_an_extender_count_as_one_by_their_total_time() -> None:
+    fast = Run(Mode.WITHOUT, PODS / 2.0, 2.0, 1.5, None)
+    slow = Run(Mode.WITHOUT, PODS / 6.0, 6.0, 2.5, None)
+    both = bracketed(fast, slow)
+    # 2,000 pods in 8 s: 250 pods/s, not the mean of 500 and 166.7 pods/s
+    assert (both.mode, both.rate, both.elapsed_s, both.scheduler_cpu_s, both.extender_cpu_s) == (
+        Mode.WITHOUT, 250.0, 4.0, 2.0, None,
+    )  # fmt: skip
 
 
 def _state(pid: int) -> str:
