@@ -87,13 +87,20 @@ manifests: chart ## Render manifests/ from the Helm chart with its default value
 	$(RUN) lyra chart manifests
 
 .PHONY: bench
-bench: binaries ## Run the benchmarks and print the figures recorded in docs/benchmarks.md.
-	$(RUN) python -m bench
-	$(RUN) python -m bench.extender_bench
-	$(RUN) python -m bench.scheduling_bench
-	$(RUN) python -m bench.operator_scale_bench --memory
-	$(RUN) python -m bench.operator_live_bench
-	$(RUN) python -m bench.operator_writes_bench --sizes 5000 --repeats 2
+# One benchmark command of `make bench`, its wall time printed after it (to stderr, with the command).
+define bench_step
+	@echo '==> python -m $(1)' >&2; started=$$(date +%s); \
+	$(RUN) python -m $(1); \
+	echo "<== python -m $(1): $$(( $$(date +%s) - started )) s" >&2
+endef
+
+bench: binaries ## Run the benchmarks and print the figures recorded in docs/benchmarks.md (about 20 min).
+	$(call bench_step,bench)
+	$(call bench_step,bench.extender_bench)
+	$(call bench_step,bench.scheduling_bench)
+	$(call bench_step,bench.operator_scale_bench --memory)
+	$(call bench_step,bench.operator_live_bench)
+	$(call bench_step,bench.operator_writes_bench --sizes 5000 --repeats 2)
 
 .PHONY: bench-envelope
 bench-envelope: binaries ## The operator at 150,000 pods (and its plot), and live with 2,000 TrainingJobs (about 20 min).

@@ -42,6 +42,9 @@ class Benchmark:
     collect_garbage: bool = True
     #: Run after the last call: puts back what ``setup`` changed for the whole process (the collector's state).
     after: Callable[[], None] | None = None
+    #: Make one untimed call first (the first call's imports, caches and lazily built tables left out): off for a
+    #: call that takes tens of seconds, which a warm-up would double for a few milliseconds it leaves out.
+    warm_up: bool = True
 
 
 @dataclass(frozen=True)
@@ -72,14 +75,15 @@ class Ratio:
 
 
 def measure(benchmark: Benchmark, repeats: int | None = None) -> Measurement:
-    """Median wall and CPU time of ``repeats`` calls after one warm-up call; garbage is collected before each call
-    unless the benchmark says not to."""
+    """Median wall and CPU time of ``repeats`` calls, after one warm-up call unless the benchmark says not to;
+    garbage is collected before each call unless the benchmark says not to."""
     call = benchmark.setup()
     samples: list[float] = []
     cpu: list[float] = []
     frozen = False
     try:
-        call()
+        if benchmark.warm_up:
+            call()
         frozen = _freeze_setup() if benchmark.collect_garbage else False
         for _ in range(repeats or benchmark.repeats):
             if benchmark.collect_garbage:

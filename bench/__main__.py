@@ -15,6 +15,7 @@ import importlib
 import os
 import platform
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -150,10 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(header)
     results: list[Measurement] = []
     for _, benchmark in chosen:
+        started = time.perf_counter()
         result = measure(benchmark, args.repeats)
         results.append(result)
         print(
-            f"  {result.name}: {_fmt(result.cpu_median_ms)} ms CPU, {_fmt(result.median_ms)} ms wall",
+            f"  {result.name}: {_fmt(result.cpu_median_ms)} ms CPU, {_fmt(result.median_ms)} ms wall"
+            f" ({time.perf_counter() - started:.0f} s with its setup and every call)",
             file=sys.stderr,
             flush=True,
         )

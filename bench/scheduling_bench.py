@@ -475,6 +475,16 @@ def interleaved(
     return results
 
 
+def per_round_ratios(rounds: Sequence[dict[Mode, Run]], mode: Mode, over: Mode = Mode.WITHOUT) -> list[float]:
+    """Each round's rate of ``mode`` over its rate of ``over``, in the rounds' order."""
+    return [round_[mode].rate / round_[over].rate for round_ in rounds]
+
+
+def scheduler_cpu(rounds: Sequence[dict[Mode, Run]], mode: Mode) -> float:
+    """kube-scheduler's CPU seconds in the runs of ``mode``, the median of the rounds."""
+    return statistics.median(round_[mode].scheduler_cpu_s for round_ in rounds)
+
+
 def summary(results: dict[int, list[dict[Mode, Run]]], *, floor: bool) -> list[str]:
     """The results as a Markdown table, a row per size: medians of the rates and of the per-round ratios (with
     ``floor``, also the null extender's and the extender's rate over the null one's, per round, and the Go null
@@ -495,17 +505,17 @@ def summary(results: dict[int, list[dict[Mode, Run]]], *, floor: bool) -> list[s
     floor_rule = "---:|" * 5 if floor else ""
     rows.append("|---:|---:|---:|---:|---:|---:|---|---:|---:|" + floor_rule + "---|---|")
     for nodes, rounds in results.items():
-        ratios = [round_[Mode.LYRA].rate / round_[Mode.WITHOUT].rate for round_ in rounds]
+        ratios = per_round_ratios(rounds, Mode.LYRA)
         ratio = statistics.median(ratios)
         status = "pass" if ratio >= TARGET_RATIO else "MISS"
         cells = ""
         if floor:
             null_rate = statistics.median(round_[Mode.NULL].rate for round_ in rounds)
-            null_ratio = statistics.median(round_[Mode.NULL].rate / round_[Mode.WITHOUT].rate for round_ in rounds)
+            null_ratio = statistics.median(per_round_ratios(rounds, Mode.NULL))
             # what the extender's own work costs beyond a round trip per pod, which kube-scheduler pays for any
-            own = statistics.median(round_[Mode.LYRA].rate / round_[Mode.NULL].rate for round_ in rounds)
-            go_ratio = statistics.median(round_[Mode.NULL_GO].rate / round_[Mode.WITHOUT].rate for round_ in rounds)
-            go_cpu = statistics.median(round_[Mode.NULL_GO].scheduler_cpu_s for round_ in rounds)
+            own = statistics.median(per_round_ratios(rounds, Mode.LYRA, over=Mode.NULL))
+            go_ratio = statistics.median(per_round_ratios(rounds, Mode.NULL_GO))
+            go_cpu = scheduler_cpu(rounds, Mode.NULL_GO)
             cells = f" | {null_rate:.1f} | {null_ratio:.3f}x | {own:.3f}x | {go_ratio:.3f}x | {go_cpu:.1f}"
         rows.append(
             f"| {nodes:,} | {len(rounds)} | {statistics.median(r[Mode.WITHOUT].rate for r in rounds):.1f} | "
@@ -513,8 +523,7 @@ def summary(results: dict[int, list[dict[Mode, Run]]], *, floor: bool) -> list[s
             f"{statistics.median(r[Mode.WITHOUT].ms_per_pod for r in rounds):.2f} / "
             f"{statistics.median(r[Mode.LYRA].ms_per_pod for r in rounds):.2f} | {ratio:.3f}x | "
             f"{', '.join(f'{r:.2f}' for r in ratios)} | "
-            f"{statistics.median(r[Mode.WITHOUT].scheduler_cpu_s for r in rounds):.1f} / "
-            f"{statistics.median(r[Mode.LYRA].scheduler_cpu_s for r in rounds):.1f} | "
+            f"{scheduler_cpu(rounds, Mode.WITHOUT):.1f} / {scheduler_cpu(rounds, Mode.LYRA):.1f} | "
             f"{statistics.median(r[Mode.LYRA].extender_cpu_s or 0.0 for r in rounds):.1f}{cells} | "
             f">= {TARGET_RATIO}x | {status} |"
         )
@@ -531,12 +540,11 @@ def probes_summary(results: dict[int, list[dict[Mode, Run]]]) -> list[str]:
         "|---:|---|---:|---|---:|",
     ]
     for nodes, rounds in results.items():
-        cpu = statistics.median(round_[Mode.WITHOUT].scheduler_cpu_s for round_ in rounds)
-        rows.append(f"| {nodes:,} | {Mode.WITHOUT} | 1 | - | {cpu:.2f} |")
+        rows.append(f"| {nodes:,} | {Mode.WITHOUT} | 1 | - | {scheduler_cpu(rounds, Mode.WITHOUT):.2f} |")
         for mode in (*PROBES, Mode.LYRA):
-            ratios = [round_[mode].rate / round_[Mode.WITHOUT].rate for round_ in rounds]
-            cpu = statistics.median(round_[mode].scheduler_cpu_s for round_ in rounds)
+            ratios = per_round_ratios(rounds, mode)
             shown = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+            cpu = scheduler_cpu(rounds, mode)
             rows.append(f"| {nodes:,} | {mode} | {statistics.median(ratios):.3f}x | {shown} | {cpu:.2f} |")
     return rows
 

@@ -1,8 +1,9 @@
 """Benchmarks of the simulator: one whole-Philly-trace run per scheme (target: 60 s each on the reference machine).
 
 ``benchmarks()`` is what ``python -m bench`` collects (``--only simulate`` selects these); each run is timed
-once after a warm-up run (``repeats=1``). ``seconds_per_scheme()`` times one run of each scheme directly and
-prints seconds per scheme: ``uv run python -m bench.simulate_bench [SCHEME ...]``.
+once, without a warm-up run (``repeats=1``, ``warm_up=False``): a run takes tens of seconds, and a warm-up would
+double that to leave out the milliseconds a first run spends importing. ``seconds_per_scheme()`` times one run of
+each scheme directly and prints seconds per scheme: ``uv run python -m bench.simulate_bench [SCHEME ...]``.
 
 The inputs are the shipped traces (``../shared/traces`` from the repository root) with the default scenario;
 without them there is nothing to time and both entry points say so instead.
@@ -56,6 +57,7 @@ def benchmarks() -> list[Benchmark]:
             what=f"whole Philly trace (82,247 jobs, 109 days) with the ServeGen load, scheme {scheme}",
             target_ms=TARGET_MS,
             repeats=1,
+            warm_up=False,
         )
         for scheme in POSTER_SCHEMES + CONTEXT_SCHEMES
     ]
