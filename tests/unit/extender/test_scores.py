@@ -161,3 +161,25 @@ def test_an_answer_relative_to_the_lowest_changes_no_choice(seed: int) -> None:
                 return {name for name, total in totals.items() if total == top}
 
             assert best(relative) == best(whole), (pod, weight)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_answers_over_only_nodes_that_score_match_scoring_from_scratch(seed: int) -> None:
+    """Two ways of answering meet here: when every node named scores above 0, the lowest is taken off each score;
+    one name more that scores 0 (the answer joined from the encoded entries) leaves every score whole."""
+    rng = random.Random(seed)
+    live = with_training_nodes(3)
+    for kind, key, raw in random_cluster_events(random.Random(seed + 2000), 150):
+        apply(live, kind, key, raw)
+    live.refresh_ranks()
+    view = live.view
+    assert view.scores is not None
+    last = highest_rank(view)
+    all_above_zero = 0
+    for pod in requests(view, rng):
+        scoring = [name for name in view.nodes if score_nodes(pod, [view.nodes[name]], last)[0][1] > 0]
+        rng.shuffle(scoring)
+        for names in (scoring, [*scoring, "unknown"], ["unknown", *scoring, *scoring[:1]]):
+            assert json.loads(view.scores.answer(pod, names)) == from_scratch(view, pod, names), (pod, names)
+        all_above_zero += bool(scoring)
+    assert all_above_zero > 0  # the first way was taken
