@@ -6,7 +6,8 @@ every argument with pydantic, walks every body to "sanitize" it, builds the requ
 calls without ``_preload_content=False``, turns the answer into its models. Here a body is serialised once
 (``json.dumps``), sent with the client's own configuration (server, CA, client certificate, bearer token refreshed
 as the client refreshes it, user agent, proxy), and its answer kept as bytes, from which the commit step reads only
-the resourceVersion. An error answer raises the client's :class:`ApiException` with its status, reason and body,
+the resourceVersion; the answer is read straight off the socket (:mod:`lyra.operator.http_answers`), not through
+``http.client``'s response. An error answer raises the client's :class:`ApiException` with its status, reason and body,
 as the kubernetes client would, so the commit step's handling is the same.
 
 The methods are named, and take their arguments, as the kubernetes client's ``CoreV1Api``, ``AppsV1Api`` and
@@ -37,6 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
 
 from lyra.api.names import MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from lyra.operator.http_answers import read_answer
 from lyra.operator.leader import LeadershipLostError
 
 #: Seconds a request may wait on the server (connecting, or for any byte of the answer).
@@ -263,9 +265,7 @@ class ApiWrites:
             head.append(f"Content-Length: {len(payload)}" if payload is not None else "Content-Length: 0")
             request = "\r\n".join(head).encode("latin-1") + b"\r\n\r\n" + (payload or b"")
             connection.sock.sendall(request)  # one write: headers and body in one TLS record, one system call
-            response = http.client.HTTPResponse(connection.sock, method=method)
-            response.begin()
-            data = response.read()
+            response = read_answer(connection.sock, method)
         except BaseException:
             connection.close()
             raise
@@ -277,10 +277,10 @@ class ApiWrites:
             if self.refused is not None:
                 self.refused(method, path, response.status)
             error = ApiException(status=response.status, reason=response.reason)
-            error.body = data.decode("utf-8", "replace")
-            error.headers = response.headers
+            error.body = response.data.decode("utf-8", "replace")
+            error.headers = dict(response.headers)
             raise error
-        return Answer(response.status, response.reason, data)
+        return Answer(response.status, response.reason, response.data)
 
     def close(self) -> None:
         self.connections.close()
