@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -537,9 +538,10 @@ def _written_kind(action: Action) -> str:
 
 
 def _version_in(response: Any) -> str:
-    """The resourceVersion of the object a write's response (raw, not preloaded) carries ("" if none)."""
+    """The resourceVersion of the object a write's response (raw, not preloaded) carries ("" if none). Parsed by
+    orjson: a pod's or node's answer in under half of ``json.loads``' CPU, once per write."""
     try:
-        body = json.loads(response.data)
+        body = orjson.loads(response.data)
     except (AttributeError, TypeError, ValueError):
         return ""
     meta = body.get("metadata") if isinstance(body, dict) else None

@@ -9,6 +9,7 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lyra.api.names import JSON_PATCH
 from lyra.operator.leader import LeadershipLostError
-from lyra.operator.writes import ApiWrites
+from lyra.operator.writes import ApiWrites, serialised
 
 
 @dataclass
@@ -158,3 +159,14 @@ def test_names_are_sent_as_one_path_segment_and_a_header_with_a_line_break_is_re
     with pytest.raises(ValueError, match="line break"):
         writes.patch_namespaced_pod("p", "ml", {})
     assert len(server.seen.requests) == 1
+
+
+def test_a_body_is_serialised_as_json_reads_it_back_whatever_it_holds() -> None:
+    frozen = MappingProxyType({"labels": MappingProxyType({"lyra.dev/role": "base"}), "ports": (1, 2)})
+    body = {"metadata": frozen, "note": 'GPU \u2028 \U0001f600 "quoted"', "count": 2**62, "ratio": 0.1}
+    assert json.loads(serialised(body)) == json.loads(json.dumps(body, default=dict))
+    # What orjson refuses, json takes.
+    assert json.loads(serialised({1: "a key that is not a string"})) == {"1": "a key that is not a string"}
+    assert json.loads(serialised({"count": 2**70})) == {"count": 2**70}
+    with pytest.raises(TypeError):
+        serialised({"what": object()})
