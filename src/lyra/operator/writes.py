@@ -73,7 +73,7 @@ def _q(part: str) -> str:
 
 def serialised(body: object) -> bytes:
     """``body`` as JSON: by orjson (a pod's manifest in about a fifteenth of ``json.dumps``' CPU), and by ``json``
-    for what orjson refuses and ``json`` takes (a mapping with keys that are not strings)."""
+    for what orjson refuses and ``json`` takes (keys that are not strings, integers past 64 bits)."""
     try:
         return orjson.dumps(body, default=_plain)
     except TypeError:

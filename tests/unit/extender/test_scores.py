@@ -42,6 +42,15 @@ def with_training_nodes(count: int) -> LiveView:
     return live
 
 
+def settled_view(seed: int, events: int) -> ClusterView:
+    """Three training nodes, then ``events`` random cluster events (from ``seed``), the reclaim ranks refreshed."""
+    live = with_training_nodes(3)
+    for kind, key, raw in random_cluster_events(random.Random(seed), events):
+        apply(live, kind, key, raw)
+    live.refresh_ranks()
+    return live.view
+
+
 def from_scratch(view: ClusterView, pod: PodRequest, names: list[str]) -> list[dict[str, object]]:
     """Each named node scored alone (0 for a name the view does not know), its safety over the highest rank among
     every loaned node of the view; then the lowest of those scores taken off each, and the nodes left at 0 dropped."""
@@ -141,11 +150,7 @@ def test_an_answer_relative_to_the_lowest_changes_no_choice(seed: int) -> None:
     picks a node with the highest total; a node left out of the answer gets nothing. Whatever those totals, the nodes
     it may pick are the same with the relative answer as with every node's whole score."""
     rng = random.Random(seed)
-    live = with_training_nodes(3)
-    for kind, key, raw in random_cluster_events(random.Random(seed + 1000), 100):
-        apply(live, kind, key, raw)
-    live.refresh_ranks()
-    view = live.view
+    view = settled_view(seed + 1000, 100)
     assert view.scores is not None
     last = highest_rank(view)
     for pod in requests(view, rng):
@@ -168,11 +173,7 @@ def test_answers_over_only_nodes_that_score_match_scoring_from_scratch(seed: int
     """Two ways of answering meet here: when every node named scores above 0, the lowest is taken off each score;
     one name more that scores 0 (the answer joined from the encoded entries) leaves every score whole."""
     rng = random.Random(seed)
-    live = with_training_nodes(3)
-    for kind, key, raw in random_cluster_events(random.Random(seed + 2000), 150):
-        apply(live, kind, key, raw)
-    live.refresh_ranks()
-    view = live.view
+    view = settled_view(seed + 2000, 150)
     assert view.scores is not None
     last = highest_rank(view)
     all_above_zero = 0
