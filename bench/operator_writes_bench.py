@@ -7,9 +7,11 @@ does (its collector settings, a burst of changes read from the caches, its readi
 7,374 writes), through the operator's own commit step and client configuration (HTTPS, the server's certificate
 verified, a bearer token, the fence asked before each write). The writes go to a stand-in API server in a child
 process (its CPU is not this process's): it answers every write as kube-apiserver does (the object whole, a new
-resourceVersion; a created object echoed with the fields the server adds, managed fields included) after a fixed
-latency per request (``--latency-ms``). The figures of record are this process's CPU time (``time.process_time``:
-every thread of the client's), beside wall.
+resourceVersion; a created object echoed with the fields the server adds, managed fields included; or, when the
+request's Accept asks ``as=PartialObjectMetadata`` as the operator's writes do, only the object's metadata in a
+``meta.k8s.io/v1`` PartialObjectMetadata, as kube-apiserver was observed to answer each such write in
+``tests/integration/test_write_answers.py``) after a fixed latency per request (``--latency-ms``). The figures of
+record are this process's CPU time (``time.process_time``: every thread of the client's), beside wall.
 
 It prints, per size, the pass's CPU split into read and decide and apply, wall, the number of writes and the CPU per
 write; at the largest size, the CPU per write of each kind of action; and the whole process's peak resident memory
@@ -98,7 +100,16 @@ class StandInState:
             self._version += 1
             return str(self._version)
 
-    def answer(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    def answer(self, method: str, path: str, body: bytes, accept: str = "") -> tuple[int, bytes]:
+        status, text = self._whole(method, path, body)
+        if "as=PartialObjectMetadata" not in accept:
+            return status, text
+        meta = json.loads(text)["metadata"]
+        return status, json.dumps(
+            {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+        ).encode()
+
+    def _whole(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         version = self.version()
         if method == "POST":
             made = json.loads(body or b"{}")
@@ -139,7 +150,7 @@ class StandInHandler(http.server.BaseHTTPRequestHandler):
             # The stand-in's chosen API latency (--latency-ms): what a real server's round trip costs the writer's
             # wall time, not a wait for a state.
             time.sleep(state.latency_s)
-        status, payload = state.answer(self.command, self.path, body)
+        status, payload = state.answer(self.command, self.path, body, self.headers.get("Accept") or "")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))

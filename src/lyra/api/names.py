@@ -85,6 +85,10 @@ CONDITION_TRUE: Final = "True"
 MERGE_PATCH: Final = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
+#: What the operator's writes ask back: only the written object's metadata (its resourceVersion, uid and owners are
+#: all a write's answer is read for), as ``meta.k8s.io/v1`` PartialObjectMetadata; a server that cannot transform
+#: answers the whole object as JSON. Errors come back as a Status either way.
+METADATA_ANSWER: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 # The operator: its field manager, the Lease that keeps one of it active, the source of its Events.
 OPERATOR_NAME: Final = "lyra-operator"

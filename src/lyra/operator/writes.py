@@ -6,9 +6,12 @@ every argument with pydantic, walks every body to "sanitize" it, builds the requ
 calls without ``_preload_content=False``, turns the answer into its models. Here a body is serialised once
 (:func:`serialised`), sent with the client's own configuration (server, CA, client certificate, bearer token refreshed
 as the client refreshes it, user agent, proxy), and its answer kept as bytes, from which the commit step reads only
-the resourceVersion; the answer is read straight off the socket (:mod:`lyra.operator.http_answers`), not through
-``http.client``'s response. An error answer raises the client's :class:`ApiException` with its status, reason and body,
-as the kubernetes client would, so the commit step's handling is the same.
+metadata (the resourceVersion; after a 409 on a create, the pod's uid and owners). So every request asks for the
+object's metadata alone (:data:`lyra.api.names.METADATA_ANSWER`): kube-apiserver then answers a pod in about 1 KB (its
+metadata, managed fields included) without its spec and status, and each write has less to read, decrypt and parse.
+The answer is read straight off the socket (:mod:`lyra.operator.http_answers`), not through ``http.client``'s
+response. An error answer raises the client's :class:`ApiException` with its status, reason and body, as the
+kubernetes client would, so the commit step's handling is the same.
 
 The methods are named, and take their arguments, as the kubernetes client's ``CoreV1Api``, ``AppsV1Api`` and
 ``CustomObjectsApi`` do (only those the commit step calls), so a test may stand in for them alike.
@@ -38,7 +41,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
 
-from lyra.api.names import MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from lyra.api.names import MERGE_PATCH, METADATA_ANSWER, STRATEGIC_MERGE_PATCH
 from lyra.operator.http_answers import read_answer
 from lyra.operator.leader import LeadershipLostError
 
@@ -223,7 +226,7 @@ class ApiWrites:
     # -- one request --------------------------------------------------------------------------------------------------
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {**self.api.default_headers, "Accept": JSON}
+        headers = {**self.api.default_headers, "Accept": METADATA_ANSWER}
         for setting in self.api.configuration.auth_settings().values():
             if setting.get("in") == "header" and setting.get("value"):
                 headers[str(setting["key"])] = str(setting["value"])

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lyra.api.names import JSON_PATCH
+from lyra.api.names import JSON_PATCH, METADATA_ANSWER
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.writes import ApiWrites, serialised
 
@@ -112,6 +112,7 @@ def test_a_write_is_one_request_with_the_clients_headers_and_its_body_as_json(se
     assert made["headers"]["authorization"] == "Bearer secret-token"
     assert made["headers"]["user-agent"] == "lyra-operator/test (op-1)"
     assert made["headers"]["content-type"] == "application/json"
+    assert {r["headers"]["accept"] for r in server.seen.requests} == {METADATA_ANSWER}
     assert patched["path"] == "/apis/lyra.dev/v1alpha1/namespaces/ml/trainingjobs/j/status"
     assert patched["headers"]["content-type"] == "application/json-patch+json"
     assert json.loads(patched["body"]) == status
