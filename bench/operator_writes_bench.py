@@ -63,37 +63,38 @@ class StandInState:
         self.latency_s = latency_s
         self._version = 100_000
         self._lock = threading.Lock()
-        self.node = json.dumps(kubelet_node("t4-00000", "inference", "Tesla-T4", "loaned"))
+        node = kubelet_node("t4-00000", "inference", "Tesla-T4", "loaned")
         pod = kubelet_pod("ml", "job-00000-w0", {"lyra.dev/role": "base", "lyra.dev/job": "job-00000"}, "t4-0", 1)
-        self.pod = json.dumps(pod)
-        self.job = json.dumps(
-            {
-                "apiVersion": "lyra.dev/v1alpha1",
-                "kind": "TrainingJob",
-                "metadata": {
-                    "name": "job-00000",
-                    "namespace": "ml",
-                    "uid": "uid-job",
-                    "resourceVersion": "1",
-                    "generation": 1,
-                    "creationTimestamp": STAMP,
-                    "managedFields": _managed("lyra-operator"),
-                },
-                "spec": {
-                    "minWorkers": 3,
-                    "maxWorkers": 6,
-                    "gpusPerWorker": 1,
-                    "gpuTypes": ["Tesla-T4"],
-                    "template": {"spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}},
-                },
-                "status": {
-                    "phase": "Running",
-                    "queuedAt": STAMP,
-                    "startedAt": STAMP,
-                    "workers": {"current": 3, "target": 3, "base": 3, "flexible": 0},
-                },
-            }
-        )
+        job = {
+            "apiVersion": "lyra.dev/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": {
+                "name": "job-00000",
+                "namespace": "ml",
+                "uid": "uid-job",
+                "resourceVersion": "1",
+                "generation": 1,
+                "creationTimestamp": STAMP,
+                "managedFields": _managed("lyra-operator"),
+            },
+            "spec": {
+                "minWorkers": 3,
+                "maxWorkers": 6,
+                "gpusPerWorker": 1,
+                "gpuTypes": ["Tesla-T4"],
+                "template": {"spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}},
+            },
+            "status": {
+                "phase": "Running",
+                "queuedAt": STAMP,
+                "startedAt": STAMP,
+                "workers": {"current": 3, "target": 3, "base": 3, "flexible": 0},
+            },
+        }
+        objects = {"node": node, "pod": pod, "job": job}
+        # What a patch or a delete answers, by kind: the object whole, or its metadata alone.
+        self._whole = {kind: json.dumps(whole) for kind, whole in objects.items()}
+        self._metadata = {kind: json.dumps(_partial(whole["metadata"])) for kind, whole in objects.items()}
 
     def version(self) -> str:
         with self._lock:
@@ -101,15 +102,9 @@ class StandInState:
             return str(self._version)
 
     def answer(self, method: str, path: str, body: bytes, accept: str = "") -> tuple[int, bytes]:
-        status, text = self._whole(method, path, body)
-        if "as=PartialObjectMetadata" not in accept:
-            return status, text
-        meta = json.loads(text)["metadata"]
-        return status, json.dumps(
-            {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
-        ).encode()
-
-    def _whole(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        """The answer to one write: the object whole, or its metadata alone when ``accept`` asks for it (each built
+        directly, so that answering the metadata costs the stand-in no more CPU than answering the whole would)."""
+        metadata_only = "as=PartialObjectMetadata" in accept
         version = self.version()
         if method == "POST":
             made = json.loads(body or b"{}")
@@ -122,16 +117,19 @@ class StandInState:
                 creationTimestamp=STAMP,
                 managedFields=_managed("lyra-operator"),
             )
+            if metadata_only:
+                return 201, json.dumps(_partial(meta)).encode()
             if path.endswith("/pods"):
                 made["status"] = {"phase": "Pending", "qosClass": "Burstable"}
             return 201, json.dumps(made).encode()
-        if "/nodes/" in path:
-            text = self.node
-        elif "/pods/" in path:
-            text = self.pod
-        else:
-            text = self.job
+        kind = "node" if "/nodes/" in path else "pod" if "/pods/" in path else "job"
+        text = (self._metadata if metadata_only else self._whole)[kind]
         return 200, text.replace('"resourceVersion": "', f'"resourceVersion": "{version}', 1).encode()
+
+
+def _partial(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` as kube-apiserver answers a write that asks for the object's metadata alone."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata}
 
 
 class StandInHandler(http.server.BaseHTTPRequestHandler):
