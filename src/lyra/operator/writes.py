@@ -7,11 +7,12 @@ calls without ``_preload_content=False``, turns the answer into its models. Here
 (:func:`serialised`), sent with the client's own configuration (server, CA, client certificate, bearer token refreshed
 as the client refreshes it, user agent, proxy), and its answer kept as bytes, from which the commit step reads only
 metadata (the resourceVersion; after a 409 on a create, the pod's uid and owners). So every request asks for the
-object's metadata alone (:data:`lyra.api.names.METADATA_ANSWER`): kube-apiserver then answers a pod in about 1 KB (its
-metadata, managed fields included) without its spec and status, and each write has less to read, decrypt and parse.
-The answer is read straight off the socket (:mod:`lyra.operator.http_answers`), not through ``http.client``'s
-response. An error answer raises the client's :class:`ApiException` with its status, reason and body, as the
-kubernetes client would, so the commit step's handling is the same.
+object's metadata alone (:data:`lyra.api.names.METADATA_ANSWER`): kube-apiserver then answers with the metadata
+(managed fields included) without spec and status, a pod of 30 environment variables in 2.6 KB instead of 5.9, and
+each write has less to read, decrypt and parse. The answer is read straight off the socket
+(:mod:`lyra.operator.http_answers`), not through ``http.client``'s response. An error answer raises the client's
+:class:`ApiException` with its status, reason and body, as the kubernetes client would, so the commit step's handling
+is the same.
 
 The methods are named, and take their arguments, as the kubernetes client's ``CoreV1Api``, ``AppsV1Api`` and
 ``CustomObjectsApi`` do (only those the commit step calls), so a test may stand in for them alike.
