@@ -21,6 +21,7 @@ write; at the largest size, the CPU per write of each kind of action; and the wh
 from __future__ import annotations
 
 import argparse
+import email.utils
 import gc
 import http.server
 import json
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +56,9 @@ from lyra.operator.world import World
 PASS_TARGET_S = 2.0
 DEFAULT_LATENCY_MS = 2.0
 TOKEN = "bench-token"  # the stand-in's bearer token, checked by nothing
+#: The API Priority and Fairness identifiers the stand-in's answers carry, as kube-apiserver's do.
+FLOW_UID = "6bf05434-0819-41a2-a0d8-651630fca8e3"
+PRIORITY_UID = "d6d338c0-86c3-41a8-bf77-18e36681f95f"
 
 
 class StandInState:
@@ -115,7 +120,7 @@ class StandInState:
                 uid=f"uid-{version}",
                 resourceVersion=version,
                 creationTimestamp=STAMP,
-                managedFields=_managed("lyra-operator"),
+                managedFields=_managed_by_request(made),
             )
             if metadata_only:
                 return 201, json.dumps(_partial(meta)).encode()
@@ -127,9 +132,64 @@ class StandInState:
         return 200, text.replace('"resourceVersion": "', f'"resourceVersion": "{version}', 1).encode()
 
 
+def _field_set(value: object) -> dict[str, Any]:
+    """The fields ``value`` sets, as server-side apply's ``FieldsV1`` names them: ``f:<name>`` for a map's keys, and
+    ``k:{"name":...}`` for the items of a list keyed by name (containers, env, ports); ``.`` marks a field that is
+    itself a map or an item."""
+    if isinstance(value, dict):
+        return {f"f:{key}": _field_set(item) for key, item in value.items()}
+    if isinstance(value, list) and all(isinstance(item, dict) and "name" in item for item in value):
+        return {
+            ".": {},
+            **{f'k:{{"name":{json.dumps(item["name"])}}}': {".": {}, **_field_set(item)} for item in value},
+        }
+    return {}
+
+
+def _managed_by_request(made: dict[str, Any]) -> list[dict[str, Any]]:
+    """The managed fields kube-apiserver records for a created object: one entry naming every field the request set
+    (a created pod's answer grows with its manifest: 2,534 bytes of metadata for a pod of 30 environment variables on
+    the local control plane, docs/benchmarks.md)."""
+    sets = {key: value for key, value in made.items() if key not in {"apiVersion", "kind", "status"}}
+    meta = {key: value for key, value in sets.get("metadata", {}).items() if key not in {"name", "namespace"}}
+    fields = _field_set({**sets, "metadata": meta} if meta else {k: v for k, v in sets.items() if k != "metadata"})
+    return [
+        {"manager": "lyra-operator", "operation": "Update", "apiVersion": "v1", "time": STAMP,
+         "fieldsType": "FieldsV1", "fieldsV1": fields},
+    ]  # fmt: skip
+
+
 def _partial(metadata: dict[str, Any]) -> dict[str, Any]:
     """``metadata`` as kube-apiserver answers a write that asks for the object's metadata alone."""
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata}
+
+
+#: The longest body kube-apiserver (Go's ``net/http``) answers with a ``Content-Length``; a longer one goes chunked.
+CHUNKING_AFTER = 2048
+_REASONS = {200: "OK", 201: "Created"}
+
+
+def framed(status: int, payload: bytes) -> bytes:
+    """An answer as kube-apiserver was observed to send one to the operator's writes (``tests/integration/
+    test_write_answers.py``; docs/benchmarks.md, "The stand-in answers as the API server does"): its seven headers,
+    the body with a newline (Go's JSON encoder ends with one) chunked whole in one chunk when it is longer than
+    :data:`CHUNKING_AFTER`, else with a ``Content-Length``, and all of it in one write, so the client reads it in one
+    TLS record as it reads the real server's."""
+    body = payload + b"\n"
+    head = (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
+        f"Audit-Id: {uuid.uuid4()}\r\n"
+        "Cache-Control: no-cache, private\r\n"
+        "Content-Type: application/json\r\n"
+        f"X-Kubernetes-Pf-Flowschema-Uid: {FLOW_UID}\r\n"
+        f"X-Kubernetes-Pf-Prioritylevel-Uid: {PRIORITY_UID}\r\n"
+        f"Date: {email.utils.formatdate(usegmt=True)}\r\n"
+    )
+    if len(body) > CHUNKING_AFTER:
+        framing = f"Transfer-Encoding: chunked\r\n\r\n{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    else:
+        framing = f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+    return head.encode() + framing
 
 
 class StandInHandler(http.server.BaseHTTPRequestHandler):
@@ -149,11 +209,7 @@ class StandInHandler(http.server.BaseHTTPRequestHandler):
             # wall time, not a wait for a state.
             time.sleep(state.latency_s)
         status, payload = state.answer(self.command, self.path, body, self.headers.get("Accept") or "")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        self.wfile.write(framed(status, payload))
 
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _answer  # noqa: N815 - the names http.server calls
 

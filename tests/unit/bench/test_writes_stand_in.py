@@ -1,14 +1,18 @@
 """The writes benchmark's stand-in API server answers as kube-apiserver was observed to
-(``tests/integration/test_write_answers.py``): the object whole, or its metadata alone when the request asks for it."""
+(``tests/integration/test_write_answers.py``): the object whole, or its metadata alone when the request asks for it,
+framed as kube-apiserver frames it and sent in one block."""
 
 from __future__ import annotations
 
 import json
+import socket
+from typing import cast
 
 import pytest
-from bench.operator_writes_bench import StandInState
+from bench.operator_writes_bench import StandInState, framed
 
 from lyra.api.names import METADATA_ANSWER
+from lyra.operator.http_answers import read_answer
 
 WRITES = [
     ("POST", "/api/v1/namespaces/ml/pods", b'{"metadata": {"name": "j-w0"}, "spec": {"containers": []}}'),
@@ -35,3 +39,35 @@ def test_a_write_asking_for_metadata_gets_the_objects_metadata_alone(method: str
     assert partial["metadata"]["name"] == whole_object["metadata"]["name"]
     assert int(partial["metadata"]["resourceVersion"]) > int(whole_object["metadata"]["resourceVersion"])
     assert len(metadata) < len(whole)
+
+
+class _OneBlock:
+    """A socket holding one block of bytes, as one TLS record arrives: the first ``recv`` takes all of it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.blocks = [data]
+        self.reads = 0
+
+    def recv(self, size: int) -> bytes:
+        self.reads += 1
+        block = self.blocks.pop(0) if self.blocks else b""
+        assert len(block) <= size
+        return block
+
+
+@pytest.mark.parametrize(
+    ("size", "framing"), [(200, "content-length"), (2047, "content-length"), (2048, "chunked"), (2534, "chunked")]
+)
+def test_an_answer_is_framed_as_kube_apiserver_frames_it_in_one_block(size: int, framing: str) -> None:
+    payload = json.dumps({"metadata": {"note": "x" * (size - 26)}}).encode()
+    assert len(payload) == size
+    sock = _OneBlock(framed(201, payload))
+    answer = read_answer(cast("socket.socket", sock), "POST")
+    assert (answer.status, answer.reason, answer.will_close) == (201, "Created", False)
+    assert json.loads(answer.data) == json.loads(payload)
+    assert answer.data == payload + b"\n"
+    assert framing in answer.headers or answer.headers.get("transfer-encoding") == framing
+    assert {"audit-id", "cache-control", "content-type", "date", "x-kubernetes-pf-flowschema-uid"} <= set(
+        answer.headers
+    )
+    assert sock.reads == 1  # the whole answer was in the one block
