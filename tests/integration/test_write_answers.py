@@ -48,12 +48,14 @@ def test_large_and_small_answers_are_read_whole_on_one_connection(
         # The framings themselves, as the API server chose them, on that connection.
         connection, _ = writes.connections.take()
         headers = writes._headers(None)
-        head = [f"GET /api/v1/namespaces/{namespace}/pods/big HTTP/1.1", f"Host: {writes.connections.authority}"]
-        head += [f"{name}: {value}" for name, value in headers.items()]
         assert connection.sock is not None
-        connection.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        connection.sock.sendall(
+            f"GET /api/v1/namespaces/{namespace}/pods/big HTTP/1.1\r\n".encode() + headers + b"\r\n"
+        )
         large = read_answer(connection.sock, "GET")
-        connection.sock.sendall(("\r\n".join(head).replace("/pods/big", "/pods/none") + "\r\n\r\n").encode())
+        connection.sock.sendall(
+            f"GET /api/v1/namespaces/{namespace}/pods/none HTTP/1.1\r\n".encode() + headers + b"\r\n"
+        )
         small = read_answer(connection.sock, "GET")
         writes.connections.give_back(connection)
         assert (large.status, large.headers.get("transfer-encoding"), large.will_close) == (200, "chunked", False)

@@ -6,7 +6,9 @@ and parses the headers with the ``email`` package; over TLS with the API server'
 100 us of CPU an answer, as much as all the rest of a write (docs/benchmarks.md, "The pass with its writes"). Here
 the socket is read in large blocks (an answer usually comes in one), the head found and split once, and the body
 framed as RFC 9112 says: chunked (kube-apiserver's framing for an answer past 2 KiB), ``Content-Length``, no body
-(``HEAD``, 204, 304), or up to the connection's close. Interim 1xx answers are skipped (none is expected: no request
+(``HEAD``, 204, 304), or up to the connection's close. The read block is consumed by position, not copied down, and a
+chunked body held whole as one chunk with no trailer (as kube-apiserver sends it, in one TLS record) is taken by one
+match instead of the chunk-by-chunk reading. Interim 1xx answers are skipped (none is expected: no request
 says ``Expect``).
 
 Errors are ``http.client``'s, so callers handle them as before: :class:`http.client.RemoteDisconnected` when the
@@ -20,6 +22,7 @@ was pipelined, so they belong to no request) mark the connection to be closed to
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import ssl
 from collections.abc import Mapping
@@ -32,6 +35,13 @@ MAX_HEAD_BYTES = 64 * 1024
 #: Statuses whose answers have no body (RFC 9112, section 6.3).
 _NO_BODY = frozenset({204, 304})
 _HEX = frozenset("0123456789abcdefABCDEF")
+#: What begins an obsolete folded header line; what ``str.strip`` strips (a header's name may not begin or end so).
+_FOLDS = (" ", "\t")
+_SPACE = frozenset(chr(c) for c in range(0x110000) if chr(c).isspace())
+#: A body chunked whole in one chunk and then ended with no trailer, as kube-apiserver sends an answer past 2 KiB:
+#: the chunk's size line (hex digits alone).
+_ONE_CHUNK = re.compile(rb"([0-9a-fA-F]{1,15})\r\n")
+_LAST_CHUNK = b"\r\n0\r\n\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +57,12 @@ class HttpAnswer:
 
 
 class _Received:
-    """What came off the socket and is not consumed yet."""
+    """What came off the socket: ``held[at:]`` is not consumed yet (consumed bytes are dropped at the next read)."""
 
     def __init__(self, sock: socket.socket | ssl.SSLSocket) -> None:
         self.sock = sock
         self.held = bytearray()
+        self.at = 0
         self.any = False
 
     def more(self) -> bool:
@@ -60,41 +71,61 @@ class _Received:
         if not block:
             return False
         self.any = True
+        if self.at:
+            del self.held[: self.at]
+            self.at = 0
         self.held += block
         return True
 
+    def left(self) -> int:
+        return len(self.held) - self.at
+
     def through(self, marker: bytes, limit: int, what: str) -> bytes:
         """The bytes before the next ``marker`` (which is consumed too), at most ``limit`` of them."""
-        start = 0
+        start = self.at
         while True:
-            at = self.held.find(marker, start)
-            if at >= 0:
-                if at > limit:
+            found = self.held.find(marker, start)
+            if found >= 0:
+                if found - self.at > limit:
                     raise http.client.LineTooLong(what)
-                taken = bytes(self.held[:at])
-                del self.held[: at + len(marker)]
+                taken = bytes(self.held[self.at : found])
+                self.at = found + len(marker)
                 return taken
-            if len(self.held) > limit:
+            if self.left() > limit:
                 raise http.client.LineTooLong(what)
-            start = max(0, len(self.held) - len(marker) + 1)
+            start = max(0, len(self.held) - len(marker) + 1) - self.at
             if not self.more():
                 if not self.any:
                     raise http.client.RemoteDisconnected("the server closed the connection without an answer")
-                raise http.client.IncompleteRead(bytes(self.held))
+                raise http.client.IncompleteRead(bytes(self.held[self.at :]))
+            start = max(start, 0)
 
     def exactly(self, size: int) -> bytes:
-        while len(self.held) < size:
+        while self.left() < size:
             if not self.more():
-                raise http.client.IncompleteRead(bytes(self.held), size - len(self.held))
-        taken = bytes(self.held[:size])
-        del self.held[:size]
+                raise http.client.IncompleteRead(bytes(self.held[self.at :]), size - self.left())
+        taken = bytes(self.held[self.at : self.at + size])
+        self.at += size
         return taken
+
+    def one_chunk(self) -> bytes | None:
+        """A chunked body already held whole as one chunk and the last chunk with no trailer (the API server's way),
+        consumed; ``None`` (nothing consumed) for any other framing or a body not yet all read."""
+        size_line = _ONE_CHUNK.match(self.held, self.at)
+        if size_line is None:
+            return None
+        start = size_line.end()
+        end = start + int(size_line.group(1), 16)
+        if end == start or self.held[end : end + len(_LAST_CHUNK)] != _LAST_CHUNK:
+            return None
+        self.at = end + len(_LAST_CHUNK)
+        return bytes(self.held[start:end])
 
     def to_close(self) -> bytes:
         while self.more():
             pass
-        taken = bytes(self.held)
-        self.held.clear()
+        taken = bytes(self.held[self.at :])
+        self.at = len(self.held)
         return taken
 
 
@@ -110,15 +141,18 @@ def _header_fields(lines: list[str]) -> dict[str, str]:
     fields: dict[str, str] = {}
     last = None
     for line in lines:
-        if line[:1] in (" ", "\t") and last is not None:  # an obsolete folded line continues the field before it
+        if line[:1] in _FOLDS and last is not None:  # an obsolete folded line continues the field before it
             fields[last] = f"{fields[last]} {line.strip()}"
             continue
         name, colon, value = line.partition(":")
-        name = name.lower()
-        if not colon or not name or name != name.strip():
+        if not colon or not name or name[-1] in _SPACE or name[0] in _SPACE:
             raise http.client.HTTPException(f"a malformed header line in the answer: {line[:100]!r}")
+        name = name.lower()
         value = value.strip()
-        fields[name] = f"{fields[name]}, {value}" if name in fields else value
+        if name in fields:
+            fields[name] = f"{fields[name]}, {value}"
+        else:
+            fields[name] = value
         last = name
     return fields
 
@@ -155,19 +189,22 @@ def read_answer(sock: socket.socket | ssl.SSLSocket, method: str) -> HttpAnswer:
         fields = _header_fields(lines[1:])
         if not 100 <= status < 200 or status == 101:
             break  # 101 (switching protocols) is final; other 1xx answers come before the real one
-    tokens = {token.strip().lower() for token in fields.get("connection", "").split(",")}
+    connection = fields.get("connection")
+    tokens = {token.strip().lower() for token in connection.split(",")} if connection is not None else set()
     will_close = "close" in tokens or (version == "HTTP/1.0" and "keep-alive" not in tokens)
-    codings = [coding.strip().lower() for coding in fields.get("transfer-encoding", "").split(",") if coding.strip()]
+    coding = fields.get("transfer-encoding")
+    codings = [c.strip().lower() for c in coding.split(",") if c.strip()] if coding is not None else []
     if method == "HEAD" or status in _NO_BODY or 100 <= status < 200:
         data = b""
     elif codings and codings[-1] == "chunked":
-        data = _chunked(received)
+        whole = received.one_chunk()
+        data = whole if whole is not None else _chunked(received)
     elif codings:  # framed by the connection's close (RFC 9112, section 6.3)
         data, will_close = received.to_close(), True
     elif "content-length" in fields:
         data = received.exactly(_length(fields["content-length"]))
     else:
         data, will_close = received.to_close(), True
-    if received.held:
+    if received.left():
         will_close = True  # bytes past the answer belong to no request sent
     return HttpAnswer(status, reason, fields, data, will_close)

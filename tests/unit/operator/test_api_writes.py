@@ -122,6 +122,30 @@ def test_a_write_is_one_request_with_the_clients_headers_and_its_body_as_json(se
     assert len({r["headers"].get("host") for r in server.seen.requests}) == 1
 
 
+def test_a_refreshed_token_and_a_new_user_agent_go_with_the_next_request(server: Server) -> None:
+    writes = writes_to(server)
+    tokens = iter(["Bearer first", "Bearer first", "Bearer second"])
+    configuration = writes.api.configuration
+
+    def refresh(settings: client.Configuration) -> None:  # as the kubernetes client's token refresh hook is called
+        settings.api_key["authorization"] = next(tokens)
+
+    configuration.refresh_api_key_hook = refresh
+    for name in ("a", "b", "c"):
+        writes.patch_namespaced_pod(name, "ml", {})
+    writes.api.user_agent = "lyra-operator/test (op-2)"
+    configuration.refresh_api_key_hook = None
+    writes.patch_namespaced_pod("d", "ml", {})
+    seen = [(r["headers"]["authorization"], r["headers"]["user-agent"]) for r in server.seen.requests]
+    assert seen == [
+        ("Bearer first", "lyra-operator/test (op-1)"),
+        ("Bearer first", "lyra-operator/test (op-1)"),
+        ("Bearer second", "lyra-operator/test (op-1)"),
+        ("Bearer second", "lyra-operator/test (op-2)"),
+    ]
+    assert all(r["headers"]["content-type"] == "application/strategic-merge-patch+json" for r in server.seen.requests)
+
+
 def test_an_error_answer_raises_the_clients_exception_with_its_status_and_body(server: Server) -> None:
     body = {"kind": "Status", "reason": "Forbidden", "message": "exceeded quota: gpus"}
     server.seen.answers.append((403, body, False))

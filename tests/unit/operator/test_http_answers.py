@@ -42,6 +42,14 @@ FRAMINGS = [
     pytest.param(OK, "POST", (201, "Created", b'{"a":"bc"}\n', False), id="content-length"),
     pytest.param(CHUNKED, "GET", (200, "OK", b'{"a":"0123456"}', False), id="chunked with an extension and a trailer"),
     pytest.param(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nf\r\n{\"a\":\"0123456\"}\r\n0\r\n\r\n", "GET",
+        (200, "OK", b'{"a":"0123456"}', False), id="chunked whole in one chunk (kube-apiserver's way)",
+    ),
+    pytest.param(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n00F\r\n{\"a\":\"0123456\"}\r\n0\r\nX-T: 1\r\n\r\n",
+        "GET", (200, "OK", b'{"a":"0123456"}', False), id="one chunk and a trailer",
+    ),
+    pytest.param(
         b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}", "GET", (200, "OK", b"{}", True),
         id="connection close",
     ),
