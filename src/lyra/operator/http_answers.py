@@ -35,9 +35,10 @@ MAX_HEAD_BYTES = 64 * 1024
 #: Statuses whose answers have no body (RFC 9112, section 6.3).
 _NO_BODY = frozenset({204, 304})
 _HEX = frozenset("0123456789abcdefABCDEF")
-#: What begins an obsolete folded header line; what ``str.strip`` strips (a header's name may not begin or end so).
+#: What begins an obsolete folded header line; what ``str.strip`` strips of a head decoded as Latin-1 (a header's name
+#: may not begin or end so).
 _FOLDS = (" ", "\t")
-_SPACE = frozenset(chr(c) for c in range(0x110000) if chr(c).isspace())
+_SPACE = frozenset(chr(c) for c in range(256) if chr(c).isspace())
 #: A body chunked whole in one chunk and then ended with no trailer, as kube-apiserver sends an answer past 2 KiB:
 #: the chunk's size line (hex digits alone).
 _ONE_CHUNK = re.compile(rb"([0-9a-fA-F]{1,15})\r\n")

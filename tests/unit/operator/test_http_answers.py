@@ -180,3 +180,13 @@ def test_over_a_real_socket_the_answer_ends_where_its_framing_says() -> None:
         assert read_answer(ours, "GET").data == b'{"a":"0123456"}'
         theirs.sendall(OK)
         assert read_answer(ours, "POST").status == 201
+
+
+@pytest.mark.parametrize(
+    "line", ["X-A : 1", "X-A\x0b: 1", "X-A\x85: 1", "X-A\xa0: 1", "\x0bX-A: 1", "\x1cX-A: 1", "\xa0X-A: 1"]
+)
+def test_a_header_name_that_begins_or_ends_with_white_space_is_refused(line: str) -> None:
+    """As ``str.strip`` sees white space in a head read as Latin-1 (a space or tab first folds the line before)."""
+    raw = f"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n{line}\r\n\r\n".encode("latin-1")
+    with pytest.raises(http.client.HTTPException, match="malformed header line"):
+        read(raw)
