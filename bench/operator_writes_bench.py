@@ -150,9 +150,9 @@ def _managed_by_request(made: dict[str, Any]) -> list[dict[str, Any]]:
     """The managed fields kube-apiserver records for a created object: one entry naming every field the request set
     (a created pod's answer grows with its manifest: 2,534 bytes of metadata for a pod of 30 environment variables on
     the local control plane, docs/benchmarks.md)."""
-    sets = {key: value for key, value in made.items() if key not in {"apiVersion", "kind", "status"}}
-    meta = {key: value for key, value in sets.get("metadata", {}).items() if key not in {"name", "namespace"}}
-    fields = _field_set({**sets, "metadata": meta} if meta else {k: v for k, v in sets.items() if k != "metadata"})
+    meta = {key: value for key, value in made.get("metadata", {}).items() if key not in {"name", "namespace"}}
+    sets = {key: value for key, value in made.items() if key not in {"apiVersion", "kind", "status", "metadata"}}
+    fields = _field_set({"metadata": meta, **sets} if meta else sets)
     return [
         {"manager": "lyra-operator", "operation": "Update", "apiVersion": "v1", "time": STAMP,
          "fieldsType": "FieldsV1", "fieldsV1": fields},

@@ -35,10 +35,8 @@ MAX_HEAD_BYTES = 64 * 1024
 #: Statuses whose answers have no body (RFC 9112, section 6.3).
 _NO_BODY = frozenset({204, 304})
 _HEX = frozenset("0123456789abcdefABCDEF")
-#: What begins an obsolete folded header line; what ``str.strip`` strips of a head decoded as Latin-1 (a header's name
-#: may not begin or end so).
+#: What begins an obsolete folded header line.
 _FOLDS = (" ", "\t")
-_SPACE = frozenset(chr(c) for c in range(256) if chr(c).isspace())
 #: A body chunked whole in one chunk and then ended with no trailer, as kube-apiserver sends an answer past 2 KiB:
 #: the chunk's size line (hex digits alone).
 _ONE_CHUNK = re.compile(rb"([0-9a-fA-F]{1,15})\r\n")
@@ -58,7 +56,7 @@ class HttpAnswer:
 
 
 class _Received:
-    """What came off the socket: ``held[at:]`` is not consumed yet (consumed bytes are dropped at the next read)."""
+    """What came off the socket for one answer: ``held[at:]`` is not consumed yet."""
 
     def __init__(self, sock: socket.socket | ssl.SSLSocket) -> None:
         self.sock = sock
@@ -72,9 +70,6 @@ class _Received:
         if not block:
             return False
         self.any = True
-        if self.at:
-            del self.held[: self.at]
-            self.at = 0
         self.held += block
         return True
 
@@ -94,12 +89,11 @@ class _Received:
                 return taken
             if self.left() > limit:
                 raise http.client.LineTooLong(what)
-            start = max(0, len(self.held) - len(marker) + 1) - self.at
+            start = max(self.at, len(self.held) - len(marker) + 1)
             if not self.more():
                 if not self.any:
                     raise http.client.RemoteDisconnected("the server closed the connection without an answer")
                 raise http.client.IncompleteRead(bytes(self.held[self.at :]))
-            start = max(start, 0)
 
     def exactly(self, size: int) -> bytes:
         while self.left() < size:
@@ -146,7 +140,7 @@ def _header_fields(lines: list[str]) -> dict[str, str]:
             fields[last] = f"{fields[last]} {line.strip()}"
             continue
         name, colon, value = line.partition(":")
-        if not colon or not name or name[-1] in _SPACE or name[0] in _SPACE:
+        if not colon or not name or name != name.strip():
             raise http.client.HTTPException(f"a malformed header line in the answer: {line[:100]!r}")
         name = name.lower()
         value = value.strip()
