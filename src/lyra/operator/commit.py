@@ -18,7 +18,8 @@ Without caches (one-shot commands) :meth:`Cluster.observe` lists each kind once,
 A busy pass writes thousands of objects, each a round trip to the API server: the actions go in runs of one kind, in
 the decision's order, each run done before the next begins; a long run has up to :data:`WRITERS` requests in flight,
 one object's actions always in order and by one writer (so every order of :mod:`lyra.operator.actions` holds). The
-requests themselves are :mod:`lyra.operator.writes`'.
+writers take turns in the pass's own thread, each giving way while it waits for an answer
+(:mod:`lyra.operator.interleaving`). The requests themselves are :mod:`lyra.operator.writes`'.
 
 A node left out of a pass (:meth:`Cluster.report_left_out`) gets its Event at most once every :data:`EVENT_REPEAT_S`.
 """
@@ -51,6 +52,7 @@ from lyra.operator.actions import (
     SetPodRole,
 )
 from lyra.operator.caches import PassCaches, list_once
+from lyra.operator.interleaving import Interleaving
 from lyra.operator.isolation import TRANSIENT_STATUSES, Backoff, Failure, describe, key_of, needs_of, subject_of
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.node_health import HealthMemory
@@ -58,7 +60,6 @@ from lyra.operator.readers import Readings, read_world
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import ObjectRef, World
 from lyra.operator.writes import ApiWrites
-from lyra.osthreads import name_os_thread
 
 log = logging.getLogger("lyra.operator")
 
@@ -194,14 +195,14 @@ class Cluster:
         )
 
     def _in_parallel(self, actions: tuple[Action, ...], chains: list[list[int]], state: _Pass) -> None:
-        """Each chain (one object's actions, in order) by one of up to :attr:`writers` threads; the first error
+        """Each chain (one object's actions, in order) by one of up to :attr:`writers` writers, interleaved in this
+        thread (:mod:`lyra.operator.interleaving`: each gives way while it waits for an answer); the first error
         that ends the pass stops them all before their next action, and is raised."""
         pending = iter(chains)
         stop = threading.Event()
         errors: list[BaseException] = []
 
         def write() -> None:
-            name_os_thread()
             while not stop.is_set():
                 with state.lock:
                     chain = next(pending, None)
@@ -212,20 +213,13 @@ class Cluster:
                         return
                     try:
                         state.results[index] = self._one(index, actions[index], state)
-                    except BaseException as error:  # the pass ends: raised below, in the pass's thread
+                    except BaseException as error:  # the pass ends: raised below, once every writer has stopped
                         with state.lock:
                             errors.append(error)
                         stop.set()
                         return
 
-        writers = [
-            threading.Thread(target=write, name=f"lyra-writer-{n}", daemon=True)
-            for n in range(min(self.writers, len(chains)))
-        ]
-        for writer in writers:
-            writer.start()
-        for writer in writers:
-            writer.join()
+        Interleaving().run([write] * min(self.writers, len(chains)))
         if errors:
             raise errors[0]
 

@@ -8,8 +8,9 @@ the socket is read in large blocks (an answer usually comes in one), the head fo
 framed as RFC 9112 says: chunked (kube-apiserver's framing for an answer past 2 KiB), ``Content-Length``, no body
 (``HEAD``, 204, 304), or up to the connection's close. The read block is consumed by position, not copied down, and a
 chunked body held whole as one chunk with no trailer (as kube-apiserver sends it, in one TLS record) is taken by one
-match instead of the chunk-by-chunk reading. Interim 1xx answers are skipped (none is expected: no request
-says ``Expect``).
+match instead of the chunk-by-chunk reading. A writer of an interleaving (:mod:`lyra.operator.interleaving`) gives way
+to the others before each read of the socket, until it has something to read. Interim 1xx answers are skipped (none
+is expected: no request says ``Expect``).
 
 Errors are ``http.client``'s, so callers handle them as before: :class:`http.client.RemoteDisconnected` when the
 connection closed before any byte of an answer (a kept-alive connection the server had closed: the request may be
@@ -27,6 +28,8 @@ import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from lyra.operator.interleaving import wait_readable
 
 #: Bytes asked of the socket at once; over TLS a read returns at most one record (16 KiB).
 READ_BYTES = 256 * 1024
@@ -65,7 +68,9 @@ class _Received:
         self.any = False
 
     def more(self) -> bool:
-        """Read once more; ``False`` when the peer closed the connection."""
+        """Read once more (a writer of an interleaving gives way until there is something to read); ``False`` when
+        the peer closed the connection."""
+        wait_readable(self.sock)
         block = self.sock.recv(READ_BYTES)
         if not block:
             return False

@@ -1,15 +1,17 @@
-"""The commit step writes a long run of actions of one kind with several writers at once: each object's actions
-stay in order and with one writer, each run of a kind ends before the next begins, a refusal stays with its object,
-and an error that ends the pass (the fence closed, 429) stops every writer before its next write. The outcome is the
-one the same decision gets written one by one."""
+"""The commit step writes a long run of actions of one kind with several writers at once (interleaved in the pass's
+thread, :mod:`lyra.operator.interleaving`): each object's actions stay in order and with one writer, each run of a
+kind ends before the next begins, a refusal stays with its object, and an error that ends the pass (the fence closed,
+429) stops every writer before its next write. The outcome is the one the same decision gets written one by one."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import greenlet
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -17,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from lyra.core.model import LoanState
 from lyra.operator.actions import Action, CreatePod, Decision, Emit, PatchStatus, SetNodeState
 from lyra.operator.commit import PARALLEL_FROM, WRITERS, Cluster, Outcome
+from lyra.operator.interleaving import wait_readable
 from lyra.operator.isolation import Backoff, key_of, subject_of
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.world import ObjectRef
@@ -46,14 +49,14 @@ def busy_decision() -> Decision:
 
 @dataclass
 class Recording(Cluster):
-    """The commit step with each write recorded (start and end, in one sequence) instead of sent, and the threads
-    that wrote each object's actions of each kind; ``refuse`` says which writes the API refuses and with what
-    status; ``gate`` runs inside the write (to hold writers together)."""
+    """The commit step with each write recorded (start and end, in one sequence) instead of sent, and the writers
+    (greenlets) that wrote each object's actions of each kind; ``refuse`` says which writes the API refuses and with
+    what status; ``gate`` runs inside the write (to hold writers together)."""
 
     refuse: Callable[[Action], int | None] = lambda _: None
     gate: Callable[[Action], None] = lambda _: None
     sequence: list[tuple[str, Action]] = field(default_factory=list)
-    threads: dict[str, set[str]] = field(default_factory=dict)
+    writers_of: dict[str, set[greenlet.greenlet]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -63,8 +66,8 @@ class Recording(Cluster):
         self._fenced(action)
         with self.lock:
             self.sequence.append(("start", action))
-            self.threads.setdefault(f"{type(action).__name__} {key_of(subject_of(action))}", set()).add(
-                threading.current_thread().name
+            self.writers_of.setdefault(f"{type(action).__name__} {key_of(subject_of(action))}", set()).add(
+                greenlet.getcurrent()
             )
         try:
             self.gate(action)
@@ -87,17 +90,26 @@ def written(cluster: Recording) -> list[Action]:
 
 
 def test_writers_write_at_once_each_object_in_order_and_each_run_before_the_next() -> None:
-    together = threading.Barrier(WRITERS, timeout=30)  # broken (the test fails) unless WRITERS writes run at once
-    held: list[Action] = []
-    lock = threading.Lock()
+    """The first WRITERS pod writes each wait for an answer that comes only once all of them are waiting: unless they
+    are in flight at once, the first one's wait times out and the pass fails."""
+    held: list[socket.socket] = []
+    waiting = [0, 0]  # now, most at once
 
     def gate(action: Action) -> None:
-        with lock:
-            hold = isinstance(action, CreatePod) and len(held) < WRITERS
-            if hold:
-                held.append(action)
-        if hold:
-            together.wait()
+        if not isinstance(action, CreatePod) or len(held) >= WRITERS:
+            return
+        answer, server = socket.socketpair()
+        answer.settimeout(5)
+        held.append(server)
+        if len(held) == WRITERS:  # the last one in: every held write gets its answer
+            for peer in held:
+                peer.sendall(b"x")
+        waiting[0] += 1
+        waiting[1] = max(waiting)
+        wait_readable(answer)
+        waiting[0] -= 1
+        assert answer.recv(1) == b"x"
+        answer.close()
 
     cluster = Recording(gate=gate)
     decision = busy_decision()
@@ -116,8 +128,11 @@ def test_writers_write_at_once_each_object_in_order_and_each_run_before_the_next
     for j in range(JOBS):  # one object's pods: in order, by one writer
         pods = [a for a in written(cluster) if isinstance(a, CreatePod) and a.owner == job(j)]
         assert [p.ref.name for p in pods] == [f"j{j:02d}-w{w}" for w in range(PODS_PER_JOB)]
-    assert all(len(names) == 1 for names in cluster.threads.values())  # within a run, one writer an object
-    assert len(set().union(*cluster.threads.values())) > 1
+    assert waiting[1] == WRITERS
+    assert all(len(writers) == 1 for writers in cluster.writers_of.values())  # within a run, one writer an object
+    assert len(set().union(*cluster.writers_of.values())) > 1
+    for peer in held:
+        peer.close()
 
 
 def outcome_of(writers: int, refuse: Callable[[Action], int | None]) -> tuple[Outcome, list[str]]:
@@ -182,9 +197,9 @@ def test_short_runs_and_one_writer_write_one_by_one_in_the_pass_thread() -> None
     cluster = Recording()
     decision = Decision(tuple(busy_decision().actions[: PARALLEL_FROM - 1]))
     cluster.apply(decision, 0.0)
-    assert set().union(*cluster.threads.values()) == {threading.current_thread().name}
+    assert set().union(*cluster.writers_of.values()) == {greenlet.getcurrent()}
     one = Recording()
     one.writers = 1
     one.apply(busy_decision(), 0.0)
-    assert set().union(*one.threads.values()) == {threading.current_thread().name}
+    assert set().union(*one.writers_of.values()) == {greenlet.getcurrent()}
     assert written(one) == list(busy_decision().actions)
