@@ -61,6 +61,15 @@ FLOW_UID = "6bf05434-0819-41a2-a0d8-651630fca8e3"
 PRIORITY_UID = "d6d338c0-86c3-41a8-bf77-18e36681f95f"
 
 
+#: The kind and API version of what a POST to each resource creates (the commit step's creations).
+_CREATED_KINDS = {
+    "pods": ("Pod", "v1"),
+    "services": ("Service", "v1"),
+    "events": ("Event", "v1"),
+    "deployments": ("Deployment", "apps/v1"),
+}
+
+
 class StandInState:
     """What the stand-in answers: the object each kind of write returns, with a resourceVersion that grows."""
 
@@ -96,10 +105,14 @@ class StandInState:
                 "workers": {"current": 3, "target": 3, "base": 3, "flexible": 0},
             },
         }
-        objects = {"node": node, "pod": pod, "job": job}
+        objects = {
+            "node": {"kind": "Node", "apiVersion": "v1", **node},
+            "pod": {"kind": "Pod", "apiVersion": "v1", **pod},
+            "job": job,
+        }
         # What a patch or a delete answers, by kind: the object whole, or its metadata alone.
-        self._whole = {kind: json.dumps(whole) for kind, whole in objects.items()}
-        self._metadata = {kind: json.dumps(_partial(whole["metadata"])) for kind, whole in objects.items()}
+        self._whole = {kind: as_go_writes(whole) for kind, whole in objects.items()}
+        self._metadata = {kind: as_go_writes(_partial(whole["metadata"])) for kind, whole in objects.items()}
 
     def version(self) -> str:
         with self._lock:
@@ -113,6 +126,8 @@ class StandInState:
         version = self.version()
         if method == "POST":
             made = json.loads(body or b"{}")
+            kind, api_version = _CREATED_KINDS.get(path.rpartition("/")[2], ("Unknown", "v1"))
+            made = {"kind": kind, "apiVersion": api_version, **made}
             meta = made.setdefault("metadata", {})
             name = meta.get("name") or f"{meta.get('generateName', 'x')}{version}"
             meta.update(
@@ -123,13 +138,33 @@ class StandInState:
                 managedFields=_managed_by_request(made),
             )
             if metadata_only:
-                return 201, json.dumps(_partial(meta)).encode()
+                return 201, as_go_writes(_partial(meta)).encode()
             if path.endswith("/pods"):
                 made["status"] = {"phase": "Pending", "qosClass": "Burstable"}
-            return 201, json.dumps(made).encode()
+            return 201, as_go_writes(made).encode()
         kind = "node" if "/nodes/" in path else "pod" if "/pods/" in path else "job"
         text = (self._metadata if metadata_only else self._whole)[kind]
-        return 200, text.replace('"resourceVersion": "', f'"resourceVersion": "{version}', 1).encode()
+        return 200, text.replace('"resourceVersion":"', f'"resourceVersion":"{version}', 1).encode()
+
+
+#: The fields of an object's metadata in the order Go declares them (``ObjectMeta``), the order kube-apiserver writes
+#: them in; after the type's own (``kind``, ``apiVersion``), the metadata comes first.
+GO_METADATA_ORDER = (
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
+    "managedFields",
+)  # fmt: skip
+_TYPE_FIRST = ("kind", "apiVersion", "metadata")
+
+
+def as_go_writes(made: dict[str, Any]) -> str:
+    """An object as kube-apiserver's JSON writes it: compact, its type's fields and then its metadata first, the
+    metadata's fields in Go's order (each kept as it is within)."""
+    ordered = {key: made[key] for key in _TYPE_FIRST if key in made} | made
+    meta = ordered.get("metadata")
+    if isinstance(meta, dict):
+        ordered["metadata"] = {key: meta[key] for key in GO_METADATA_ORDER if key in meta} | meta
+    return json.dumps(ordered, separators=(",", ":"))
 
 
 def _field_set(value: object) -> dict[str, Any]:

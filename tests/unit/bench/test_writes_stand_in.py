@@ -1,6 +1,6 @@
 """The writes benchmark's stand-in API server answers as kube-apiserver was observed to
 (``tests/integration/test_write_answers.py``): the object whole, or its metadata alone when the request asks for it,
-framed as kube-apiserver frames it and sent in one block."""
+written as compact JSON in Go's field order, framed as kube-apiserver frames it and sent in one block."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from bench.operator_writes_bench import StandInState, framed
 
 from lyra.api.names import METADATA_ANSWER
+from lyra.operator.commit import _VERSION_UP_FRONT
 from lyra.operator.http_answers import read_answer
 
 WRITES = [
@@ -39,6 +40,10 @@ def test_a_write_asking_for_metadata_gets_the_objects_metadata_alone(method: str
     assert partial["metadata"]["name"] == whole_object["metadata"]["name"]
     assert int(partial["metadata"]["resourceVersion"]) > int(whole_object["metadata"]["resourceVersion"])
     assert len(metadata) < len(whole)
+    front = _VERSION_UP_FRONT.match(metadata)  # written as kube-apiserver writes it: compact, in Go's field order
+    assert front is not None and front.group(1).decode() == partial["metadata"]["resourceVersion"]
+    assert whole.startswith(b'{"kind":') or whole.startswith(b'{"apiVersion":'), whole[:40]
+    assert b'": ' not in whole
 
 
 class _OneBlock:
