@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
 from lyra.localcluster.controlplane import ControlPlane
-from lyra.operator.commit import _version_in
+from lyra.operator.commit import _VERSION_UP_FRONT, _version_in
 from lyra.operator.http_answers import read_answer
 from lyra.operator.writes import ApiWrites
 
@@ -139,6 +139,8 @@ def test_each_write_the_commit_step_makes_is_answered_with_the_objects_metadata_
             body = json.loads(answer.data)
             assert (body["kind"], body["apiVersion"]) == ("PartialObjectMetadata", "meta.k8s.io/v1"), what
             assert set(body) <= {"kind", "apiVersion", "metadata"}, what
+            front = _VERSION_UP_FRONT.match(answer.data)  # the version read off the answer's front, not parsed
+            assert front is not None and front.group(1).decode() == body["metadata"]["resourceVersion"], what
             versions[what] = _version_in(answer)
         assert all(versions.values())
         assert int(versions["patch pod"]) > int(versions["create pod"])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -531,12 +532,28 @@ def _written_kind(action: Action) -> str:
     return action.ref.kind if isinstance(action, PatchStatus) else ""
 
 
+#: The front of kube-apiserver's answer to a write that asks for the object's metadata alone, up to the object's
+#: resourceVersion: Go writes the type's fields and then the metadata's in their declared order, so only the name,
+#: generateName, namespace, selfLink and uid come before it (strings without a quote or an escape, as names are).
+#: ``tests/integration/test_write_answers.py`` checks that every kind of write's answer on the real server has it.
+_VERSION_UP_FRONT = re.compile(
+    rb'\{"kind":"PartialObjectMetadata","apiVersion":"meta\.k8s\.io/v1","metadata":\{'
+    rb'(?:"(?:name|generateName|namespace|selfLink|uid)":"[^"\\]*",)*"resourceVersion":"([^"\\]*)"'
+)
+
+
 def _version_in(response: Any) -> str:
-    """The resourceVersion of the object a write's response (raw, not preloaded) carries ("" if none). Parsed by
-    orjson: a pod's or node's answer in under half of ``json.loads``' CPU, once per write."""
+    """The resourceVersion of the object a write's response (raw, not preloaded) carries ("" if none): read off the
+    answer's front when it is kube-apiserver's metadata alone (:data:`_VERSION_UP_FRONT`, a match in about a tenth of
+    parsing the answer), else parsed by orjson (a pod's or node's answer in under half of ``json.loads``' CPU)."""
+    data: Any = getattr(response, "data", None)
+    if isinstance(data, bytes):
+        front = _VERSION_UP_FRONT.match(data)
+        if front is not None:
+            return front.group(1).decode()
     try:
-        body = orjson.loads(response.data)
-    except (AttributeError, TypeError, ValueError):
+        body = orjson.loads(data)
+    except (TypeError, ValueError):
         return ""
     meta = body.get("metadata") if isinstance(body, dict) else None
     return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
