@@ -140,7 +140,8 @@ def test_each_write_the_commit_step_makes_is_answered_with_the_objects_metadata_
             assert (body["kind"], body["apiVersion"]) == ("PartialObjectMetadata", "meta.k8s.io/v1"), what
             assert set(body) <= {"kind", "apiVersion", "metadata"}, what
             front = _VERSION_UP_FRONT.match(answer.data)  # the version read off the answer's front, not parsed
-            assert front is not None and front.group(1).decode() == body["metadata"]["resourceVersion"], what
+            assert front is not None, what
+            assert front.group(1).decode() == body["metadata"]["resourceVersion"], what
             versions[what] = _version_in(answer)
         assert all(versions.values())
         assert int(versions["patch pod"]) > int(versions["create pod"])
