@@ -104,14 +104,13 @@ class Interleaving:
         """One poll of every parked writer's socket: resume those that can read, or end the waits that timed out."""
         soonest = min(self._deadlines.values())
         left_ms = None if soonest == math.inf else max(0, math.ceil((soonest - time.monotonic()) * 1000))
-        ready = self._poll.poll(left_ms)
-        if ready:
-            for fd, _ in ready:
-                writer = self._parked.get(fd)
-                if writer is not None:
-                    writer.switch()
-            return
+        for fd, _ in self._poll.poll(left_ms):
+            writer = self._parked.get(fd)
+            if writer is not None:
+                writer.switch()
         now = time.monotonic()
-        for writer, deadline in list(self._deadlines.items()):
+        if now < soonest:
+            return
+        for writer, deadline in list(self._deadlines.items()):  # checked even while others' answers keep coming
             if deadline <= now and writer in self._deadlines:
                 writer.throw(TimeoutError("timed out waiting for the API server's answer"))

@@ -81,6 +81,31 @@ def test_a_wait_past_its_sockets_timeout_raises_in_its_writer_and_the_others_fin
     assert sorted(done) == ["fast x", "slow"]
 
 
+def test_a_wait_times_out_on_time_while_other_writers_answers_keep_coming(pairs: list[Pair]) -> None:
+    slow, _ = pair(pairs, timeout_s=0.05)
+    busy, answers = pair(pairs)
+    done: list[str] = []
+
+    def never_answered() -> None:
+        try:
+            wait_readable(slow)
+        finally:
+            done.append("slow")
+
+    def answered_again_and_again() -> None:
+        for _ in range(20_000):  # about a second of answers, unless the other writer's timeout ends it sooner
+            if "slow" in done:
+                return
+            answers.sendall(b"x")
+            wait_readable(busy)
+            busy.recv(1)
+        done.append("busy never saw the other time out")
+
+    with pytest.raises(TimeoutError):
+        Interleaving().run([never_answered, answered_again_and_again])
+    assert done == ["slow"]
+
+
 def test_the_first_error_of_a_writer_is_raised_once_every_writer_has_ended(pairs: list[Pair]) -> None:
     ours, theirs = pair(pairs)
     ended: list[str] = []
