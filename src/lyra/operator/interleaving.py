@@ -53,8 +53,8 @@ class Interleaving:
     def __init__(self) -> None:
         self._hub = greenlet.getcurrent()
         self._poll = select.poll()
-        self._parked: dict[int, greenlet.greenlet] = {}  # socket's file descriptor -> the writer waiting on it
-        self._deadlines: dict[greenlet.greenlet, float] = {}  # parked writer -> its wait ends then (monotonic)
+        #: Each parked writer by its socket's file descriptor, with when its wait ends (monotonic seconds).
+        self._parked: dict[int, tuple[greenlet.greenlet, float]] = {}
 
     def wait(self, sock: socket.socket | ssl.SSLSocket) -> None:
         """Park the calling writer until ``sock`` can be read (see :func:`wait_readable`)."""
@@ -62,16 +62,14 @@ class Interleaving:
         if me is self._hub or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
             return
         fd = sock.fileno()
-        self._poll.register(fd, _READABLE)
-        self._parked[fd] = me
         timeout_s = sock.gettimeout()
-        self._deadlines[me] = math.inf if timeout_s is None else time.monotonic() + timeout_s
+        self._poll.register(fd, _READABLE)
+        self._parked[fd] = (me, math.inf if timeout_s is None else time.monotonic() + timeout_s)
         try:
             self._hub.switch()
         finally:
             self._poll.unregister(fd)
             del self._parked[fd]
-            del self._deadlines[me]
 
     def run(self, writers: Sequence[Callable[[], None]]) -> None:
         """Run each of ``writers`` as a greenlet of this thread until all have returned, in order until each first
@@ -94,7 +92,7 @@ class Interleaving:
             while self._parked:
                 self._serve_one_poll()
         finally:
-            for parked in list(self._deadlines):  # only when the thread itself was interrupted: none is left behind
+            for parked, _ in list(self._parked.values()):  # only when the thread itself was interrupted
                 parked.throw(greenlet.GreenletExit)
             _running.now = None
         if errors:
@@ -102,15 +100,15 @@ class Interleaving:
 
     def _serve_one_poll(self) -> None:
         """One poll of every parked writer's socket: resume those that can read, or end the waits that timed out."""
-        soonest = min(self._deadlines.values())
+        soonest = min(deadline for _, deadline in self._parked.values())
         left_ms = None if soonest == math.inf else max(0, math.ceil((soonest - time.monotonic()) * 1000))
         for fd, _ in self._poll.poll(left_ms):
-            writer = self._parked.get(fd)
-            if writer is not None:
-                writer.switch()
+            parked = self._parked.get(fd)
+            if parked is not None:
+                parked[0].switch()
         now = time.monotonic()
         if now < soonest:
             return
-        for writer, deadline in list(self._deadlines.items()):  # checked even while others' answers keep coming
-            if deadline <= now and writer in self._deadlines:
+        for writer, deadline in list(self._parked.values()):  # checked even while others' answers keep coming
+            if deadline <= now:
                 writer.throw(TimeoutError("timed out waiting for the API server's answer"))

@@ -9,7 +9,7 @@ import http.server
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import greenlet
@@ -60,16 +60,22 @@ def test_each_writer_runs_until_it_waits_and_resumes_as_its_socket_can_be_read(p
     assert sorted(seen[3:]) == ["read 0 x", "read 1 x", "read 2 x"]
 
 
-def test_a_wait_past_its_sockets_timeout_raises_in_its_writer_and_the_others_finish(pairs: list[Pair]) -> None:
-    slow, _ = pair(pairs, timeout_s=0.05)
-    fast, answers = pair(pairs)
-    done: list[str] = []
+def never_answered(slow: socket.socket, done: list[str]) -> Callable[[], None]:
+    """A writer that waits on ``slow``, to which nothing is ever sent, and says "slow" in ``done`` when it ends."""
 
-    def never_answered() -> None:
+    def waits() -> None:
         try:
             wait_readable(slow)
         finally:
             done.append("slow")
+
+    return waits
+
+
+def test_a_wait_past_its_sockets_timeout_raises_in_its_writer_and_the_others_finish(pairs: list[Pair]) -> None:
+    slow, _ = pair(pairs, timeout_s=0.05)
+    fast, answers = pair(pairs)
+    done: list[str] = []
 
     def answered() -> None:
         answers.sendall(b"x")
@@ -77,7 +83,7 @@ def test_a_wait_past_its_sockets_timeout_raises_in_its_writer_and_the_others_fin
         done.append(f"fast {fast.recv(1).decode()}")
 
     with pytest.raises(TimeoutError, match="timed out"):
-        Interleaving().run([never_answered, answered])
+        Interleaving().run([never_answered(slow, done), answered])
     assert sorted(done) == ["fast x", "slow"]
 
 
@@ -85,12 +91,6 @@ def test_a_wait_times_out_on_time_while_other_writers_answers_keep_coming(pairs:
     slow, _ = pair(pairs, timeout_s=0.05)
     busy, answers = pair(pairs)
     done: list[str] = []
-
-    def never_answered() -> None:
-        try:
-            wait_readable(slow)
-        finally:
-            done.append("slow")
 
     def answered_again_and_again() -> None:
         for _ in range(20_000):  # about a second of answers, unless the other writer's timeout ends it sooner
@@ -102,7 +102,7 @@ def test_a_wait_times_out_on_time_while_other_writers_answers_keep_coming(pairs:
         done.append("busy never saw the other time out")
 
     with pytest.raises(TimeoutError):
-        Interleaving().run([never_answered, answered_again_and_again])
+        Interleaving().run([never_answered(slow, done), answered_again_and_again])
     assert done == ["slow"]
 
 
