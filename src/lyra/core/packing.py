@@ -52,25 +52,28 @@ class Layout:
         """``slots`` with their free GPUs, then the workers already ``placed`` on them, as (job, server name,
         workers, GPUs per worker): placing them one by one would cost a bucket update each."""
         ordered = sorted(slots, key=lambda s: s.name)
-        self.names = [s.name for s in ordered]
+        self.names = names = [s.name for s in ordered]
         self.types = sorted({s.gpu_type for s in ordered})
         type_index = {t: i for i, t in enumerate(self.types)}
-        self.type_of = [type_index[s.gpu_type] for s in ordered]
+        self.type_of = type_of = [type_index[s.gpu_type] for s in ordered]
         self.safe = [s.safe for s in ordered]
+        #: 1 for a loaned server, 0 for a safe one: the middle of a bucket's key.
+        self.unsafe = unsafe = [int(not s.safe) for s in ordered]
         #: Free GPUs of every server before any job of the decision is placed.
-        self.size = [s.free for s in ordered]
-        self.index = {name: i for i, name in enumerate(self.names)}
+        self.size = size = [s.free for s in ordered]
+        self.index = index = {name: i for i, name in enumerate(names)}
         self.jobs: dict[str, dict[int, int]] = {}
-        self.free = list(self.size)
+        self.free = free = list(size)
         for job, server, count, gpus_per_worker in placed:
-            i = self.index[server]
+            i = index[server]
             hosts = self.jobs.setdefault(job, {})
             hosts[i] = hosts.get(i, 0) + count
-            self.free[i] -= count * gpus_per_worker
+            free[i] -= count * gpus_per_worker
         types = len(self.types)
         self.servers_of_type: list[list[int]] = [[] for _ in range(types)]
-        self.capacity = [0] * types
-        self.largest = [0] * types
+        self.capacity = capacity = [0] * types
+        self.largest = largest = [0] * types
+        self.free_of_type = free_of_type = [0] * types
         # buckets[(type, unsafe, free)] = heap of server indices (lazily cleaned: an entry is valid while the
         # server's free count still equals the bucket's). Indices are appended in order, so each list is a heap.
         self.buckets: dict[tuple[int, int, int], list[int]] = {}
@@ -78,19 +81,24 @@ class Layout:
         self.count: dict[tuple[int, int], int] = {}
         # valid[(type, unsafe, free)] = servers really in that bucket (its heap may also hold stale entries).
         self.valid: dict[tuple[int, int, int], int] = {}
-        for i, slot in enumerate(ordered):
-            free, t = self.free[i], self.type_of[i]
-            if free < 0 or slot.free < 0:
-                raise ValueError(f"server {slot.name}: {free} free GPUs")
-            self.servers_of_type[t].append(i)
-            self.capacity[t] += slot.free
-            self.largest[t] = max(self.largest[t], slot.free)
-            self.buckets.setdefault((t, int(not slot.safe), free), []).append(i)
-            self.count[(t, free)] = self.count.get((t, free), 0) + 1
-            self.valid[(t, int(not slot.safe), free)] = self.valid.get((t, int(not slot.safe), free), 0) + 1
-        self.free_of_type = [0] * types
-        for i, free in enumerate(self.free):
-            self.free_of_type[self.type_of[i]] += free
+        buckets, counts, valid, servers_of_type = self.buckets, self.count, self.valid, self.servers_of_type
+        for i, left in enumerate(free):
+            t, whole = type_of[i], size[i]
+            if left < 0 or whole < 0:
+                raise ValueError(f"server {names[i]}: {left} free GPUs")
+            servers_of_type[t].append(i)
+            capacity[t] += whole
+            largest[t] = max(largest[t], whole)
+            free_of_type[t] += left
+            key = (t, unsafe[i], left)
+            bucket = buckets.get(key)
+            if bucket is None:
+                buckets[key] = [i]
+                valid[key] = 1
+            else:
+                bucket.append(i)
+                valid[key] += 1
+            counts[t, left] = counts.get((t, left), 0) + 1
 
     def copy(self) -> Layout:
         clone = Layout.__new__(Layout)
@@ -99,6 +107,7 @@ class Layout:
         clone.type_of = self.type_of
         clone.servers_of_type = self.servers_of_type
         clone.safe = self.safe
+        clone.unsafe = self.unsafe
         clone.index = self.index
         clone.size = self.size
         clone.capacity = self.capacity
@@ -114,23 +123,28 @@ class Layout:
     # ------------------------------------------------------------------------------------------- primitives
 
     def _set_free(self, server: int, free: int) -> None:
-        old = self.free[server]
+        frees = self.free
+        old = frees[server]
         if old == free:
             return
         t = self.type_of[server]
-        self.free[server] = free
+        frees[server] = free
         self.free_of_type[t] += free - old
-        self.count[(t, old)] -= 1
-        self.count[(t, free)] = self.count.get((t, free), 0) + 1
-        unsafe = int(not self.safe[server])
-        self.valid[(t, unsafe, old)] -= 1
+        count, valid = self.count, self.valid
+        count[t, old] -= 1
+        count[t, free] = count.get((t, free), 0) + 1
+        unsafe = self.unsafe[server]
+        valid[t, unsafe, old] -= 1
         key = (t, unsafe, free)
-        self.valid[key] = self.valid.get(key, 0) + 1
-        heap = self.buckets.setdefault(key, [])
+        valid[key] = in_bucket = valid.get(key, 0) + 1
+        heap = self.buckets.get(key)
+        if heap is None:
+            self.buckets[key] = [server]
+            return
         heapq.heappush(heap, server)
-        if len(heap) > 2 * self.valid[key] + 8:
+        if len(heap) > 2 * in_bucket + 8:
             # Stale entries pile up in a long-lived layout (the simulator keeps one for a whole run): rebuild.
-            self.buckets[key] = sorted({s for s in heap if self.free[s] == free})
+            self.buckets[key] = sorted({s for s in heap if frees[s] == free})
 
     def _best_in_bucket(self, key: tuple[int, int, int]) -> int | None:
         heap = self.buckets.get(key)
@@ -143,17 +157,22 @@ class Layout:
 
     def add(self, job: str, server: int, count: int, gpus_per_worker: int) -> None:
         """Put ``count`` workers (``count < 0`` removes) of ``job`` on ``server``; the caller checked the room."""
-        hosts = self.jobs.setdefault(job, {})
+        hosts = self.jobs.get(job)
+        if hosts is None:
+            hosts = self.jobs[job] = {}
         now = hosts.get(server, 0) + count
-        if now < 0 or self.free[server] - count * gpus_per_worker < 0:
+        free = self.free[server] - count * gpus_per_worker
+        if now < 0 or free < 0:
+            if not hosts:
+                del self.jobs[job]
             raise ValueError(f"job {job}: cannot move {count} workers on server {self.names[server]}")
         if now:
             hosts[server] = now
         else:
             hosts.pop(server, None)
-        if not hosts:
-            del self.jobs[job]
-        self._set_free(server, self.free[server] - count * gpus_per_worker)
+            if not hosts:
+                del self.jobs[job]
+        self._set_free(server, free)
 
     def undo(self, job: str, moves: Iterable[Move], gpus_per_worker: int) -> None:
         """Reverse ``moves`` made for ``job`` (in reverse order)."""
@@ -205,9 +224,14 @@ class Layout:
             return None
         moves: list[Move] = []
         left = count
-        hosting = sorted(
-            (s for s in self.jobs.get(job, {}) if self.type_of[s] == gpu_type and self.free[s] >= g),
-            key=lambda s: (not self.safe[s], -self.free[s], s),
+        hosts = self.jobs.get(job)
+        hosting = (
+            sorted(
+                (s for s in hosts if self.type_of[s] == gpu_type and self.free[s] >= g),
+                key=lambda s: (not self.safe[s], -self.free[s], s),
+            )
+            if hosts
+            else ()
         )
         for server in hosting:
             take = min(left, self.free[server] // g)

@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from lyra.core.allocation.admission import Admission
 from lyra.core.allocation.plan import AllocationPlan, plan_of
 from lyra.core.allocation.problem import Problem, current_layout
-from lyra.core.allocation.search import Search
+from lyra.core.allocation.search import Scores, Search
 from lyra.core.errors import InvalidClusterError
 from lyra.core.model import ClusterSnapshot
 
@@ -93,7 +93,8 @@ def allocate_workers(
     problem = Problem(snapshot, held)
     admission = Admission(problem)
     admission.admit_bases(longest_first=False)
-    search = Search(problem, search_budget, restart_cost_s)
+    scores: Scores = {}
+    search = Search(problem, search_budget, restart_cost_s, scores)
     best, layout = search.run()
     chosen = (problem, best, layout, search)
     slowed = admission.slowed_bases()
@@ -104,7 +105,7 @@ def allocate_workers(
             Admission(other).admit_bases(longest_first=longest_first, pinned=pinned, fast_type_first=fast_first)
             if not admitted <= {other.jobs[i].name for i in other.started}:
                 continue
-            other_search = Search(other, search_budget, restart_cost_s)
+            other_search = Search(other, search_budget, restart_cost_s, scores)
             other_best, other_layout = other_search.run()
             if other_best.value < chosen[1].value * (1 - 1e-12):
                 chosen = (other, other_best, other_layout, other_search)

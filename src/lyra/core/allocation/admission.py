@@ -44,6 +44,9 @@ class Admission:
         # servers a change touches (``_dirty``) rather than recomputed for every base.
         self._room: dict[int, dict[int, int]] = {}
         self._dirty: dict[int, set[int]] = {}
+        # Shapes of bases whose rebuild failed (``_place_rebuilding``), while this many bases have started.
+        self._failed_rebuilds: set[tuple[tuple[int, ...], int, int, int]] = set()
+        self._failed_rebuilds_of = 0
 
     def admit_bases(
         self, *, longest_first: bool, pinned: Mapping[int, int] | None = None, fast_type_first: bool = False
@@ -129,17 +132,28 @@ class Admission:
         """Last resort for job ``i``'s base: place every base this plan started, and ``i``'s, again from scratch,
         the most constrained first (fewest GPU types, then largest workers, then largest bases), each on its
         fastest type with room. None of them has started yet, so moving them costs nothing. In a statement,
-        discarded if some base does not fit; bounded to ``_REBUILD_JOBS`` bases."""
+        discarded if some base does not fit; bounded to ``_REBUILD_JOBS`` bases.
+
+        A rebuild that failed fails again for a base of the same shape (its types, worker size and base) taking the
+        same place in that order, until a base starts (only then does the layout change for good): it is not tried
+        again. Nor is one for a base that no type it may use could hold (:meth:`_could_rebuild_for`)."""
         problem, layout = self.problem, self.problem.layout
-        if len(problem.started) >= _REBUILD_JOBS:
+        if len(problem.started) >= _REBUILD_JOBS or not self._could_rebuild_for(i):
             return False
-        group = [*problem.started, i]
-        kinds = {k: problem.kind[k] for k in group}
         table = problem.table
 
         def constrained(k: int) -> tuple[int, int, int, int]:
             return (len(table.preference[k]), -table.gpw[k], -table.low[k] * table.gpw[k], k)
 
+        mine = constrained(i)
+        shape = (table.preference[i], table.gpw[i], table.low[i], sum(constrained(k) < mine for k in problem.started))
+        if self._failed_rebuilds_of != len(problem.started):
+            self._failed_rebuilds.clear()
+            self._failed_rebuilds_of = len(problem.started)
+        if shape in self._failed_rebuilds:
+            return False
+        group = [*problem.started, i]
+        kinds = {k: problem.kind[k] for k in group}
         with layout.statement() as statement:
             for k in problem.started:
                 layout.remove_all(problem.names[k], table.gpw[k])
@@ -156,12 +170,34 @@ class Admission:
                     statement.rollback()
                     for other in group:
                         problem.kind[other] = kinds[other]
+                    self._failed_rebuilds.add(shape)
                     return False
                 problem.kind[k] = placed
             statement.commit()
         for t in range(len(problem.types)):
             self._dirty.setdefault(t, set()).update(layout.servers_of_type[t])
         return True
+
+    def _could_rebuild_for(self, i: int) -> bool:
+        """Whether some type job ``i`` may use holds its base once this plan's bases leave their servers: each
+        server's free GPUs plus what those bases hold there, in whole workers of ``i``'s size. When none does, the
+        rebuild cannot place ``i`` (the other bases only take room), so it is not tried."""
+        problem, layout = self.problem, self.problem.layout
+        g, need = problem.table.gpw[i], problem.table.low[i]
+        freed: dict[int, int] = {}
+        for k in problem.started:
+            size = problem.table.gpw[k]
+            for server, count in layout.hosts(problem.names[k]).items():
+                freed[server] = freed.get(server, 0) + count * size
+        for t in problem.type_preference(i):
+            workers = layout.room(t, g)
+            for server, gpus in freed.items():
+                if layout.type_of[server] == t:
+                    free = layout.free[server]
+                    workers += (free + gpus) // g - free // g
+            if workers >= need:
+                return True
+        return False
 
     def _move_base(self, k: int, t: int) -> list[int] | None:
         """Move job ``k``'s base from type ``t`` to the fastest other type it may use with free room; the servers of

@@ -63,15 +63,16 @@ class Realiser:
     def _packs_on(self, state: SearchState, t: int) -> bool:
         layout = self._type_layout(t)
         names, gpw = self.problem.names, self.problem.table.gpw
+        kinds, widths, placed = state.kinds, state.widths, layout.jobs
         with layout.statement():
             pending: list[tuple[int, int, int]] = []  # (member order, job, workers to add)
             for order, i in enumerate(self.members):
-                kind = state.kinds[i]
-                wanted = dict(state.spreads[i]).get(t, 0) if kind == SPREAD else (state.widths[i] if kind == t else 0)
-                name, g = names[i], gpw[i]
-                count = layout.workers(name)
+                kind = kinds[i]
+                wanted = dict(state.spreads[i]).get(t, 0) if kind == SPREAD else (widths[i] if kind == t else 0)
+                hosts = placed.get(names[i])
+                count = sum(hosts.values()) if hosts else 0
                 if wanted < count:
-                    layout.remove(name, g, count - wanted)
+                    layout.remove(names[i], gpw[i], count - wanted)
                 elif wanted > count:
                     pending.append((order, i, wanted - count))
             pending.sort(key=lambda item: (-gpw[item[1]], item[0]))
@@ -82,12 +83,15 @@ class Realiser:
         built = self._type_layouts.get(t)
         if built is None:
             full = self.problem.layout
+            names, type_of, gpw_of = full.names, full.type_of, self.problem.gpw_of
             built = TrackedLayout(
-                [Slot(full.names[s], full.types[t], full.size[s], full.safe[s]) for s in full.servers_of_type[t]]
+                [Slot(names[s], full.types[t], full.size[s], full.safe[s]) for s in full.servers_of_type[t]],
+                [
+                    (name, names[server], count, gpw_of[name])
+                    for name, hosts in full.jobs.items()
+                    for server, count in hosts.items()
+                    if type_of[server] == t
+                ],
             )
-            for name, hosts in full.jobs.items():
-                for server, count in hosts.items():
-                    if full.type_of[server] == t:
-                        built.add(name, built.index[full.names[server]], count, self.problem.gpw_of[name])
             self._type_layouts[t] = built
         return built

@@ -20,6 +20,12 @@ from lyra.core.packing import Layout
 #: Stand-in completion time for a job that never starts in the fluid model (1,000 years).
 _NEVER = 3.2e10
 
+#: The objective of candidates already scored, by everything the fluid model reads of one (kinds, widths, spreads,
+#: restarts charged), for the jobs and capacity of one decision: the searches of a decision (its second opinions
+#: included) meet the same candidates again, and score each once. An evaluation counts against the budget either
+#: way, so the search goes exactly as if it had scored it anew.
+Scores = dict[tuple[tuple[int, ...], tuple[int, ...], tuple[object, ...], tuple[tuple[int, float], ...]], float]
+
 
 class Search:
     """Phase 2: flexible workers and GPU types of admitted jobs, scored in the typed fluid model.
@@ -28,11 +34,15 @@ class Search:
     The best allocation found is realised once at the end.
     """
 
-    def __init__(self, problem: Problem, budget: int, restart_cost_s: float | None) -> None:
+    def __init__(
+        self, problem: Problem, budget: int, restart_cost_s: float | None, scores: Scores | None = None
+    ) -> None:
+        """``scores`` may be shared by the searches of one decision (:data:`Scores`)."""
         self.problem = problem
         self.budget = budget
         self.restart_cost = restart_cost_s
         self.evaluations = 0
+        self.scores: Scores = {} if scores is None else scores
         table = self.table = problem.table
         self.model = FluidModel(table, problem.layout.capacity)
         self.running = set(problem.running)
@@ -101,9 +111,14 @@ class Search:
                 if kind != phase_one[i] and kind >= 0:
                     job = self.problem.jobs[i]
                     extra[i] = self.restart_cost * job.pace(state.widths[i], self.table.speeds[i][kind])
-        times = self.model.run(state.kinds, state.widths, state.spreads, extra)
-        state.value = math.fsum(t if t != math.inf else _NEVER for t in times)
-        return state.value
+        spreads = tuple((i, tuple(spread)) for i, spread in sorted(state.spreads.items())) if state.spreads else ()
+        key = (tuple(state.kinds), tuple(state.widths), spreads, tuple(sorted(extra.items())) if extra else ())
+        value = self.scores.get(key)
+        if value is None:
+            times = self.model.run(state.kinds, state.widths, state.spreads, extra)
+            value = self.scores[key] = math.fsum(t if t != math.inf else _NEVER for t in times)
+        state.value = value
+        return value
 
     def average_jct(self, state: SearchState) -> float:
         if not self.problem.jobs:
