@@ -164,10 +164,10 @@ BLOCKED = (
 def test_a_failed_rebuild_is_not_tried_again_for_the_same_shape() -> None:
     tried: list[str] = []
     every: list[str] = []
-    assert _admitted(Admission, BLOCKED, ORDERS[0], tried) == _admitted(EveryRebuild, BLOCKED, ORDERS[0], every)
-    problem = Problem(*BLOCKED)
-    Admission(problem).admit_bases(longest_first=False)
-    assert [problem.names[i] for i in problem.started] == ["a", "b"]
+    admitted = _admitted(Admission, BLOCKED, ORDERS[0], tried)
+    assert admitted == _admitted(EveryRebuild, BLOCKED, ORDERS[0], every)
+    started, _, _ = admitted
+    assert [BLOCKED[0].jobs[i].name for i in started] == ["a", "b"]
     # Each rebuild takes the started bases a and b off their servers; repacking takes off those on the type too.
     assert len(every) - len(tried) == 4, (tried, every)
 
@@ -215,7 +215,7 @@ def _count_runs(monkeypatch: pytest.MonkeyPatch, runs: list[int]) -> None:
     monkeypatch.setattr(FluidModel, "run", counted)
 
 
-def test_a_decision_scores_a_candidate_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_decision_scores_a_candidate_once() -> None:
     snap, held = SECOND_OPINION
     shared: list[int] = []
     with pytest.MonkeyPatch.context() as patch:
