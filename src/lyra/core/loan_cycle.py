@@ -12,7 +12,7 @@ evictions a reclaim causes. The adapters only apply them. Its steps, in order:
    the servers inference needs, those already serving first (a burst of new replicas then packs onto them instead of
    spreading over idle ones), then idle ones in the reverse of the lend order; the other empty servers are
    ``idle``. A server becomes idle "since now".
-2. **Lend or reclaim** (per GPU type in the demand): :func:`lyra.core.loaning.plan_loans` with every idle server
+2. **Lend or reclaim** (per GPU type in the demand): :func:`lyra.core.loaning.balance_loans` with every idle server
    that has not yet been idle for ``lend_delay_s``, and the headroom among those that have, counted as serving (the
    hysteresis, below). Servers to call back are chosen by :func:`lyra.core.reclaim.plan_reclaim` and become
    ``reclaiming``, their deadline running from now.
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from lyra.core.errors import InvalidClusterError
-from lyra.core.loaning import LoanPlan, plan_loans
+from lyra.core.loaning import LoanPlan, balance_loans
 from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState, Pool, Server
 from lyra.core.ordering import lend_order, serve_order
 from lyra.core.reclaim import ReclaimPlan, ReclaimStrategy, plan_reclaim
@@ -212,12 +212,12 @@ def plan_loan_cycle(
         if not isinstance(gpu_type, str) or not gpu_type:
             raise InvalidClusterError(f"demand must be keyed by GPU type names, got {gpu_type!r}")
     turn = _Turn(servers, now, settings, training)
-    for gpu_type in sorted({s.gpu_type for s in turn.servers.values()}):
+    for gpu_type in sorted(turn.names_of_type):
         turn.serve_or_idle(gpu_type, demand.get(gpu_type, 0))
     balances = {gpu_type: turn.lend_or_reclaim(gpu_type, needed) for gpu_type, needed in sorted(demand.items())}
     evictions = turn.drain()
     return LoanCycle(
-        servers=tuple(turn.servers[name] for name in sorted(turn.servers)),
+        servers=tuple(turn.servers[name] for name in turn.names),
         changes=tuple(turn.changes),
         evictions=evictions,
         balances=MappingProxyType(balances),
@@ -242,20 +242,24 @@ class _Turn:
         self.servers: dict[str, InferenceServer] = {}
         self.changes: list[StateChange] = []
         self.reclaiming_since: dict[str, float] = {}
+        mine = self.servers
         for server in servers:
-            if server.name in self.servers:
-                raise InvalidClusterError(f"duplicate server name {server.name!r}")
-            idle_since = None
-            if server.state is LoanState.IDLE:
+            name, state = server.name, server.state
+            if name in mine:
+                raise InvalidClusterError(f"duplicate server name {name!r}")
+            idle_since = started = None
+            if state is LoanState.IDLE:
                 idle_since = server.idle_since if server.idle_since is not None else now
-            started = None
-            if server.state is LoanState.RECLAIMING:
+            elif state is LoanState.RECLAIMING:
                 started = server.reclaim_started if server.reclaim_started is not None else now
-                self.reclaiming_since[server.name] = started
-            unchanged = (idle_since, started) == (server.idle_since, server.reclaim_started)
-            self.servers[server.name] = (
-                server if unchanged else replace(server, idle_since=idle_since, reclaim_started=started)
-            )
+                self.reclaiming_since[name] = started
+            unchanged = idle_since == server.idle_since and started == server.reclaim_started
+            mine[name] = server if unchanged else replace(server, idle_since=idle_since, reclaim_started=started)
+        #: Every server's name, sorted, and those of each GPU type: the order every step reads them in.
+        self.names = sorted(self.servers)
+        self.names_of_type: dict[str, list[str]] = {}
+        for name in self.names:
+            self.names_of_type.setdefault(self.servers[name].gpu_type, []).append(name)
 
     def change(self, name: str, transition: Transition, reason: str) -> None:
         state = _AFTER[transition]
@@ -273,7 +277,10 @@ class _Turn:
             self.reclaiming_since[name] = self.now
 
     def of_type(self, gpu_type: str, *states: LoanState) -> list[InferenceServer]:
-        return [s for _, s in sorted(self.servers.items()) if s.gpu_type == gpu_type and s.state in states]
+        """The servers of ``gpu_type`` in one of ``states`` (every state if none is given), by name."""
+        servers = self.servers
+        of_type = (servers[name] for name in self.names_of_type.get(gpu_type, ()))
+        return [s for s in of_type if s.state in states] if states else list(of_type)
 
     # -- 1. serve or idle ----------------------------------------------------------------------------------------
 
@@ -295,30 +302,27 @@ class _Turn:
 
     # -- 2. lend or reclaim --------------------------------------------------------------------------------------
 
-    def lendable(self, server: InferenceServer) -> bool:
-        since = server.idle_since
-        return (
-            self.settings.lending
-            and server.state is LoanState.IDLE
-            and server.healthy
-            and since is not None
-            and self.now - since >= self.settings.lend_delay_s
+    def lendable(self, servers: list[InferenceServer]) -> list[InferenceServer]:
+        """Of ``servers``, those that may be lent (idle for the lend delay, healthy), in the lend order."""
+        if not self.settings.lending:
+            return []
+        now, delay = self.now, self.settings.lend_delay_s
+        return lend_order(
+            s
+            for s in servers
+            if s.state is LoanState.IDLE and s.healthy and s.idle_since is not None and now - s.idle_since >= delay
         )
 
     def lend_or_reclaim(self, gpu_type: str, needed: int) -> Balance:
         settings = self.settings
-        servers = self.of_type(gpu_type, *LoanState)
+        servers = self.of_type(gpu_type)
         # Hysteresis: only servers idle for the lend delay may be lent, and the headroom stays among them too (the
         # last of them in the lend order are held), so a dip lends no more than the peak of the delay leaves idle.
-        lendable = lend_order(s for s in servers if self.lendable(s))
-        may_lend = {s.name for s in lendable[: max(len(lendable) - settings.headroom, 0)]}
-        views = []
-        for server in servers:
-            state = server.state
-            if state is LoanState.IDLE and server.name not in may_lend:
-                state = LoanState.SERVING  # held: not idle for the lend delay yet, or kept as headroom
-            views.append(_server_view(server.name, gpu_type, server.gpus, state))
-        plan = plan_loans(ClusterSnapshot(tuple(views)), InferenceDemand(needed), headroom=settings.headroom)
+        # The others count as serving: inference holds every server that is not loaned.
+        lendable = self.lendable(servers)
+        loaned = sum(1 for s in servers if s.state is LoanState.LOANED)
+        may_lend = lendable[: max(len(lendable) - settings.headroom, 0)]
+        plan = balance_loans(len(servers) - loaned, loaned, may_lend, needed + settings.headroom)
         for name in plan.lend:
             self.change(name, Transition.LEND, f"idle for {settings.lend_delay_s:g} s, not needed")
         if not plan.reclaim:
@@ -345,7 +349,9 @@ class _Turn:
     # -- 3. drain, return, force ---------------------------------------------------------------------------------
 
     def drain(self) -> Evictions:
-        reclaiming = [s for _, s in sorted(self.servers.items()) if s.state is LoanState.RECLAIMING]
+        # Every server reclaiming now was reclaiming when the turn began or was reclaimed in it.
+        since = sorted(self.reclaiming_since)
+        reclaiming = [s for s in map(self.servers.__getitem__, since) if s.state is LoanState.RECLAIMING]
         if not reclaiming:
             return Evictions()
         # Only a server that hosts training pods can have workers to evict.

@@ -13,11 +13,12 @@ lend delay as ``serving``, so it is held, never lent.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lyra.core.errors import InvalidClusterError
 from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState, Server
-from lyra.core.ordering import lend_order
+from lyra.core.ordering import ServerLike, lend_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +53,17 @@ def plan_loans(
     def of(state: LoanState) -> tuple[Server, ...]:
         return tuple(s for s in snapshot.servers_in(state) if gpu_type is None or s.gpu_type == gpu_type)
 
-    serving = of(LoanState.SERVING)
+    held = len(of(LoanState.SERVING)) + len(of(LoanState.RECLAIMING))
     idle = of(LoanState.IDLE)
-    reclaiming = of(LoanState.RECLAIMING)
-    loaned = of(LoanState.LOANED)
-    held = len(serving) + len(idle) + len(reclaiming)
-    needed = demand.servers + headroom
+    return balance_loans(held + len(idle), len(of(LoanState.LOANED)), idle, demand.servers + headroom)
+
+
+def balance_loans(held: int, loaned: int, idle: Iterable[ServerLike], needed: int) -> LoanPlan:
+    """The balance of one pool: inference holds ``held`` servers (serving, idle or reclaiming: those on their way
+    back are its), ``loaned`` more are lent, ``idle`` are those of the held it may lend, and it needs ``needed``
+    (demand plus headroom). :func:`plan_loans` and the loan cycle (:mod:`lyra.core.loan_cycle`) both balance by it."""
     if needed > held:
-        reclaim = min(needed - held, len(loaned))
+        reclaim = min(needed - held, loaned)
         return LoanPlan(lend=(), reclaim=reclaim, shortfall=needed - held - reclaim, needed=needed, held=held)
-    surplus = max(0, held - needed)
-    lendable = lend_order(idle)[:surplus]
+    lendable = lend_order(idle)[: held - needed]
     return LoanPlan(lend=tuple(s.name for s in lendable), reclaim=0, shortfall=0, needed=needed, held=held)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -64,6 +65,10 @@ def _require(condition: bool, message: str | Callable[[], str]) -> None:
 
 
 _NO_SPEEDS: Mapping[str, float] = MappingProxyType({})
+
+
+#: A server's or a job's name: the key every snapshot is sorted by.
+_name = operator.attrgetter("name")
 
 
 def _is_int(value: object) -> bool:
@@ -315,13 +320,15 @@ class ClusterSnapshot:
     gpus: GpuCatalog = field(default_factory=GpuCatalog)
 
     def __post_init__(self) -> None:
-        servers = tuple(sorted(self.servers, key=lambda s: s.name))
-        jobs = tuple(sorted(self.jobs, key=lambda j: j.name))
+        servers = tuple(sorted(self.servers, key=_name))
+        jobs = tuple(sorted(self.jobs, key=_name))
         object.__setattr__(self, "servers", servers)
         object.__setattr__(self, "jobs", jobs)
-        _require_unique("server", (s.name for s in servers))
-        _require_unique("job", (j.name for j in jobs))
         by_name = {s.name: s for s in servers}
+        if len(by_name) != len(servers):
+            _require_unique("server", (s.name for s in servers))
+        if len({j.name for j in jobs}) != len(jobs):
+            _require_unique("job", (j.name for j in jobs))
         used: dict[str, int] = {}
         gpus = self.gpus
         for job in jobs:

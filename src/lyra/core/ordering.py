@@ -45,23 +45,25 @@ def admission_order(snapshot: ClusterSnapshot) -> tuple[str, ...]:
     return tuple(job.name for job in sorted(queued, key=lambda job: admission_key(job, best_speed(job))))
 
 
-class _Sized(Protocol):
+class ServerLike(Protocol):
+    """What the server orders read of a server: its name and its GPUs."""
+
     @property
     def name(self) -> str: ...
     @property
     def gpus(self) -> int: ...
 
 
-class _InLoanState(_Sized, Protocol):
+class _InLoanState(ServerLike, Protocol):
     @property
     def state(self) -> LoanState | None: ...
 
 
-S = TypeVar("S", bound=_Sized)
+S = TypeVar("S", bound=ServerLike)
 L = TypeVar("L", bound=_InLoanState)
 
 
-def lend_key(server: _Sized) -> tuple[int, str]:
+def lend_key(server: ServerLike) -> tuple[int, str]:
     return (-server.gpus, server.name)
 
 

@@ -18,7 +18,7 @@ from lyra.core.loan_cycle import (
 )
 from lyra.core.reclaim import plan_reclaim
 
-from .builders import T4, JobBuilder, cluster, job, training
+from .builders import T4, V100, JobBuilder, cluster, job, training
 
 SERVING, IDLE, LOANED, RECLAIMING = LoanState.SERVING, LoanState.IDLE, LoanState.LOANED, LoanState.RECLAIMING
 SETTINGS = LoanSettings(headroom=0, lend_delay_s=60.0, reclaim_deadline_s=300.0)
@@ -296,3 +296,46 @@ def test_lending_switched_off_lends_nothing() -> None:
     idle = [server("a", SERVING, replicas=1), server("b", IDLE, idle_since=0.0), server("c", IDLE, idle_since=0.0)]
     assert turn(idle, 1, settings=LoanSettings(lend_delay_s=60.0, lending=False)).changed(Transition.LEND) == ()
     assert turn(idle, 1, settings=LoanSettings(lend_delay_s=60.0)).changed(Transition.LEND) == ("b", "c")
+
+
+def test_gpu_types_turn_apart_and_the_order_servers_come_in_changes_nothing() -> None:
+    # Servers of two types and two sizes, in every state, with replicas here and there: a turn over both types is the
+    # two turns over each type's servers alone, and shuffling the servers changes nothing.
+    rng = random.Random(29)
+    settings = LoanSettings(headroom=1, lend_delay_s=60.0, reclaim_deadline_s=math.inf)
+
+    def by_type(cycle: LoanCycle, gpu_type: str) -> tuple[object, ...]:
+        names = {s.name for s in cycle.servers if s.gpu_type == gpu_type}
+        return (
+            tuple(s for s in cycle.servers if s.name in names),
+            tuple(c for c in cycle.changes if c.server in names),
+            cycle.balances.get(gpu_type),
+        )
+
+    for _ in range(300):
+        servers = []
+        for i in range(12):
+            state = rng.choice([SERVING, IDLE, LOANED])
+            servers.append(
+                InferenceServer(
+                    f"s{i:02d}",
+                    rng.choice([T4, V100]),
+                    rng.choice([4, 8]),
+                    state,
+                    idle_since=rng.choice([None, 0.0, 990.0]) if state is IDLE else None,
+                    replicas=rng.choice([0, 0, 0, 1]) if state is not LOANED else 0,
+                    healthy=rng.random() < 0.9,
+                )
+            )
+        demand = {T4: rng.randint(0, 8), V100: rng.randint(0, 8)}
+        empty = cluster(training("t0"), *(s.view for s in servers)).build()  # no training job: a reclaim evicts none
+
+        def turn_of(given: Sequence[InferenceServer], demand: Mapping[str, int]) -> LoanCycle:
+            return plan_loan_cycle(given, demand, lambda: empty, now=1000.0, settings=settings)  # noqa: B023
+
+        both = turn_of(servers, demand)
+        assert turn_of(rng.sample(servers, len(servers)), demand) == both
+        for gpu_type in (T4, V100):
+            one = turn_of([s for s in servers if s.gpu_type == gpu_type], {gpu_type: demand[gpu_type]})
+            assert by_type(one, gpu_type) == by_type(both, gpu_type), (servers, demand)
+        assert sum(len(c.lend) for c in (b.loans for b in both.balances.values())) == len(both.changed(Transition.LEND))
