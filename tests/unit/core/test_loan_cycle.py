@@ -304,6 +304,9 @@ def test_gpu_types_turn_apart_and_the_order_servers_come_in_changes_nothing() ->
     rng = random.Random(29)
     settings = LoanSettings(headroom=1, lend_delay_s=60.0, reclaim_deadline_s=math.inf)
 
+    def turn_of(given: Sequence[InferenceServer], demand: Mapping[str, int], side: ClusterSnapshot) -> LoanCycle:
+        return plan_loan_cycle(given, demand, lambda: side, now=1000.0, settings=settings)
+
     def by_type(cycle: LoanCycle, gpu_type: str) -> tuple[object, ...]:
         names = {s.name for s in cycle.servers if s.gpu_type == gpu_type}
         return (
@@ -329,13 +332,9 @@ def test_gpu_types_turn_apart_and_the_order_servers_come_in_changes_nothing() ->
             )
         demand = {T4: rng.randint(0, 8), V100: rng.randint(0, 8)}
         empty = cluster(training("t0"), *(s.view for s in servers)).build()  # no training job: a reclaim evicts none
-
-        def turn_of(given: Sequence[InferenceServer], demand: Mapping[str, int]) -> LoanCycle:
-            return plan_loan_cycle(given, demand, lambda: empty, now=1000.0, settings=settings)  # noqa: B023
-
-        both = turn_of(servers, demand)
-        assert turn_of(rng.sample(servers, len(servers)), demand) == both
+        both = turn_of(servers, demand, empty)
+        assert turn_of(rng.sample(servers, len(servers)), demand, empty) == both
         for gpu_type in (T4, V100):
-            one = turn_of([s for s in servers if s.gpu_type == gpu_type], {gpu_type: demand[gpu_type]})
+            one = turn_of([s for s in servers if s.gpu_type == gpu_type], {gpu_type: demand[gpu_type]}, empty)
             assert by_type(one, gpu_type) == by_type(both, gpu_type), (servers, demand)
         assert sum(len(c.lend) for c in (b.loans for b in both.balances.values())) == len(both.changed(Transition.LEND))
