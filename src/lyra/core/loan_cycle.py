@@ -256,10 +256,10 @@ class _Turn:
             unchanged = idle_since == server.idle_since and started == server.reclaim_started
             mine[name] = server if unchanged else replace(server, idle_since=idle_since, reclaim_started=started)
         #: Every server's name, sorted, and those of each GPU type: the order every step reads them in.
-        self.names = sorted(self.servers)
+        self.names = sorted(mine)
         self.names_of_type: dict[str, list[str]] = {}
         for name in self.names:
-            self.names_of_type.setdefault(self.servers[name].gpu_type, []).append(name)
+            self.names_of_type.setdefault(mine[name].gpu_type, []).append(name)
 
     def change(self, name: str, transition: Transition, reason: str) -> None:
         state = _AFTER[transition]

@@ -53,9 +53,9 @@ def plan_loans(
     def of(state: LoanState) -> tuple[Server, ...]:
         return tuple(s for s in snapshot.servers_in(state) if gpu_type is None or s.gpu_type == gpu_type)
 
-    held = len(of(LoanState.SERVING)) + len(of(LoanState.RECLAIMING))
     idle = of(LoanState.IDLE)
-    return balance_loans(held + len(idle), len(of(LoanState.LOANED)), idle, demand.servers + headroom)
+    held = len(of(LoanState.SERVING)) + len(idle) + len(of(LoanState.RECLAIMING))
+    return balance_loans(held, len(of(LoanState.LOANED)), idle, demand.servers + headroom)
 
 
 def balance_loans(held: int, loaned: int, idle: Iterable[ServerLike], needed: int) -> LoanPlan:
