@@ -58,10 +58,12 @@ def switch(text: str) -> bool:
 
 
 def existing_file(text: str) -> Path:
-    """A path to a file that exists (a kubeconfig, a snapshot)."""
+    """A path to a regular file that exists (a kubeconfig, a snapshot)."""
     path = Path(text)
-    if not path.is_file():
+    if not path.exists():
         raise argparse.ArgumentTypeError(f"{text[:200]}: no such file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text[:200]}: not a regular file")
     return path
 
 

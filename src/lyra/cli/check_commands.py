@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lyra.api import names
 from lyra.check.invariants import DEFAULT_GANG_TIMEOUT_S, DEFAULT_RECLAIM_DEADLINE_S, Limits, Report, check
 from lyra.cli.arguments import add_kubeconfig_argument, seconds
-from lyra.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_VIOLATIONS
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_VIOLATIONS
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -122,22 +122,24 @@ def _counted(count: int, what: str) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from lyra.cli.api_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
 
     limits = Limits(gang_timeout_s=args.gang_timeout, reclaim_deadline_s=args.reclaim_deadline)
     now = time.time()
     try:
         api = api_client(args.kubeconfig)
-        try:
-            report = check_cluster(api, now, limits)
-        finally:
-            api.close()  # type: ignore[no-untyped-call]
     except KubeconfigError as error:
         print(f"lyra check: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_BAD_INPUT
+    try:
+        report = check_cluster(api, now, limits)
     except Exception as error:  # an unreachable or refusing API server: reported, not a traceback
-        print(f"lyra check: cannot read the cluster: {type(error).__name__}: {str(error)[:300]}", file=sys.stderr)
+        why = describe_api_failure(error, api.configuration.host)
+        print(f"lyra check: cannot read the cluster: {why}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
     if args.json:
         from lyra.cli.check_report import report_of
 

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from lyra.cli.arguments import add_kubeconfig_argument, seconds
-from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -38,6 +38,7 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
     if args.interval <= 0:
         print("lyra emulate: --interval must be > 0 seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from lyra.cli.api_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.core.gpus import GpuCatalog
     from lyra.emulator import Progress, advance, complete
@@ -49,7 +50,7 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
         api = api_client(args.kubeconfig)
     except KubeconfigError as error:
         print(f"lyra emulate: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_BAD_INPUT
     cluster = Cluster(api)
     progress = Progress()
     gpus = GpuCatalog()
@@ -62,6 +63,6 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
                 jobs = sorted({p.owner or "" for p in finished})
                 log.info("work done: %s; %d workers marked Succeeded", ", ".join(jobs), complete(api, finished))
         except Exception as error:  # the API server may be briefly unreachable: the next step retries
-            log.warning("step failed: %s: %s", type(error).__name__, str(error)[:200])
+            log.warning("step failed: %s", describe_api_failure(error, api.configuration.host))
         stop.wait(args.interval)
     return EXIT_OK

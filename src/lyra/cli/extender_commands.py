@@ -98,8 +98,6 @@ def run_extender(args: argparse.Namespace) -> int:
         )
     if not 1 <= args.client_timeout_s <= 300:
         return _bad(f"--client-timeout must be between 1 and 300 seconds, got {args.client_timeout_s:g}")
-    if args.kubeconfig is not None and not args.kubeconfig.is_file():
-        return _bad(f"--kubeconfig {args.kubeconfig}: no such file")  # bad input (2), before any connection
     tls_problem = _tls_problem(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
     if tls_problem is not None:
         return _bad(tls_problem)
@@ -113,8 +111,7 @@ def run_extender(args: argparse.Namespace) -> int:
     try:
         api = api_client(args.kubeconfig)
     except KubeconfigError as error:
-        print(f"lyra extender: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return _bad(str(error))
     try:
         recorder = BodyRecorder(args.capture_dir) if args.capture_dir is not None else None
     except OSError as error:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lyra.api import names
 from lyra.cli.arguments import add_kubeconfig_argument, seconds
-from lyra.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.cli.node_restore import NodeRestore, RestorePlan, TrainingPod, plan_restore, restore_node
 
 if TYPE_CHECKING:
@@ -190,20 +190,21 @@ def apply(api: client.ApiClient, restore: NodeRestore, *, pool_labels: bool) -> 
 
 
 def run_restore(args: argparse.Namespace) -> int:
+    from lyra.cli.api_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
 
     try:
         api = api_client(args.kubeconfig)
     except KubeconfigError as error:
         print(f"lyra nodes restore: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_BAD_INPUT
     try:
         return _restore(api, args)
     except RefusedError as error:
         print(f"lyra nodes restore: refused: {error}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as error:  # an unreachable or refusing API server, a drain that timed out: no traceback
-        print(f"lyra nodes restore: {type(error).__name__}: {str(error)[:400]}", file=sys.stderr)
+        print(f"lyra nodes restore: {describe_api_failure(error, api.configuration.host)}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         api.close()  # type: ignore[no-untyped-call]

@@ -157,6 +157,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         print(f"lyra operator: --max-priority: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
+    from lyra.cli.api_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.core.gpus import GpuCatalog
     from lyra.operator.commit import Cluster
@@ -168,7 +169,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         api = api_client(args.kubeconfig)
     except KubeconfigError as error:
         print(f"lyra operator: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_BAD_INPUT
     config = OperatorConfig(
         **settings_given(args, OperatorConfig),
         inference_gpu_caps=caps,
@@ -197,7 +198,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
             decision = reconciler.pass_once()
             lease.release()
         except Exception as error:  # an unreachable API server, RBAC refusals: reported, not a traceback
-            print(f"lyra operator: the pass failed: {type(error).__name__}: {error}", file=sys.stderr)
+            why = describe_api_failure(error, api.configuration.host)
+            print(f"lyra operator: the pass failed: {why}", file=sys.stderr)
             return EXIT_FAILED
         report = {"dryRun": args.dry_run, "actions": describe(decision), "summary": decision.report.as_json()}
         print(json.dumps(report, indent=2, default=str))

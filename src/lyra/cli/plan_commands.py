@@ -166,6 +166,7 @@ def _read(source: str) -> str | bytes:
 def _from_cluster(args: argparse.Namespace) -> Any:
     import time
 
+    from lyra.cli.api_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
     from lyra.operator.decide import OperatorConfig, live_snapshot
@@ -178,7 +179,9 @@ def _from_cluster(args: argparse.Namespace) -> Any:
     try:
         world = Cluster(api).observe(time.time())
     except Exception as error:  # unreachable or refusing API server: reported, not a traceback
-        raise _ClusterError(f"cannot read the cluster: {type(error).__name__}: {str(error)[:300]}") from None
+        raise _ClusterError(f"cannot read the cluster: {describe_api_failure(error, api.configuration.host)}") from None
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
     snapshot = live_snapshot(world, OperatorConfig(gpus=args.gpu_catalog) if args.gpu_catalog is not None else None)
     if args.save_snapshot is not None:
         text = SnapshotDocument.from_core(snapshot).model_dump_json(by_alias=True, indent=2)

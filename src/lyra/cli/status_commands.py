@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lyra.cli.arguments import add_kubeconfig_argument
-from lyra.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from lyra.operator.world import JobRecord, World
@@ -183,6 +183,7 @@ def _shortened(text: str, limit: int = 90) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from lyra.cli.api_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
 
@@ -190,12 +191,17 @@ def run_status(args: argparse.Namespace) -> int:
         return run_shadow(args.shadow)
 
     try:
-        world = Cluster(api_client(args.kubeconfig)).observe(time.time())
+        api = api_client(args.kubeconfig)
     except KubeconfigError as error:
         print(f"lyra status: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_BAD_INPUT
+    try:
+        world = Cluster(api).observe(time.time())
     except Exception as error:  # an unreachable or refusing API server: reported, not a traceback
-        print(f"lyra status: cannot read the cluster: {type(error).__name__}: {str(error)[:300]}", file=sys.stderr)
+        why = describe_api_failure(error, api.configuration.host)
+        print(f"lyra status: cannot read the cluster: {why}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
     print(render(world))
     return EXIT_OK

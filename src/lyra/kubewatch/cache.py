@@ -123,7 +123,7 @@ class ApiSource:
                 limit=limit, _preload_content=False, _request_timeout=(CONNECT_TIMEOUT_S, 120), **kwargs
             )
         except ApiException as error:
-            raise _error(error.status or 0, str(error.reason or "")) from None
+            raise _refused(error) from None
         page: Mapping[str, Any] = json.loads(response.data)
         return page
 
@@ -139,7 +139,7 @@ class ApiSource:
                 **self._common(),
             )
         except ApiException as error:
-            raise _error(error.status or 0, str(error.reason or "")) from None
+            raise _refused(error) from None
         with self._lock:
             self._open = response
         try:
@@ -169,6 +169,19 @@ class ApiSource:
                 sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(Exception):
             response.close()
+
+
+def _refused(error: ApiException) -> WatchError:
+    """A list or watch the API server refused: its ``Status`` body's message when it has one (it names the verb and
+    resource RBAC refused), else the status line's reason."""
+    message = str(error.reason or "")
+    body = error.body.decode("utf-8", "replace") if isinstance(error.body, bytes) else error.body
+    if isinstance(body, str) and body.startswith("{"):
+        with contextlib.suppress(ValueError):
+            status = json.loads(body)
+            if isinstance(status, dict) and isinstance(status.get("message"), str) and status["message"]:
+                message = status["message"]
+    return _error(error.status or 0, message)
 
 
 def _error(status: int, message: str) -> WatchError:

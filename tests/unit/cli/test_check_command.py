@@ -11,6 +11,7 @@ import pytest
 
 from lyra.check.invariants import Invariant, Limits, Report, Violation
 from lyra.cli import check_commands, main
+from tests.unit.cli.running import exit_code
 
 UNREACHABLE = (
     "apiVersion: v1\nkind: Config\n"
@@ -28,13 +29,6 @@ def kubeconfig(tmp_path: Path) -> Path:
     return path
 
 
-def _exit_code(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -44,7 +38,7 @@ def _exit_code(argv: list[str]) -> int:
     ],
 )
 def test_bad_input_exits_2_with_a_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _exit_code(["check", *argv]) == 2
+    assert exit_code(["check", *argv]) == 2
     assert message in capsys.readouterr().err
 
 

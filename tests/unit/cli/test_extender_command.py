@@ -59,11 +59,13 @@ def test_the_flags_defaults_are_the_settings_and_the_local_cluster_calls_there()
     assert ChartExtender().port == 8888
 
 
-def test_an_unreadable_kubeconfig_exits_1_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreadable_kubeconfig_is_bad_input_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     broken = tmp_path / "kubeconfig"
     broken.write_text("clusters: [\n")
-    assert main(["extender", "--kubeconfig", str(broken), "--port", "18888"]) == 1
-    assert "no usable kubeconfig" in capsys.readouterr().err
+    assert main(["extender", "--kubeconfig", str(broken), "--port", "18888"]) == 2
+    assert f"--kubeconfig {broken}: not valid YAML (line 2, column 1" in capsys.readouterr().err
 
 
 def test_a_certificate_that_is_not_pem_exits_2_with_a_message(

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -21,6 +19,7 @@ from lyra.operator.api_errors import CODES, NETWORK, VERBS, count_api_errors, co
 from lyra.operator.commit import Cluster
 from lyra.operator.leader import LeadershipLostError
 from lyra.operator.metrics import API_ERRORS, OperatorMetrics
+from tests.answering_server import Answer, answering_server
 
 #: (method, path) -> the status the server answers with.
 ANSWERS = {
@@ -32,48 +31,18 @@ ANSWERS = {
 }
 
 
-class _Answering(BaseHTTPRequestHandler):
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        status = ANSWERS.get((self.command, self.path.split("?", 1)[0]), 200)
-        body = {"kind": "Status", "apiVersion": "v1", "code": status} if status >= 400 else {"kind": "NodeList"}
-        if status < 400:
-            body["items"] = []
-            body["metadata"] = {}
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def do_PATCH(self) -> None:
-        self._answer()
-
-    def do_POST(self) -> None:
-        self._answer()
-
-    def do_DELETE(self) -> None:
-        self._answer()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+def _answer(method: str, path: str) -> Answer:
+    status = ANSWERS.get((method, path), 200)
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "code": status}
+    if status < 400:
+        body = {"kind": "NodeList", "items": [], "metadata": {}}
+    return status, json.dumps(body).encode(), "application/json"
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Answering)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with answering_server(_answer) as url:
+        yield url
 
 
 def api_at(host: str) -> client.ApiClient:
