@@ -54,13 +54,18 @@ def api_client(kubeconfig: Path | None) -> client.ApiClient:
             ) from None
         return client.ApiClient()
     for source, path in files:
-        check_kubeconfig(source, path)
+        check_kubeconfig(source, path, alone=len(files) == 1)
     source = files[0][0] if len(files) == 1 else "$KUBECONFIG"
+    paths = [path for _, path in files]
+    if len(paths) > 1:  # kubectl passes over an empty file among several; the client library refuses it
+        paths = [path for path in paths if yaml.safe_load(path.read_bytes()) is not None]
+        if not paths:
+            raise KubeconfigError("$KUBECONFIG: every file it names is empty")
+    # The files checked, named to the client library (which merges several): it reads $KUBECONFIG only once, when it
+    # is first imported.
+    merged = os.pathsep.join(str(path) for path in paths)
     try:
-        if kubeconfig is not None:
-            made: client.ApiClient = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-        else:
-            made = config.new_client_from_config()  # type: ignore[no-untyped-call]
+        made: client.ApiClient = config.new_client_from_config(config_file=merged)  # type: ignore[no-untyped-call]
     except Exception as error:  # a kubeconfig can be broken in ways only the client library checks (credentials)
         raise KubeconfigError(f"{source}: not a usable kubeconfig: {_first_line(error)}") from None
     return made
@@ -76,8 +81,9 @@ def default_kubeconfigs(variable: str | None, home_config: Path) -> list[tuple[s
     return [("~/.kube/config", home_config)] if home_config.exists() else []
 
 
-def check_kubeconfig(source: str, path: Path) -> None:
-    """Raise :class:`KubeconfigError` naming ``source`` when ``path`` is plainly not a kubeconfig."""
+def check_kubeconfig(source: str, path: Path, *, alone: bool = True) -> None:
+    """Raise :class:`KubeconfigError` naming ``source`` when ``path`` is plainly not a kubeconfig (``alone``: see
+    :func:`kubeconfig_problem`)."""
     if not path.exists():
         raise KubeconfigError(f"{source}: no such file")
     if not path.is_file():
@@ -89,14 +95,16 @@ def check_kubeconfig(source: str, path: Path) -> None:
         raise KubeconfigError(f"{source}: cannot read it ({error.strerror or error})") from None
     if len(raw) > MAX_KUBECONFIG_BYTES:
         raise KubeconfigError(f"{source}: larger than {MAX_KUBECONFIG_BYTES // (1024 * 1024)} MiB, not a kubeconfig")
-    problem = kubeconfig_problem(raw)
+    problem = kubeconfig_problem(raw, alone=alone)
     if problem is not None:
         raise KubeconfigError(f"{source}: {problem}")
 
 
-def kubeconfig_problem(raw: bytes) -> str | None:
+def kubeconfig_problem(raw: bytes, *, alone: bool = True) -> str | None:
     """What makes ``raw`` plainly not a kubeconfig (``None`` if nothing does): the checks kubectl's users know from
-    its messages, before the client library's."""
+    its messages, before the client library's. A file merged with others (``alone`` false: ``$KUBECONFIG`` names
+    several) may be empty and may hold only part of what its current context needs: only its own shape is checked,
+    and the client library checks the merge."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -107,6 +115,8 @@ def kubeconfig_problem(raw: bytes) -> str | None:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         return f"not valid YAML ({where}{getattr(error, 'problem', None) or 'cannot parse it'})"
+    if document is None and not alone:
+        return None
     if not isinstance(document, Mapping):
         return f"not a kubeconfig: expected a mapping with clusters, contexts and users, got {_kind(document)}"
     entries: dict[str, dict[str, Any]] = {}
@@ -122,6 +132,8 @@ def kubeconfig_problem(raw: bytes) -> str | None:
                 return f"{key}[{index}]: expected a mapping with a name"
             named[entry["name"]] = entry
         entries[key] = named
+    if not alone:
+        return None
     current = document.get("current-context")
     if not current:
         return "no current-context"

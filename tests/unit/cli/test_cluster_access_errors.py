@@ -205,3 +205,31 @@ def test_a_failure_of_no_known_kind_keeps_its_first_line_and_is_cut() -> None:
     long = describe_api_failure(RuntimeError("x" * 1000), "https://h")
     assert len(long) == MAX_MESSAGE
     assert long.endswith("...")
+
+
+def test_kubeconfig_files_merged_by_kubeconfig_may_each_hold_a_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As kubectl merges them: the current context in one file, the cluster and user in another, an empty third.
+    Each file alone would be refused; merged, they make one client."""
+    context, rest, empty = tmp_path / "context", tmp_path / "rest", tmp_path / "empty"
+    whole = kubeconfig_text("https://127.0.0.1:6443")
+    context.write_text("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n")
+    rest.write_text("\n".join(line for line in whole.splitlines() if "context" not in line) + "\n")
+    empty.write_text("")
+    for part in (context, rest, empty):
+        assert kubeconfig_problem(part.read_bytes()) is not None
+        assert kubeconfig_problem(part.read_bytes(), alone=False) is None
+    monkeypatch.setenv("KUBECONFIG", f"{context}:{rest}:{empty}")
+    api = api_client(None)
+    try:
+        assert api.configuration.host == "https://127.0.0.1:6443"
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    (tmp_path / "broken").write_text("- a\n")
+    monkeypatch.setenv("KUBECONFIG", f"{context}:{tmp_path / 'broken'}")
+    with pytest.raises(KubeconfigError, match=rf"^\$KUBECONFIG file {tmp_path / 'broken'}: not a kubeconfig"):
+        api_client(None)
+    monkeypatch.setenv("KUBECONFIG", f"{empty}:{empty}")
+    with pytest.raises(KubeconfigError, match=r"^\$KUBECONFIG: every file it names is empty$"):
+        api_client(None)
