@@ -122,7 +122,7 @@ def _counted(count: int, what: str) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from lyra.cli.api_failures import describe_api_failure
+    from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
 
     limits = Limits(gang_timeout_s=args.gang_timeout, reclaim_deadline_s=args.reclaim_deadline)

@@ -38,7 +38,7 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
     if args.interval <= 0:
         print("lyra emulate: --interval must be > 0 seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from lyra.cli.api_failures import describe_api_failure
+    from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.core.gpus import GpuCatalog
     from lyra.emulator import Progress, advance, complete

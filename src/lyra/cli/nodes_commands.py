@@ -190,7 +190,7 @@ def apply(api: client.ApiClient, restore: NodeRestore, *, pool_labels: bool) -> 
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    from lyra.cli.api_failures import describe_api_failure
+    from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
 
     try:

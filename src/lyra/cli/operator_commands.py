@@ -157,7 +157,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         print(f"lyra operator: --max-priority: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from lyra.cli.api_failures import describe_api_failure
+    from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.core.gpus import GpuCatalog
     from lyra.operator.commit import Cluster

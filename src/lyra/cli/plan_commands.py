@@ -166,7 +166,7 @@ def _read(source: str) -> str | bytes:
 def _from_cluster(args: argparse.Namespace) -> Any:
     import time
 
-    from lyra.cli.api_failures import describe_api_failure
+    from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
     from lyra.operator.decide import OperatorConfig, live_snapshot

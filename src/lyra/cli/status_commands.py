@@ -183,7 +183,7 @@ def _shortened(text: str, limit: int = 90) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from lyra.cli.api_failures import describe_api_failure
+    from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.operator.commit import Cluster
 

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lyra.apiserver_failures import describe_api_failure
 from lyra.kubewatch.kinds import JsonObject, Kind
 from lyra.osthreads import name_os_thread
 
@@ -307,7 +308,7 @@ class WatchCache:
                 self.errors += 1
                 if self._resume.is_set():
                     continue  # the watch was ended on purpose, to reopen it
-                log.warning("%s: %s: %s; retrying in %.1f s", self.kind.name, type(error).__name__, error, backoff)
+                log.warning("%s: %s; retrying in %.1f s", self.kind.name, describe_api_failure(error, None), backoff)
                 self._resume.wait(backoff)  # a requested resume does not wait for the backoff
                 backoff = min(backoff * 2, self._max_backoff_s)
 

@@ -133,6 +133,8 @@ class Cluster:
         # Every call of the commit step, as one lean request each (:mod:`lyra.operator.writes`), the fence asked
         # as it is sent; named by the API group whose call it makes, as the kubernetes client's are.
         self.writes = ApiWrites(api, lambda: self._fence)
+        #: The API server's URL, as the client was given it (said with a failed call).
+        self.server: str | None = api.configuration.host
         self.core: ApiWrites = self.writes
         self.apps: ApiWrites = self.writes
         self.custom: ApiWrites = self.writes

@@ -35,6 +35,7 @@ from kubernetes import client
 
 from lyra import __version__
 from lyra.api import names
+from lyra.apiserver_failures import describe_api_failure
 from lyra.core.gpus import MemoryDisagreement
 from lyra.operator import heap
 from lyra.operator.actions import ApplyDeployment, Decision, PatchStatus, SetNodeState
@@ -250,8 +251,9 @@ class Reconciler:
                 timeout = self.options.resync_s
             except Exception as error:  # any failure ends the pass; the next reads afresh
                 self.metrics.pass_ended(FAILED)
-                self.health.beat(synced=False, problem=f"the last pass failed: {type(error).__name__}: {error}")
-                log.warning("pass failed (%s: %s); retrying in %.0f s", type(error).__name__, error, backoff)
+                why = describe_api_failure(error, self.cluster.server)
+                self.health.beat(synced=False, problem=f"the last pass failed: {why}")
+                log.warning("pass failed (%s); retrying in %.0f s", why, backoff)
                 timeout = backoff
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
             with contextlib.suppress(TimeoutError):
@@ -280,7 +282,7 @@ class Reconciler:
             try:
                 leading = await asyncio.to_thread(lease.try_lead)
             except Exception as error:  # the API server unreachable: the renew deadline decides
-                log.warning("could not reach the API server for the lease: %s: %s", type(error).__name__, error)
+                log.warning("the lease: %s", describe_api_failure(error, self.cluster.server))
                 leading = lease.may_write()
             if leading and not was_leading:
                 self.wake.set()

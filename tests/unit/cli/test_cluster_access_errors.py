@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lyra.cli.api_failures import MAX_MESSAGE, describe_api_failure
+from lyra.apiserver_failures import MAX_MESSAGE, describe_api_failure
 from lyra.cli.kube_client import KubeconfigError, api_client, default_kubeconfigs, kubeconfig_problem
 from tests.answering_server import Answer, answering_server
 from tests.unit.cli.running import exit_code

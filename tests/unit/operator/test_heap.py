@@ -42,7 +42,7 @@ class Passes(Reconciler):
     """A loop whose passes only count (the first one fails, as a pass may); it stops after the fourth."""
 
     def __init__(self, stop: asyncio.Event) -> None:
-        super().__init__(cast(Cluster, SimpleNamespace(caches=None)), RunOptions(config=OperatorConfig()))
+        super().__init__(cast(Cluster, SimpleNamespace(caches=None, server=None)), RunOptions(config=OperatorConfig()))
         self.stop = stop
         self.count = 0
         self.frozen_after: list[int] = []

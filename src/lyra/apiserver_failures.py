@@ -1,4 +1,5 @@
-"""A failed call to the API server, said in one line a user can act on.
+"""A failed call to the API server, said in one line a user can act on: by the commands, the operator's log and
+health, and the watch caches' log.
 
 The client library's exceptions carry urllib3's connection pool and retry counts (``MaxRetryError:
 HTTPSConnectionPool(host=..., port=...): Max retries exceeded with url: ... (Caused by NewConnectionError(...))``) or
@@ -12,6 +13,17 @@ from __future__ import annotations
 import json
 import ssl
 from http import HTTPStatus
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    MaxRetryError,
+    NameResolutionError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+    SSLError,
+)
 
 #: The longest message a failure is cut to.
 MAX_MESSAGE = 300
@@ -29,9 +41,6 @@ _MEANINGS = {
 
 def describe_api_failure(error: BaseException, server: str | None) -> str:
     """One line for ``error``, raised by a call to the API server at ``server`` (its URL, when known)."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import MaxRetryError
-
     at = f" at {server}" if server else ""
     if isinstance(error, MaxRetryError) and error.reason is not None:
         error = error.reason
@@ -84,15 +93,6 @@ def _status_message(body: object) -> str | None:
 
 def _unreachable(error: BaseException) -> str | None:
     """Why the server could not be reached, when ``error`` says it could not (``None`` otherwise)."""
-    from urllib3.exceptions import (
-        ConnectTimeoutError,
-        NameResolutionError,
-        NewConnectionError,
-        ProtocolError,
-        ReadTimeoutError,
-        SSLError,
-    )
-
     if isinstance(error, NameResolutionError):
         return f"cannot resolve the host name {error.conn.host if error.conn else ''}".rstrip()
     if isinstance(error, NewConnectionError):  # before ConnectTimeoutError, of which urllib3 makes it a kind
