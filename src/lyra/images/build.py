@@ -177,6 +177,13 @@ class ImageBuilder:
         for name in recipe.PROJECT_FILES:
             if not (self.repository / name).exists():
                 raise ImageBuildError(f"{self.repository} is not Lyra's repository: it has no {name}")
+        try:  # before minutes of work: where the archives go must be writable
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            why = error.strerror or error
+            raise ImageBuildError(f"cannot create {self.out_dir} for the archives ({why})") from None
+        if not os.access(self.out_dir, os.W_OK):
+            raise ImageBuildError(f"cannot write the archives into {self.out_dir} (no permission)")
         facts = provenance(self.repository, self.source)
         if facts.source is None:
             self.report(
@@ -481,9 +488,22 @@ class ImageBuilder:
         return self._run([self._uv(), "--version"], "uv --version").strip()
 
     def _uv(self) -> str:
-        uv = shutil.which("uv")
+        """uv's executable, copied into the image's filesystem to install the environment: the one running this
+        command (``uv run`` names itself in ``$UV``), else the first on ``PATH``. A script there (a pyenv shim, say)
+        would not run inside the image, so it is refused by name."""
+        uv = os.environ.get("UV") or shutil.which("uv")
         if uv is None:
             raise ImageBuildError("uv is not on PATH: the image installs the locked environment with uv (make install)")
+        try:
+            with open(uv, "rb") as file:
+                magic = file.read(4)
+        except OSError as error:
+            raise ImageBuildError(f"cannot read uv at {uv} ({error.strerror or error})") from None
+        if magic != b"\x7fELF":
+            raise ImageBuildError(
+                f"{uv} is a script, not uv's executable (a pyenv shim?): the image needs the executable; "
+                "build with `make images` or `uv run lyra image build`, or set UV to uv's executable"
+            )
         return uv
 
     # -- the chroot install ------------------------------------------------------------------------------------

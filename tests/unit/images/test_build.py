@@ -3,6 +3,7 @@ built and then found unchanged, bad requests refused with a message."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -113,3 +114,39 @@ def test_a_directory_that_is_not_a_git_checkout_has_no_revision_to_label(tmp_pat
 def test_a_directory_that_is_not_lyras_repository_is_refused(tmp_path: Path) -> None:
     with pytest.raises(build.ImageBuildError, match=r"is not Lyra's repository: it has no pyproject\.toml"):
         builder(tmp_path, tmp_path).build(["pause"])
+
+
+def test_uv_that_is_a_script_is_refused_by_name_and_the_running_uv_is_preferred(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pyenv shim on PATH is a shell script: copied into the image's filesystem it cannot run there (it did not,
+    on this project's machine, when `lyra image build` ran outside `uv run`). The uv running the command (``$UV``,
+    which `uv run` sets) comes first."""
+    images = builder(project(tmp_path / "repo"), tmp_path)
+    shim = tmp_path / "bin" / "uv"
+    shim.parent.mkdir()
+    shim.write_text('#!/usr/bin/env bash\nexec pyenv exec uv "$@"\n')
+    shim.chmod(0o755)
+    running = os.environ.get("UV") or shutil.which("uv")
+    assert running is not None
+    monkeypatch.setenv("PATH", str(shim.parent))
+    monkeypatch.setenv("UV", str(shim))
+    with pytest.raises(build.ImageBuildError, match=rf"^{shim} is a script, not uv's executable"):
+        images._uv()
+    monkeypatch.delenv("UV")
+    with pytest.raises(build.ImageBuildError, match=rf"^{shim} is a script"):
+        images._uv()  # PATH's first uv
+    monkeypatch.setenv("UV", running)
+    if Path(running).read_bytes()[:4] == b"\x7fELF":  # the uv running the tests is the executable itself
+        assert images._uv() == running
+
+
+def test_archives_that_cannot_be_written_are_refused_before_any_work(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    lines: list[str] = []
+    images = build.ImageBuilder(
+        project(tmp_path / "repo"), tmp_path / "file" / "out", lines.append, cache=BinaryCache(tmp_path / "cache")
+    )
+    with pytest.raises(build.ImageBuildError, match=r"cannot create .*/file/out for the archives \(Not a directory\)"):
+        images.build(("pause",))
+    assert not (tmp_path / "cache" / "images").exists()
