@@ -17,6 +17,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from lyra.cli.arguments import seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.settings import local_extender_url
 
@@ -84,7 +85,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     )
     up.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=90.0,
         metavar="SECONDS",
         help="how long each start-up step may take before giving up (default: 90)",
@@ -110,11 +111,21 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     kubectl.set_defaults(run=run_kubectl)
 
 
+def _cluster_name(text: str) -> str:
+    from lyra.localcluster.locations import cluster_name_problem
+
+    problem = cluster_name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name",
+        type=_cluster_name,
         default="default",
-        help="cluster name; each name has its own state directory (default: default)",
+        help="cluster name (letters, digits, '-', '_', '.'); each name has its own state directory (default: default)",
     )
     parser.add_argument(
         "--state-dir",
@@ -136,7 +147,7 @@ def _say(message: str) -> None:
 
 
 def _error(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    print(f"lyra cluster: {message}", file=sys.stderr, flush=True)
 
 
 def run_binaries(args: argparse.Namespace) -> int:
@@ -195,6 +206,9 @@ def run_up(args: argparse.Namespace) -> int:
         except (ProfileError, RealNodesError, OSError, ValueError) as error:
             _error(f"--real-nodes {args.real_nodes}: {error}")
             return EXIT_BAD_INPUT
+    if args.crd_dir.exists() and not args.crd_dir.is_dir():
+        _error(f"--crd-dir {args.crd_dir}: not a directory")
+        return EXIT_BAD_INPUT
     state_dir = _state_dir(args)
     try:
         check_state_dir(state_dir, _say)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import re
 import ssl
 import sys
 from pathlib import Path
@@ -25,6 +26,11 @@ from typing import Any
 from lyra.cli.arguments import add_settings
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.settings import ExtenderSettings
+
+#: A host name to listen on: dot-separated labels of letters, digits and inner hyphens (RFC 1123), 253 characters at
+#: most.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -88,7 +94,7 @@ def run_extender(args: argparse.Namespace) -> int:
     try:
         ipaddress.ip_address(args.host)
     except ValueError:
-        if not args.host or len(args.host) > 253:
+        if not _HOST_NAME.fullmatch(args.host):
             return _bad(f"--host must be an IP address or a host name, got {args.host!r}")
     if not 1 <= args.max_body_mib <= 1024:
         return _bad(f"--max-body-mib must be between 1 and 1024, got {args.max_body_mib}")

@@ -8,8 +8,14 @@ can be moved with environment variables.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
+
+#: A cluster's name: its state directory is ``cluster/<name>`` and ``down`` removes that directory, so a name is one
+#: path segment of its own (no ``/``, not ``.``, ``..`` or empty, which would name the directory of every cluster or
+#: one outside it).
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
@@ -30,5 +36,20 @@ def state_root(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base).expanduser() / "lyra"
 
 
+def cluster_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a cluster (``None`` if it can)."""
+    if CLUSTER_NAME.fullmatch(name):
+        return None
+    return (
+        "expected 1 to 63 letters, digits, '-', '_' or '.', starting with a letter or a digit, "
+        f"got {name[:80]!r}"
+    )
+
+
 def cluster_state_dir(name: str, environ: Mapping[str, str] | None = None) -> Path:
+    """The state directory of the cluster ``name`` (a :data:`CLUSTER_NAME`: anything else is refused, as it could
+    name the directory of every cluster, which ``down`` would remove)."""
+    problem = cluster_name_problem(name)
+    if problem is not None:
+        raise ValueError(f"cluster name: {problem}")
     return state_root(environ) / "cluster" / name

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lyra.cli import main
+from lyra.localcluster.locations import cluster_state_dir
 
 
 def test_a_bad_profile_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -16,9 +17,8 @@ def test_a_bad_profile_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.C
     code = main(["cluster", "up", "--state-dir", str(tmp_path / "state"), "--profile", str(profile)])
 
     assert code == 2
-    assert f"error: bad cluster profile: {profile}: nodeGroups[0].gpu.count: expected an integer >= 1, got -1" in (
-        capsys.readouterr().err
-    )
+    said = f"lyra cluster: bad cluster profile: {profile}: nodeGroups[0].gpu.count: expected an integer >= 1, got -1"
+    assert said in capsys.readouterr().err
     assert not (tmp_path / "state").exists()
 
 
@@ -80,3 +80,50 @@ def test_kubectl_without_a_running_cluster_says_how_to_start_one(
     err = capsys.readouterr().err
     assert code == 1
     assert "lyra cluster up" in err or "make binaries" in err
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../../etc", "a/b", "-x", "x" * 64, "a b"])
+@pytest.mark.parametrize("action", ["up", "down", "status", "kubectl"])
+def test_a_name_that_is_not_one_path_segment_is_refused_before_anything(
+    name: str, action: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`down` removes the state directory `cluster/<name>`: an empty name there named every cluster's directory (and
+    `--name "$UNSET"` is an easy slip), `..` one outside them."""
+    monkeypatch.setenv("LYRA_STATE_DIR", str(tmp_path))
+    (tmp_path / "cluster" / "kept").mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_:
+        main(["cluster", action, f"--name={name}"])
+    assert exit_.value.code == 2
+    assert "argument --name: expected 1 to 63 letters, digits" in capsys.readouterr().err
+    assert (tmp_path / "cluster" / "kept").is_dir()
+    with pytest.raises(ValueError, match="cluster name: expected"):
+        cluster_state_dir(name)
+
+
+@pytest.mark.parametrize("name", ["default", "blue", "lab-2", "a.b_c", "x" * 63, "7"])
+def test_names_of_one_segment_are_taken(name: str, tmp_path: Path) -> None:
+    assert cluster_state_dir(name, {"LYRA_STATE_DIR": str(tmp_path)}) == tmp_path / "cluster" / name
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--timeout", "nan"], "argument --timeout: expected seconds between 0 and 86400, got nan"),
+        (["--timeout", "inf"], "argument --timeout: expected seconds between 0 and 86400, got inf"),
+        (["--crd-dir", "{file}"], "lyra cluster: --crd-dir {file}: not a directory"),
+    ],
+)
+def test_a_timeout_or_a_crd_dir_that_cannot_be_is_refused_before_anything(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "crds.yaml"
+    file.write_text("kind: CustomResourceDefinition\n")
+    argv = [arg.format(file=file) for arg in argv]
+    said = said.format(file=file)
+    try:
+        code = main(["cluster", "up", "--state-dir", str(tmp_path / "state"), "--no-extender", *argv])
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    assert code == 2
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()
