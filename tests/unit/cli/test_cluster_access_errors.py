@@ -191,7 +191,7 @@ def test_a_refusing_server_is_quoted_in_one_line(
 ) -> None:
     answer, said = case
     path = tmp_path / "kubeconfig"
-    with answering_server(lambda method, path: answer) as server:
+    with answering_server(lambda _method, _path: answer) as server:
         path.write_text(kubeconfig_text(server))
         assert exit_code([*command, "--kubeconfig", str(path)]) == 1
     err = capsys.readouterr().err
