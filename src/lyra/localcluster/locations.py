@@ -40,10 +40,7 @@ def cluster_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a cluster (``None`` if it can)."""
     if CLUSTER_NAME.fullmatch(name):
         return None
-    return (
-        "expected 1 to 63 letters, digits, '-', '_' or '.', starting with a letter or a digit, "
-        f"got {name[:80]!r}"
-    )
+    return f"expected 1 to 63 letters, digits, '-', '_' or '.', starting with a letter or a digit, got {name[:80]!r}"
 
 
 def cluster_state_dir(name: str, environ: Mapping[str, str] | None = None) -> Path:
