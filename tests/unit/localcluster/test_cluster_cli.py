@@ -8,6 +8,7 @@ import pytest
 
 from lyra.cli import main
 from lyra.localcluster.locations import cluster_state_dir
+from tests.unit.cli.running import exit_code
 
 
 def test_a_bad_profile_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -120,10 +121,6 @@ def test_a_timeout_or_a_crd_dir_that_cannot_be_is_refused_before_anything(
     file.write_text("kind: CustomResourceDefinition\n")
     argv = [arg.format(file=file) for arg in argv]
     said = said.format(file=file)
-    try:
-        code = main(["cluster", "up", "--state-dir", str(tmp_path / "state"), "--no-extender", *argv])
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    assert code == 2
+    assert exit_code(["cluster", "up", "--state-dir", str(tmp_path / "state"), "--no-extender", *argv]) == 2
     assert said in capsys.readouterr().err
     assert not (tmp_path / "state").exists()
