@@ -19,6 +19,7 @@ from typing import Any
 
 from lyra.cli.arguments import seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.output_paths import OutputError, check_directory
 from lyra.settings import local_extender_url
 
 
@@ -220,6 +221,11 @@ def run_up(args: argparse.Namespace) -> int:
         _error(str(error))
         return EXIT_FAILED
     except StateError as error:
+        _error(str(error))
+        return EXIT_BAD_INPUT
+    try:  # before the binaries and the control plane: the state, logs and certificates go there
+        check_directory(state_dir, "--state-dir" if args.state_dir is not None else "the state directory")
+    except OutputError as error:
         _error(str(error))
         return EXIT_BAD_INPUT
 

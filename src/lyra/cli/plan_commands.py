@@ -143,7 +143,7 @@ class _BadInputError(Exception):
 
 
 class _ClusterError(Exception):
-    """The cluster could not be read (exit 1: the command ran and failed)."""
+    """The cluster could not be read, or the snapshot read from it not saved (exit 1: the command ran and failed)."""
 
 
 def _read(source: str) -> str | bytes:
@@ -168,13 +168,16 @@ def _from_cluster(args: argparse.Namespace) -> Any:
 
     from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
+    from lyra.cli.output_paths import OutputError, check_file, write_text
     from lyra.operator.commit import Cluster
     from lyra.operator.decide import OperatorConfig, live_snapshot
     from lyra.snapshot import SnapshotDocument
 
     try:
+        if args.save_snapshot is not None:  # before reading the cluster, which takes seconds at thousands of nodes
+            check_file(args.save_snapshot, "--save-snapshot")
         api = api_client(args.kubeconfig)
-    except KubeconfigError as error:
+    except (KubeconfigError, OutputError) as error:
         raise _BadInputError(str(error)) from None
     try:
         world = Cluster(api).observe(time.time())
@@ -186,9 +189,9 @@ def _from_cluster(args: argparse.Namespace) -> Any:
     if args.save_snapshot is not None:
         text = SnapshotDocument.from_core(snapshot).model_dump_json(by_alias=True, indent=2)
         try:
-            args.save_snapshot.write_text(text + "\n", encoding="utf-8")
-        except OSError as error:
-            raise _BadInputError(f"--save-snapshot {args.save_snapshot}: {error.strerror or error}") from None
+            write_text(args.save_snapshot, text + "\n", "--save-snapshot")
+        except OutputError as error:
+            raise _ClusterError(str(error)) from None
     return snapshot
 
 

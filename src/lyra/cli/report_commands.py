@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.output_paths import OutputError, check_directory
 from lyra.cli.plotting import missing_plotting
 
 DEFAULT_SINCE = "1h"
@@ -119,8 +120,10 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"lyra report: {missing}", file=sys.stderr)
         return EXIT_FAILED
     out: Path = args.out_dir
-    if out.exists() and not out.is_dir():
-        print(f"lyra report: {out} is not a directory", file=sys.stderr)
+    try:  # before the queries: a report that cannot be written is refused first
+        check_directory(out, "--out-dir")
+    except OutputError as error:
+        print(f"lyra report: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     chosen = [d for d in DASHBOARDS if args.dashboard is None or d.uid in args.dashboard]
     api = PrometheusApi(args.prometheus, timeout_s=args.timeout)

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from lyra.cli.arguments import positive_int
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.output_paths import OutputError, check_directory, check_file, write_text, writing_into
 from lyra.cli.plotting import missing_plotting
 
 #: Where the shipped traces live, relative to the repository root, and where to get them otherwise.
@@ -112,34 +113,13 @@ def _default_input(kind: str, given: Path | None, default: Path) -> Path:
     )
 
 
-class OutputError(ValueError):
-    """An output path cannot be written; found before the run, so that no result is lost after it."""
-
-
-def _writable_directory(directory: Path, what: str) -> None:
-    """Raise :class:`OutputError` unless ``directory`` is a directory that can be written, or could be created (its
-    nearest existing ancestor is a writable directory). Nothing is created here."""
-    existing = directory
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise OutputError(f"{what} {directory} is not writable: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputError(f"{what} {directory} is not writable: no write permission on {existing}")
-
-
 def check_outputs(*, json_path: Path | None, out_dir: Path | None) -> None:
-    """Refuse, before any work, outputs that could not be written after it: ``--json`` naming a directory or a path
-    under a file or an unwritable directory, ``--out-dir`` naming a file or an unwritable place. ``out_dir=None``:
-    the run writes nothing there."""
+    """Refuse, before any work, outputs that could not be written after it (``--json``, ``--out-dir``).
+    ``out_dir=None``: the run writes nothing there."""
     if json_path is not None:
-        if json_path.is_dir():
-            raise OutputError(f"--json {json_path} is a directory; give a file name, e.g. {json_path / 'results.json'}")
-        _writable_directory(json_path.parent, f"--json {json_path}: its directory")
-        if json_path.exists() and not os.access(json_path, os.W_OK):
-            raise OutputError(f"--json {json_path} exists and is not writable")
+        check_file(json_path, "--json")
     if out_dir is not None:
-        _writable_directory(out_dir, "--out-dir")
+        check_directory(out_dir, "--out-dir")
 
 
 def parse_start(text: str | None) -> float | None:
@@ -189,6 +169,14 @@ class ProgressBar:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    try:
+        return _simulate(args)
+    except OutputError as error:  # checked before the run, yet the write failed (the disk filled meanwhile)
+        print(f"lyra simulate: {error} (the results printed above are the run's)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _simulate(args: argparse.Namespace) -> int:
     from lyra.sim.bursts import BurstError, with_bursts
     from lyra.sim.calibration import CalibrationError, calibrate, check_calibratable, check_load_calibratable
     from lyra.sim.comparison import compare
@@ -305,17 +293,17 @@ def run_simulate(args: argparse.Namespace) -> int:
         f'docs/evaluation.md, "A lower bound on mean JCT")'
     )
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         context = {**comparison.context, "inference_load": seen}
-        args.json.write_text(results_json(comparison.metrics, context), encoding="utf-8")
+        write_text(args.json, results_json(comparison.metrics, context), "--json")
         print(f"wrote {args.json}", file=sys.stderr)
-    write_jobs_csv(args.out_dir / "jobs.csv", comparison.results)
-    print(f"wrote {args.out_dir / 'jobs.csv'}", file=sys.stderr)
-    if not args.no_plots:
-        from lyra.sim.plots import write_plots
+    with writing_into(args.out_dir, "--out-dir"):
+        write_jobs_csv(args.out_dir / "jobs.csv", comparison.results)
+        print(f"wrote {args.out_dir / 'jobs.csv'}", file=sys.stderr)
+        if not args.no_plots:
+            from lyra.sim.plots import write_plots
 
-        for path in write_plots(args.out_dir, comparison.results):
-            print(f"wrote {path}", file=sys.stderr)
+            for path in write_plots(args.out_dir, comparison.results):
+                print(f"wrote {path}", file=sys.stderr)
     print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return EXIT_OK
 
@@ -373,14 +361,13 @@ def _run_sweep(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any], knob
     if args.json is not None:
         import json
 
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result.as_dict(), indent=2) + "\n", encoding="utf-8")
+        write_text(args.json, json.dumps(result.as_dict(), indent=2) + "\n", "--json")
         print(f"wrote {args.json}", file=sys.stderr)
     if not args.no_plots:
         from lyra.sim.plots import write_sweep_plot
 
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        path = write_sweep_plot(args.out_dir / "sweep.png", result)
+        with writing_into(args.out_dir, "--out-dir"):
+            path = write_sweep_plot(args.out_dir / "sweep.png", result)
         print(f"wrote {path}", file=sys.stderr)
     print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return EXIT_OK
@@ -423,9 +410,8 @@ def _run_loaning_pays(args: argparse.Namespace, inputs: tuple[Any, Any, Any, Any
     if warning is not None:
         print(warning)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         document = {"measured": asdict(measured), "pays_from": PAYS, "answers": [a.as_dict() for a in answers]}
-        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        write_text(args.json, json.dumps(document, indent=2) + "\n", "--json")
         print(f"wrote {args.json}", file=sys.stderr)
     print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return EXIT_OK

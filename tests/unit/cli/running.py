@@ -1,5 +1,5 @@
 """Running ``lyra`` in the test's process as a shell would: the exit code, whether the command returned it or
-argparse exited with it."""
+argparse exited with it; and a kubeconfig for a server the test names."""
 
 from __future__ import annotations
 
@@ -11,3 +11,13 @@ def exit_code(argv: list[str]) -> int:
         return main(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
+
+
+def kubeconfig_text(server: str) -> str:
+    """A kubeconfig whose one context points at ``server`` with a token."""
+    return (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: c, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )

@@ -15,7 +15,7 @@ import pytest
 from lyra.apiserver_failures import MAX_MESSAGE, describe_api_failure
 from lyra.cli.kube_client import KubeconfigError, api_client, default_kubeconfigs, kubeconfig_problem
 from tests.answering_server import Answer, answering_server
-from tests.unit.cli.running import exit_code
+from tests.unit.cli.running import exit_code, kubeconfig_text
 
 #: Each command that reads a kubeconfig, as run with one.
 COMMANDS = [
@@ -27,15 +27,6 @@ COMMANDS = [
     ["extender", "--port", "18888"],
     ["plan", "allocate", "--from-cluster"],
 ]
-
-
-def kubeconfig_text(server: str) -> str:
-    return (
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: c, cluster: {{server: '{server}'}}}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
-    )
 
 
 @pytest.mark.parametrize(
@@ -157,6 +148,21 @@ def test_a_server_nobody_listens_on_is_said_refused(
     assert "Retry" not in err
     assert "Traceback" not in err
     assert out == ""
+
+
+def test_a_snapshot_that_cannot_be_saved_is_refused_before_the_cluster_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # nobody listens at the server: had the cluster been read first, the error would be "connection refused"
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig_text(f"http://127.0.0.1:{_closed_port()}"))
+    saved = ["--save-snapshot", "/proc/lyra-test/snapshot.json"]
+    assert exit_code(["plan", "allocate", "--from-cluster", "--kubeconfig", str(path), *saved]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "lyra plan allocate: --save-snapshot /proc/lyra-test/snapshot.json: its directory /proc/lyra-test is not "
+        "writable: /proc takes no new directory (No such file or directory)\n"
+    )
 
 
 FORBIDDEN = 'nodes is forbidden: User "system:serviceaccount:ml:bob" cannot list resource "nodes" at the cluster scope'

@@ -206,7 +206,19 @@ def test_an_out_dir_that_is_a_file_is_bad_input(tmp_path: Path, capsys: pytest.C
     target = tmp_path / "report.png"
     target.write_bytes(b"")
     assert main(["report", "--prometheus", "http://127.0.0.1:1", "--out-dir", str(target)]) == 2
-    assert "is not a directory" in capsys.readouterr().err
+    assert f"--out-dir {target} is not writable: {target} is a file, not a directory" in capsys.readouterr().err
+
+
+def test_an_out_dir_that_cannot_be_made_is_refused_before_any_query(
+    prometheus: tuple[str, FakePrometheus], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, fake = prometheus
+    # /proc takes no new directory, even from root: found by trying before the queries, not after them
+    assert main(["report", "--prometheus", url, "--out-dir", "/proc/lyra-test"]) == 2
+    assert "lyra report: --out-dir /proc/lyra-test is not writable: /proc takes no new directory" in (
+        capsys.readouterr().err
+    )
+    assert fake.asked == []
 
 
 def test_the_variables_narrow_every_query_to_the_chosen_release(

@@ -124,3 +124,27 @@ def test_a_timeout_or_a_crd_dir_that_cannot_be_is_refused_before_anything(
     assert exit_code(["cluster", "up", "--state-dir", str(tmp_path / "state"), "--no-extender", *argv]) == 2
     assert said in capsys.readouterr().err
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(
+    ("explicit", "said"),
+    [
+        (True, "lyra cluster: --state-dir /proc/lyra-test/state is not writable: /proc takes no new directory"),
+        (False, "lyra cluster: the state directory /proc/lyra-test/cluster/default is not writable: /proc takes no"),
+    ],
+)
+def test_a_state_dir_that_cannot_be_made_is_refused_before_anything_starts(
+    explicit: bool, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state, logs and certificates go there: it once failed after the binaries, pointing at logs it never
+    wrote. /proc takes no directory, even from root, whom permission bits let write anywhere."""
+    from lyra.localcluster.binaries import BinaryCache
+
+    def not_reached(*_: object, **__: object) -> None:
+        raise AssertionError("the binaries were fetched for a cluster that cannot start")
+
+    monkeypatch.setattr(BinaryCache, "ensure", not_reached)
+    monkeypatch.setenv("LYRA_STATE_DIR", "/proc/lyra-test")
+    argv = ["--state-dir", "/proc/lyra-test/state"] if explicit else []
+    assert exit_code(["cluster", "up", "--no-extender", *argv]) == 2
+    assert said in capsys.readouterr().err

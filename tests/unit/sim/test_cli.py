@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -218,11 +218,44 @@ def test_an_unwritable_out_dir_is_refused_before_the_run(
 ) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    # root may write anywhere (CI runs as root), so the permission check is told what an ordinary user would see
-    real_access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == locked else real_access(path, mode))
+    # root may write anywhere (CI runs as root): the directory the check makes is refused as for an ordinary user
+    real_mkdtemp = tempfile.mkdtemp
+
+    def refusing(*, prefix: str, dir: Path) -> str:
+        if Path(dir) == locked:
+            raise PermissionError(13, "Permission denied")
+        return real_mkdtemp(prefix=prefix, dir=dir)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refusing)
     code = _run(inputs, "--out-dir", str(locked))
     _refused(code, capsys.readouterr().err, f"--out-dir {locked} is not writable: no write permission on {locked}")
+
+
+@pytest.mark.parametrize("flag", ["--out-dir", "--json"])
+def test_a_place_that_takes_no_new_entry_is_refused_before_the_run(
+    flag: str, inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # /proc takes no directory even from root, where permission bits say yes: the check must try, not ask
+    place = ["--json", "/proc/lyra-test/r.json"] if flag == "--json" else ["--out-dir", "/proc/lyra-test"]
+    code = _run(inputs, *place, *([] if flag == "--out-dir" else ["--out-dir", str(tmp_path / "o")]))
+    _refused(code, capsys.readouterr().err, "/proc takes no new directory")
+
+
+def test_a_write_that_fails_after_the_run_is_one_line_and_exit_1(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the place changed between the check and the write (the disk filled, a mount went away): said, not a traceback
+    monkeypatch.setattr("lyra.cli.simulate_commands.check_outputs", lambda **_: None)
+    code = _run(inputs, "--json", "/proc/lyra-test/r.json", "--out-dir", str(tmp_path / "o"))
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "queue mean/median/p95" in captured.out  # the run's figures were printed before the write
+    errors = [line for line in captured.err.splitlines() if line.startswith("lyra simulate: ")]
+    assert errors == [
+        "lyra simulate: cannot write --json /proc/lyra-test/r.json: the write failed (No such file or directory) "
+        "(the results printed above are the run's)"
+    ]
+    assert "Traceback" not in captured.err
 
 
 def test_a_sweep_without_plots_does_not_need_the_out_dir(
