@@ -45,6 +45,7 @@ from lyra.extender.serving import serve as serve_as_lyra
 from lyra.extender.serving import server_config
 from lyra.extender.view import ClusterView, build_view
 from lyra.extender.wire import ExtenderArgs
+from lyra.listening import bound_sockets
 from lyra.localcluster.ports import LOOPBACK, allocate_ports
 from lyra.localcluster.waiting import wait_for
 
@@ -125,7 +126,8 @@ def fixed_view(nodes: int) -> ClusterView:
 def serve(nodes: int, port: int) -> None:
     view = fixed_view(nodes)
     app = create_app(FixedView(view))
-    serve_as_lyra(server_config(app, host=LOOPBACK, port=port, client_timeout_s=DEFAULT_CLIENT_TIMEOUT_S))
+    config = server_config(app, host=LOOPBACK, port=port, client_timeout_s=DEFAULT_CLIENT_TIMEOUT_S)
+    serve_as_lyra(config, bound_sockets(LOOPBACK, port))
 
 
 def wait_until_ready(port: int, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-#: How a setting's flag reads its value: a duration in seconds, a whole number >= 0, one >= 1, text, a TCP port, or
-#: on/off.
+#: How a setting's flag reads its value: a duration in seconds, a whole number >= 0, one >= 1, a host to listen on (an
+#: IP address or a host name), the name of a Kubernetes object or empty (a DNS subdomain), a TCP port, or on/off.
 SECONDS: Final = "seconds"
 COUNT: Final = "count"
 POSITIVE_COUNT: Final = "positive count"
-TEXT: Final = "text"
+HOST: Final = "host"
+OPTIONAL_OBJECT_NAME: Final = "optional object name"
 PORT: Final = "port"
 SWITCH: Final = "switch"
 
@@ -27,9 +28,8 @@ DEFAULT_MAX_PRIORITY: Final = 0
 
 def setting(default: Any, *, flag: str, kind: str, help: str) -> Any:
     """A field with its default, its flag, how the flag is read (:data:`SECONDS`, :data:`COUNT`,
-    :data:`POSITIVE_COUNT`, :data:`TEXT`, :data:`PORT`, :data:`SWITCH`) and what ``--help`` says of it (the default is
-    added
-    there)."""
+    :data:`POSITIVE_COUNT`, :data:`HOST`, :data:`OPTIONAL_OBJECT_NAME`, :data:`PORT`, :data:`SWITCH`) and what
+    ``--help`` says of it (the default is added there)."""
     return field(default=default, metadata={"flag": flag, "kind": kind, "help": help})
 
 
@@ -38,7 +38,9 @@ class ExtenderSettings:
     """Where ``lyra extender`` listens and what it accepts. The local cluster's kube-scheduler calls it at
     :func:`local_extender_url`; the chart's Service uses :attr:`port`."""
 
-    host: str = setting("127.0.0.1", flag="--host", kind=TEXT, help="address to listen on")
+    host: str = setting(
+        "127.0.0.1", flag="--host", kind=HOST, help="address to listen on (an IP address or a host name)"
+    )
     port: int = setting(8888, flag="--port", kind=PORT, help="port of prioritize, preempt, /metrics and the probes")
     max_body_mib: int = setting(
         6,

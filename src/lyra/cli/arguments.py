@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from lyra.api.object_names import dns_label_problem, dns_subdomain_problem
+from lyra.settings import COUNT, HOST, OPTIONAL_OBJECT_NAME, PORT, POSITIVE_COUNT, SECONDS, SWITCH
 
 
 def _whole(text: str) -> int:
@@ -36,6 +41,42 @@ def port(text: str) -> int:
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"expected a port between 1 and 65535, got {value}")
     return value
+
+
+#: A host name: dot-separated labels of letters, digits and inner hyphens (RFC 1123), 253 characters at most.
+_HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_HOST_LABEL}(\.{_HOST_LABEL})*")
+
+
+def listen_host(text: str) -> str:
+    """An address to listen on: an IP address or a host name."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"expected an IP address or a host name, got {text[:80]!r}") from None
+    return text
+
+
+def listen_host_or_all(text: str) -> str:
+    """An address to listen on, or empty for every interface."""
+    return text if text == "" else listen_host(text)
+
+
+def optional_object_name(text: str) -> str:
+    """The name of a Kubernetes object (a DNS subdomain), or empty for none."""
+    problem = None if text == "" else dns_subdomain_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def namespace_name(text: str) -> str:
+    """A namespace's name (a DNS label)."""
+    problem = dns_label_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def seconds(text: str) -> float:
@@ -76,12 +117,13 @@ def add_kubeconfig_argument(parser: argparse.ArgumentParser) -> None:
 
 #: How a setting's flag reads its value, by the setting's kind (:mod:`lyra.settings`).
 _READERS: dict[str, tuple[Callable[[str], Any], str | None]] = {
-    "seconds": (seconds, "SECONDS"),
-    "count": (non_negative_int, None),
-    "positive count": (positive_int, None),
-    "text": (str, None),
-    "port": (port, None),
-    "switch": (switch, "on|off"),
+    SECONDS: (seconds, "SECONDS"),
+    COUNT: (non_negative_int, None),
+    POSITIVE_COUNT: (positive_int, None),
+    HOST: (listen_host, "HOST"),
+    OPTIONAL_OBJECT_NAME: (optional_object_name, "NAME"),
+    PORT: (port, None),
+    SWITCH: (switch, "on|off"),
 }
 
 

@@ -15,9 +15,7 @@ not start, 2 bad input.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
-import re
 import ssl
 import sys
 from pathlib import Path
@@ -26,11 +24,6 @@ from typing import Any
 from lyra.cli.arguments import add_settings
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.settings import ExtenderSettings
-
-#: A host name to listen on: dot-separated labels of letters, digits and inner hyphens (RFC 1123), 253 characters at
-#: most.
-_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -91,11 +84,6 @@ def _tls_problem(cert: Path | None, key: Path | None, client_ca: Path | None) ->
 
 
 def run_extender(args: argparse.Namespace) -> int:
-    try:
-        ipaddress.ip_address(args.host)
-    except ValueError:
-        if not _HOST_NAME.fullmatch(args.host):
-            return _bad(f"--host must be an IP address or a host name, got {args.host!r}")
     if not 1 <= args.max_body_mib <= 1024:
         return _bad(f"--max-body-mib must be between 1 and 1024, got {args.max_body_mib}")
     if not args.max_body_mib <= args.max_held_mib <= 4096:
@@ -112,6 +100,7 @@ def run_extender(args: argparse.Namespace) -> int:
     from lyra.extender.app import MIB, BodyRecorder, create_app
     from lyra.extender.serving import serve, server_config
     from lyra.extender.watch import WatchedView
+    from lyra.listening import ListenError, bound_sockets
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -122,6 +111,11 @@ def run_extender(args: argparse.Namespace) -> int:
         recorder = BodyRecorder(args.capture_dir) if args.capture_dir is not None else None
     except OSError as error:
         return _bad(f"--capture-dir {args.capture_dir}: {error}")
+    try:  # before the watch: a port in use or an address not this host's is said first, in one line
+        sockets = bound_sockets(args.host, args.port)
+    except ListenError as error:
+        print(f"lyra extender: {error}", file=sys.stderr)
+        return EXIT_FAILED
     source = WatchedView(api)
     source.start()
     app = create_app(
@@ -142,10 +136,9 @@ def run_extender(args: argparse.Namespace) -> int:
             tls_key_file=args.tls_key_file,
             client_ca_file=args.client_ca_file,
         )
-        serve(config)
-    except OSError as error:
-        print(f"lyra extender: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        serve(config, sockets)
     finally:
         source.stop()
+        for sock in sockets:
+            sock.close()
     return EXIT_OK

@@ -10,6 +10,7 @@ passed over for the service account: the user meant it.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Mapping
@@ -35,10 +36,12 @@ def api_client(kubeconfig: Path | None) -> client.ApiClient:
     from kubernetes import client, config
 
     # A kubeconfig may skip TLS verification on purpose (kubectl says nothing either); urllib3 would otherwise print
-    # a warning with a source line on every request.
+    # a warning with a source line on every request. And each retry of a failed connection would be logged with its
+    # connection pool and retry counts before the caller says, once, why the call failed (lyra.apiserver_failures).
     from urllib3.exceptions import InsecureRequestWarning
 
     warnings.filterwarnings("ignore", category=InsecureRequestWarning)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     if kubeconfig is not None:
         files = [(f"--kubeconfig {kubeconfig}", kubeconfig)]
     else:

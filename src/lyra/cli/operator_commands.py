@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from lyra.cli.arguments import (
     add_kubeconfig_argument,
     add_settings,
+    listen_host_or_all,
+    namespace_name,
     non_negative_int,
     seconds,
     settings_given,
@@ -51,6 +53,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     add_settings(parser, LoopSettings, only=("resync_s",))
     parser.add_argument(
         "--lease-namespace",
+        type=namespace_name,
         default=os.environ.get("POD_NAMESPACE", "default"),
         help="namespace of the leader Lease that keeps one operator active (default: $POD_NAMESPACE or default)",
     )
@@ -81,7 +84,10 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "(default: off)",
     )
     parser.add_argument(
-        "--http-address", default="", help="address the HTTP endpoints listen on (default: every interface)"
+        "--http-address",
+        type=listen_host_or_all,
+        default="",
+        help="address the HTTP endpoints listen on: an IP address or a host name (default: every interface)",
     )
     parser.add_argument(
         "--inference-gpu-cap",
@@ -160,6 +166,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.core.gpus import GpuCatalog
+    from lyra.listening import ListenError
     from lyra.operator.commit import Cluster
     from lyra.operator.config import LoopSettings, OperatorConfig
     from lyra.operator.runner import Reconciler, RunOptions, describe, leader_lease, run_operator
@@ -204,5 +211,9 @@ def run_operator_command(args: argparse.Namespace) -> int:
         report = {"dryRun": args.dry_run, "actions": describe(decision), "summary": decision.report.as_json()}
         print(json.dumps(report, indent=2, default=str))
         return EXIT_OK
-    run_operator(cluster, options)
+    try:
+        run_operator(cluster, options)
+    except ListenError as error:  # the port taken, the address not this host's: said, not a traceback
+        print(f"lyra operator: {error}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK

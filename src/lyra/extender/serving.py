@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,12 @@ DIRECT_BODY_BYTES = 1024 * 1024
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-def serve(config: uvicorn.Config) -> None:
-    """Run the server until it is told to stop, the loop's thread handed the GIL within
+def serve(config: uvicorn.Config, sockets: Sequence[socket.socket]) -> None:
+    """Run the server on ``sockets`` (bound by :func:`lyra.listening.bound_sockets` before the watch starts, so that
+    a port in use is said first) until it is told to stop, the loop's thread handed the GIL within
     :data:`GIL_SWITCH_INTERVAL_S` when it needs it."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=list(sockets))
 
 
 @dataclass(slots=True)

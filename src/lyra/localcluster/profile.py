@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from lyra.api import names
+from lyra.api.object_names import MAX_LABEL, is_dns_label, is_dns_subdomain
 
 POOLS = names.POOLS
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -25,11 +26,8 @@ RESERVED_LABELS = frozenset(
     {names.POOL_LABEL, names.GPU_PRODUCT_LABEL, names.GPU_COUNT_LABEL, names.GPU_MEMORY_LABEL, "kubernetes.io/hostname"}
 )
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
-_MAX_LABEL = 63
 
 
 class ProfileError(ValueError):
@@ -161,8 +159,8 @@ def _node_group(raw: object, source: str, where: str) -> NodeGroup:
     name = _dns_label(fields["name"], source, f"{where}.name")
     count = _integer(fields["count"], source, f"{where}.count", minimum=0)
     longest = f"{name}-{max(count - 1, 0)}"
-    if len(longest) > _MAX_LABEL:
-        raise ProfileError(f"{source}: {where}.name: node name {longest!r} would exceed {_MAX_LABEL} characters")
+    if len(longest) > MAX_LABEL:
+        raise ProfileError(f"{source}: {where}.name: node name {longest!r} would exceed {MAX_LABEL} characters")
     pool = fields["pool"]
     if pool not in POOLS:
         raise ProfileError(f"{source}: {where}.pool: expected one of {', '.join(POOLS)}, got {pool!r}")
@@ -254,17 +252,17 @@ def _quantity(raw: object, source: str, where: str) -> str:
 
 
 def _dns_label(raw: object, source: str, where: str) -> str:
-    if not isinstance(raw, str) or len(raw) > _MAX_LABEL or not _DNS_LABEL.match(raw):
+    if not isinstance(raw, str) or not is_dns_label(raw):
         raise ProfileError(f"{source}: {where}: expected a lower-case DNS label (a-z, 0-9, '-'), got {raw!r}")
     return raw
 
 
 def _valid_label_key(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if prefix and not is_dns_subdomain(prefix):
         return False
-    return 0 < len(name) <= _MAX_LABEL and bool(_LABEL_NAME.match(name))
+    return 0 < len(name) <= MAX_LABEL and bool(_LABEL_NAME.match(name))
 
 
 def _valid_label_value(value: str) -> bool:
-    return value == "" or (len(value) <= _MAX_LABEL and bool(_LABEL_NAME.match(value)))
+    return value == "" or (len(value) <= MAX_LABEL and bool(_LABEL_NAME.match(value)))

@@ -10,7 +10,7 @@ from lyra.core.allocation import DEFAULT_SEARCH_BUDGET
 from lyra.core.gpus import GpuCatalog
 from lyra.operator.priority_bounds import PriorityBounds
 from lyra.operator.sizing import InferenceGpuCaps
-from lyra.settings import COUNT, POSITIVE_COUNT, SECONDS, SWITCH, TEXT, setting
+from lyra.settings import COUNT, OPTIONAL_OBJECT_NAME, POSITIVE_COUNT, SECONDS, SWITCH, setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ class OperatorConfig:
     scheduler_name: str = setting(
         "",
         flag="--scheduler-name",
-        kind=TEXT,
+        kind=OPTIONAL_OBJECT_NAME,
         help="schedulerName of the pods and Deployments the operator makes, e.g. the chart's bundled scheduler "
         "(empty: the cluster's default scheduler)",
     )

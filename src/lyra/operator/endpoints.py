@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from lyra.listening import addresses, listen_failure
 from lyra.operator.metrics import OperatorMetrics
 
 log = logging.getLogger("lyra.operator")
@@ -110,8 +111,16 @@ def serve(
         def log_message(self, format: str, *args: object) -> None:
             log.debug("http: " + format, *args)
 
-    server = ThreadingHTTPServer((address, port), Handler)
-    server.daemon_threads = True
+    try:
+        family, bind_to = addresses(address, port)[0]
+
+        class Server(ThreadingHTTPServer):
+            address_family = family  # an IPv6 address too
+            daemon_threads = True
+
+        server = Server(bind_to, Handler)
+    except OSError as error:
+        raise listen_failure(address, port, error) from None
     threading.Thread(target=server.serve_forever, name="lyra-http", daemon=True).start()
     paths = [METRICS_PATH, LIVENESS_PATH, READINESS_PATH] + ([CACHES_PATH] if caches is not None else [])
     log.info("serving %s on %s:%d", ", ".join(paths), *server.server_address[:2])

@@ -333,7 +333,6 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
     for api in (cluster.api, lease.api):  # the writes and the watch caches' client; the Lease's
         count_api_errors(api, reconciler.metrics.api_error)
     count_write_errors(cluster.writes, reconciler.metrics.api_error)
-    heap.tune_collector()
     reconciler.after_first_pass = heap.freeze_survivors  # the caches and the first readings: long-lived
     caches = cluster.caches or watch_layer(options.watch_layer, cluster.api)
     cluster.caches = caches
@@ -350,7 +349,8 @@ def run_operator(cluster: Cluster, options: RunOptions) -> None:
         )
         if options.http_port
         else None
-    )
+    )  # bound before anything starts: a port in use is a ListenError, with nothing to undo
+    heap.tune_collector()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

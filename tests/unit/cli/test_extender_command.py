@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,16 +13,17 @@ from lyra.cli import extender_commands, main
 from lyra.extender.app import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_MAX_BODY_MIB, DEFAULT_MAX_HELD_MIB
 from lyra.localcluster.componentconfig import DEFAULT_EXTENDER_URL
 from lyra.settings import ExtenderSettings
+from tests.unit.cli.running import kubeconfig_text
 
 CASES = [
     (["--port", "0"], "argument --port: expected a port between 1 and 65535, got 0"),
     (["--port", "70000"], "argument --port: expected a port between 1 and 65535, got 70000"),
     (["--port", "x"], "argument --port: expected a whole number, got 'x'"),
-    (["--host", ""], "--host must be an IP address or a host name"),
-    (["--host", "a b"], "--host must be an IP address or a host name, got 'a b'"),
-    (["--host=-lyra"], "--host must be an IP address or a host name"),
-    (["--host", "a..b"], "--host must be an IP address or a host name"),
-    (["--host", "x" * 64], "--host must be an IP address or a host name"),
+    (["--host", ""], "argument --host: expected an IP address or a host name, got ''"),
+    (["--host", "a b"], "argument --host: expected an IP address or a host name, got 'a b'"),
+    (["--host=-lyra"], "argument --host: expected an IP address or a host name"),
+    (["--host", "a..b"], "argument --host: expected an IP address or a host name"),
+    (["--host", "x" * 64], "argument --host: expected an IP address or a host name"),
     (["--max-body-mib", "0"], "argument --max-body-mib: expected a number >= 1, got 0"),
     (["--max-body-mib", "2048"], "--max-body-mib must be between 1 and 1024"),
     (["--max-held-mib", "2"], "--max-held-mib must be between --max-body-mib (6) and 4096, got 2"),
@@ -80,3 +82,24 @@ def test_a_certificate_that_is_not_pem_exits_2_with_a_message(
     key.write_text("not a key")
     assert main(["extender", "--tls-cert-file", str(cert), "--tls-key-file", str(key)]) == 2
     assert f"--tls-cert-file {cert}" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_one_line_and_exit_1_before_the_watch_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvicorn logged the failure and exited 3; now the socket is bound first and the failure said as the
+    operator's is."""
+    from lyra.extender.watch import WatchedView
+
+    def not_started(self: WatchedView) -> None:
+        raise AssertionError("the watch started for an extender that cannot listen")
+
+    monkeypatch.setattr(WatchedView, "start", not_started)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text("https://127.0.0.1:1"))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert main(["extender", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(port)]) == 1
+    assert capsys.readouterr().err == f"lyra extender: cannot listen on 127.0.0.1:{port}: address already in use\n"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
+import socket
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from lyra.operator.config import LoopSettings, OperatorConfig
 from lyra.operator.priority_bounds import PriorityBounds
 from lyra.operator.sizing import InferenceGpuCaps
 from lyra.settings import DEFAULT_INFERENCE_GPU_CAP, DEFAULT_MAX_PRIORITY
+from tests.unit.cli.running import kubeconfig_text
 
 
 @pytest.mark.parametrize(
@@ -33,6 +36,14 @@ from lyra.settings import DEFAULT_INFERENCE_GPU_CAP, DEFAULT_MAX_PRIORITY
         (["--max-priority", "ml=1", "--max-priority", "ml=2"], "a namespace is bounded twice: ml"),
         (["--watch-layer", "informer"], "--watch-layer (or $LYRA_WATCH_LAYER) 'informer': not a watch layer"),
         (["--watch-layer", ""], "not a watch layer (one of kubewatch, kopf)"),
+        (["--scheduler-name", "Lyra Scheduler"], "argument --scheduler-name: expected a DNS subdomain"),
+        (["--scheduler-name=-lyra"], "argument --scheduler-name: expected a DNS subdomain"),
+        (["--scheduler-name", "x" * 254], "argument --scheduler-name: expected a DNS subdomain (at most 253"),
+        (["--lease-namespace", "Lyra_System"], "argument --lease-namespace: expected a DNS label"),
+        (["--lease-namespace", "lyra.system"], "argument --lease-namespace: expected a DNS label"),
+        (["--lease-namespace", ""], "argument --lease-namespace: expected a DNS label"),
+        (["--http-address", "a b"], "argument --http-address: expected an IP address or a host name, got 'a b'"),
+        (["--http-address", "10.0.0.300:80"], "argument --http-address: expected an IP address or a host name"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,6 +63,22 @@ def test_a_bad_watch_layer_in_the_environment_exits_2_naming_it(
     assert "--watch-layer (or $LYRA_WATCH_LAYER) 'KOPF': not a watch layer" in capsys.readouterr().err
 
 
+def test_a_lease_namespace_from_the_environment_is_checked_as_the_flag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "Lyra")
+    with pytest.raises(SystemExit) as exited:
+        main(["operator"])
+    assert exited.value.code == 2
+    assert "argument --lease-namespace: expected a DNS label (at most 63 lower-case" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["", "lyra-scheduler", "scheduler.lyra.dev"])
+def test_scheduler_names_kubernetes_takes_are_taken(name: str) -> None:
+    args = _operator_parser().parse_args(["--scheduler-name", name])
+    assert args.scheduler_name == name
+
+
 @pytest.mark.parametrize("command", ["operator", "status", "emulate"])
 def test_a_missing_kubeconfig_is_bad_input(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
@@ -64,7 +91,7 @@ def test_a_missing_kubeconfig_is_bad_input(command: str, tmp_path: Path, capsys:
     "extra", [[], ["--lease-duration", "4.4", "--renew-deadline", "4.3", "--retry-period", "0.5"]], ids=["", "4.4s"]
 )
 def test_the_defaults_are_valid_and_an_unreachable_cluster_fails_with_a_message(
-    extra: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    extra: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
@@ -73,10 +100,17 @@ def test_the_defaults_are_valid_and_an_unreachable_cluster_fails_with_a_message(
         "users: [{name: u, user: {token: t}}]\n"
         "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
     )
-    assert main(["operator", "--once", "--kubeconfig", str(kubeconfig), *extra]) == 1
+    with caplog.at_level(logging.DEBUG, logger="urllib3"):
+        assert main(["operator", "--once", "--kubeconfig", str(kubeconfig), *extra]) == 1
     error = capsys.readouterr().err
-    assert "lyra operator: the pass failed" in error
+    assert "lyra operator: the pass failed: cannot reach the API server at https://127.0.0.1:1: connection refused" in (
+        error
+    )
     assert "Traceback" not in error
+    # the client's retries are not logged one by one with urllib3's pool and retry counts: the failure is said once
+    assert [
+        r.getMessage() for r in caplog.records if r.name.startswith("urllib3") and r.levelno >= logging.WARNING
+    ] == []
 
 
 @pytest.mark.parametrize(
@@ -184,3 +218,17 @@ def test_the_charts_defaults_are_the_operators() -> None:
     assert InferenceGpuCaps.parse([], default=DEFAULT_INFERENCE_GPU_CAP).cap_of("any") == 64
     assert InferenceGpuCaps.parse(["*=8"], default=DEFAULT_INFERENCE_GPU_CAP).cap_of("any") == 8
     assert PriorityBounds.parse(["research=100"], default=DEFAULT_MAX_PRIORITY).entries == (("*", 0), ("research", 100))
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was a traceback from the standard library's HTTP server; nothing has started when it is said."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text("https://127.0.0.1:1"))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        argv = ["--kubeconfig", str(kubeconfig), "--http-address", "127.0.0.1", "--http-port", str(port)]
+        assert main(["operator", *argv]) == 1
+    error = capsys.readouterr().err
+    assert error == f"lyra operator: cannot listen on 127.0.0.1:{port}: address already in use\n"

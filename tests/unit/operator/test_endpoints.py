@@ -4,12 +4,14 @@ and /metrics serves the registry."""
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
+from lyra.listening import ListenError
 from lyra.operator.endpoints import Health, serve
 from lyra.operator.metrics import OperatorMetrics
 
@@ -84,3 +86,21 @@ def test_the_caches_debug_endpoint_answers_each_kinds_keys_and_versions() -> Non
         server.server_close()
     assert code == 200
     assert json.loads(body) == held
+
+
+def test_an_ipv6_address_is_served() -> None:
+    server = serve("::1", 0, OperatorMetrics(), Health(stale_after_s=30))
+    try:
+        assert status_of(f"http://[::1]:{server.server_address[1]}/healthz")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_port_in_use_is_a_listen_error_not_a_traceback() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ListenError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: address already in use$"):
+            serve("127.0.0.1", port, OperatorMetrics(), Health(stale_after_s=30))
