@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lyra.api import names
-from lyra.cli.arguments import add_kubeconfig_argument, seconds
+from lyra.cli.arguments import add_kubeconfig_argument, namespace_name, seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.cli.node_restore import NodeRestore, RestorePlan, TrainingPod, plan_restore, restore_node
 
@@ -58,6 +58,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     )
     restore.add_argument(
         "--lease-namespace",
+        type=namespace_name,
         default="lyra-system",
         help="namespace of the operator's leader Lease, checked so no running operator writes the keys again "
         "(default lyra-system)",

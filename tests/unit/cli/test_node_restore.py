@@ -90,6 +90,7 @@ def test_training_on_lent_servers_blocks_by_its_owner_not_its_labels() -> None:
     [
         (["--timeout", "-1"], 2, "--timeout"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], 2, "kubeconfig"),
+        (["--lease-namespace", "Lyra_System"], 2, "argument --lease-namespace: expected a DNS label"),
     ],
 )
 def test_bad_input_is_refused_with_a_message(
