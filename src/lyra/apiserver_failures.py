@@ -52,7 +52,7 @@ def describe_api_failure(error: BaseException, server: str | None) -> str:
         reason = _phrase(status)
         detail = None if text == reason else text
         return _cut(f"the API server{at} answered {_status(status, reason, None, detail)}")
-    reached = _unreachable(error)
+    reached = unreachable_reason(error)
     if reached is not None:
         return _cut(f"cannot reach the API server{at}: {reached}")
     lines = str(error).strip().splitlines()
@@ -91,8 +91,9 @@ def _status_message(body: object) -> str | None:
     return message if isinstance(message, str) and message else None
 
 
-def _unreachable(error: BaseException) -> str | None:
-    """Why the server could not be reached, when ``error`` says it could not (``None`` otherwise)."""
+def unreachable_reason(error: BaseException) -> str | None:
+    """Why a server could not be reached, when ``error`` says it could not (``None`` otherwise): urllib3's errors,
+    and the socket errors a ``urllib`` request raises (Prometheus, the operator's HTTP port) too."""
     if isinstance(error, NameResolutionError):
         return f"cannot resolve the host name {error.conn.host if error.conn else ''}".rstrip()
     if isinstance(error, NewConnectionError):  # before ConnectTimeoutError, of which urllib3 makes it a kind

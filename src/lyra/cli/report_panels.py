@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lyra.apiserver_failures import unreachable_reason
 from lyra.dashboards.grafana import Dashboard, HelmValue, Panel, PanelKind, Query, concrete
 
 #: Points per series a plot asks for (the step is the range divided by this, at least a second).
@@ -73,8 +74,9 @@ class PrometheusApi:
                 return answer
             raise PrometheusError(f"{self.url} answered HTTP {error.code} to {path}: not Prometheus' API?") from None
         except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise PrometheusUnreachableError(f"cannot reach Prometheus at {self.url}: {reason}") from None
+            cause = error.reason if isinstance(error, urllib.error.URLError) else error
+            reason = unreachable_reason(cause) if isinstance(cause, BaseException) else None
+            raise PrometheusUnreachableError(f"cannot reach Prometheus at {self.url}: {reason or cause}") from None
         answer = _json(body)
         if not isinstance(answer, dict) or "status" not in answer:
             raise PrometheusError(f"{self.url}{path} did not answer with Prometheus' API JSON")

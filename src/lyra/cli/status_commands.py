@@ -76,12 +76,19 @@ def run_shadow(url: str) -> int:
     import urllib.error
     import urllib.request
 
+    from lyra.apiserver_failures import unreachable_reason
+
     try:
         with urllib.request.urlopen(f"{url}/plan", timeout=SHADOW_TIMEOUT_S) as response:
             plan = json.loads(response.read())
     except urllib.error.HTTPError as error:
         why = "it has made no pass yet" if error.code == 503 else "is it running in shadow mode (--dry-run)?"
         print(f"lyra status: {url}/plan answered {error.code}: {why}", file=sys.stderr)
+        return EXIT_FAILED
+    except urllib.error.URLError as error:  # nothing answered
+        cause = error.reason
+        reason = unreachable_reason(cause) if isinstance(cause, BaseException) else None
+        print(f"lyra status: cannot reach the operator at {url}: {reason or cause}", file=sys.stderr)
         return EXIT_FAILED
     except (OSError, ValueError) as error:
         print(f"lyra status: cannot read {url}/plan: {type(error).__name__}: {str(error)[:300]}", file=sys.stderr)

@@ -168,7 +168,7 @@ def test_an_unreachable_prometheus_is_a_clear_error(tmp_path: Path, capsys: pyte
 
     printed = capsys.readouterr()
     assert code == 1
-    assert printed.err.startswith(f"lyra report: cannot reach Prometheus at http://127.0.0.1:{port}: ")
+    assert printed.err == f"lyra report: cannot reach Prometheus at http://127.0.0.1:{port}: connection refused\n"
     assert "Traceback" not in printed.err
     assert not (tmp_path / "out").exists()
 

@@ -9,6 +9,7 @@ import pytest
 
 from lyra.cli import main
 from lyra.cli.status_commands import render_shadow
+from lyra.localcluster.ports import allocate_ports
 from lyra.operator.endpoints import Health, serve
 from lyra.operator.metrics import OperatorMetrics
 
@@ -75,3 +76,12 @@ def test_bad_addresses_are_refused(url: str, capsys: pytest.CaptureFixture[str])
         main(["status", "--shadow", url])
     assert exited.value.code == 2
     assert "give the operator's address as http://HOST:PORT" in capsys.readouterr().err
+
+
+def test_an_operator_nobody_answers_for_is_said_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    [port] = allocate_ports(1)  # free: nothing listens there
+    assert main(["status", "--shadow", f"http://127.0.0.1:{port}"]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"lyra status: cannot reach the operator at http://127.0.0.1:{port}: connection refused\n"
+    )
