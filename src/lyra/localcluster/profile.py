@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from lyra.api import names
 from lyra.api.object_names import MAX_LABEL, is_dns_label, is_dns_subdomain
+from lyra.yaml_files import YamlError, load_yaml
 
 POOLS = names.POOLS
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -118,9 +117,9 @@ def load_default_profile() -> ClusterProfile:
 
 def parse_profile_text(text: str, source: str) -> ClusterProfile:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ProfileError(f"{source}: not valid YAML: {error}") from error
+        data = load_yaml(text)
+    except YamlError as error:
+        raise ProfileError(f"{source}: {error}") from None
     return parse_profile(data, source)
 
 

@@ -12,11 +12,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lyra.core.gpus import default_gpu_type
 from lyra.core.model import MAX_GPUS_PER_SERVER
+from lyra.yaml_files import YamlError, load_yaml
 
 
 class ScenarioError(ValueError):
@@ -321,9 +321,9 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
 
 def parse_scenario(text: str, where: str = "<scenario>") -> Scenario:
     try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ScenarioError(f"{where}: not valid YAML: {error}") from error
+        data: Any = load_yaml(text)
+    except YamlError as error:
+        raise ScenarioError(f"{where}: {error}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{where}: the scenario must be a mapping of fields")
     try:

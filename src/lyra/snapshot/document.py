@@ -23,10 +23,9 @@ import codecs
 import json
 import math
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lyra.api import names
@@ -42,6 +41,7 @@ from lyra.core import (
     Server,
     TrainingJob,
 )
+from lyra.yaml_files import YamlError, load_yaml
 
 SNAPSHOT_API_VERSION = names.API_VERSION
 
@@ -399,22 +399,6 @@ def parse_snapshot(data: str | bytes) -> ClusterSnapshot:
 MAX_GPU_CATALOG_BYTES = 1024 * 1024
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key written twice in one mapping (YAML would keep the last silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, Hashable) and key in seen:
-                line = key_node.start_mark.line + 1
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"{_short(str(key))!r} is written twice (line {line}); write each key once", None
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def parse_gpu_catalog(data: str | bytes) -> GpuCatalog:
     """Parse and check a GPU catalogue file (YAML or JSON)::
 
@@ -427,12 +411,9 @@ def parse_gpu_catalog(data: str | bytes) -> GpuCatalog:
         raise SnapshotError(f"the GPU catalogue is larger than the limit of {MAX_GPU_CATALOG_BYTES // 1024} KiB")
     text = _decode(data)
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a safe loader (yaml.SafeLoader)
-    except yaml.MarkedYAMLError as error:
-        where = f" at line {error.problem_mark.line + 1}" if error.problem_mark is not None else ""
-        raise SnapshotError(f"not valid YAML: {error.problem or error.context}{where}") from None
-    except (yaml.YAMLError, RecursionError) as error:
-        raise SnapshotError(f"not valid YAML: {_short(str(error))}") from None
+        raw = load_yaml(text)
+    except YamlError as error:
+        raise SnapshotError(str(error)) from None
     if not isinstance(raw, dict):
         given = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise SnapshotError(f"a GPU catalogue must be a mapping with the key gpuCatalog, got {given}")

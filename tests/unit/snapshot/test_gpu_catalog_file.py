@@ -33,7 +33,10 @@ def test_the_file_and_a_snapshots_gpu_catalog_are_one_format() -> None:
         ("gpuCatalog:\n  Tesla-T4: {speed: .nan}\n", "gpuCatalog.Tesla-T4.speed: Input should be a finite number"),
         ("gpuCatalog:\n  Tesla-T4: {speed: 1, memory: 16}\n", "gpuCatalog.Tesla-T4.memory: Extra inputs"),
         ("gpuCatalog:\n  Tesla-T4: {memoryGiB: 16}\n", "gpuCatalog.Tesla-T4.speed: Field required"),
-        ("gpuCatalog:\n  T4: {speed: 1}\n  T4: {speed: 2}\n", "'T4' is written twice (line 3)"),
+        (
+            "gpuCatalog:\n  T4: {speed: 1}\n  T4: {speed: 2}\n",
+            "not valid YAML: line 3, column 3: 'T4' is written twice; write each key once",
+        ),
         ("Tesla-T4: {speed: 0.4}\n", "no gpuCatalog key: write the GPU types under it"),
         ("gpuCatalog: {}\nspeeds: {}\n", "speeds: Extra inputs are not permitted"),
         ("", "got an empty file"),
