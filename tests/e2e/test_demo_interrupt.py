@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -156,7 +157,7 @@ def test_ctrl_c_stops_everything_and_a_second_run_plays_its_day(tmp_path: Path) 
             first.wait(timeout=30)
     output = log.read_text(errors="replace")
     assert code == EXIT_INTERRUPTED, output[-4000:]
-    assert "interrupted; everything it started is stopped" in output
+    assert "interrupted (Ctrl-C); everything it started is stopped" in output
     assert "Traceback" not in output
     wait_for(lambda: not alive(started), 60, f"the demo's {len(started)} processes gone")
     assert not alive({pid: started[pid] for pid in prometheus_pids}), "Prometheus is stopped"
@@ -177,6 +178,49 @@ def test_ctrl_c_stops_everything_and_a_second_run_plays_its_day(tmp_path: Path) 
     assert code == EXIT_OK, output[-4000:]
     assert (tmp_path / "second" / "results.json").stat().st_size > 0
     assert all(port_taken(p) is None for p in ports)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_demo_stopped_from_outside_leaves_no_process_and_no_port(signum: int, tmp_path: Path) -> None:
+    """`timeout` or a service manager sends SIGTERM: Python would end at once, and the extender, operator and
+    emulator, in sessions of their own, kept running and held the demo's ports. Stopped as by Ctrl-C now (exit
+    143, its state directory removed); and killed outright (SIGKILL: nothing of the demo runs), what it started dies
+    with it (the state directory stays: nothing is left to remove it)."""
+    ports = (extender, operator, prometheus) = tuple(allocate_ports(3))
+    log = tmp_path / "run.log"
+    run = demo(tmp_path / "out", (extender, operator, prometheus), log)
+    try:
+        wait_for(
+            lambda: run.poll() is not None or PLAYING.search(log.read_text(errors="replace")),
+            300,
+            "the run playing its day",
+        )
+        assert run.poll() is None, log.read_text(errors="replace")[-4000:]
+        started = descendants(run.pid)
+        listened = listening_ports(list(started))
+        assert set(ports) <= listened, f"the extender, operator and Prometheus listen on {ports}: {sorted(listened)}"
+        lyra_children = [pid for pid in started if command_name(pid).startswith("python")]
+        assert len(lyra_children) == 3, f"the extender, operator and emulator run: {started}"
+        state_dirs = run_state_dirs(list(started))
+        run.send_signal(signum)
+        code = run.wait(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=30)
+    output = log.read_text(errors="replace")
+    wait_for(lambda: not alive(started), 60, f"the demo's {len(started)} processes gone")
+    assert [p for p in listened if port_taken(p) is not None] == [], "a port is still listened on"
+    if signum == signal.SIGTERM:
+        assert code == 128 + signal.SIGTERM, output[-4000:]
+        assert "interrupted (SIGTERM); everything it started is stopped" in output
+        assert "Traceback" not in output
+        assert not [d for d in state_dirs if d.exists()], "the run's state directory is removed"
+    else:
+        assert code == -signal.SIGKILL
+        for directory in state_dirs:  # what a killed demo cannot remove; the test does
+            shutil.rmtree(directory, ignore_errors=True)
+    print(f"{signal.Signals(signum).name}: {len(started)} processes stopped, ports {sorted(listened)} free")
 
 
 def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path) -> None:

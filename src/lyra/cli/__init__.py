@@ -31,6 +31,7 @@ from lyra.cli import (
     simulate_commands,
     status_commands,
 )
+from lyra.cli.exit_codes import EXIT_INTERRUPTED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,5 +66,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     return code

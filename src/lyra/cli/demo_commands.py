@@ -8,9 +8,11 @@ panels for its window are plotted into ``panels/<run>/`` and the operator's coun
 simulator replays the same inputs for both runs and its figures are printed beside the live ones with their relative
 errors (:mod:`lyra.cli.demo_summary`). Results, inputs and plots go to ``--out-dir``.
 
-Ctrl-C stops everything the demo started (the control plane's processes die with it; the extender, operator,
-emulator and Prometheus are stopped), removes the run's state directory and leaves no process or port behind (exit
-130); a second run works (tests/e2e/test_demo_interrupt.py). The demo refuses to start when a port it needs is taken.
+Ctrl-C, SIGTERM and SIGHUP stop everything the demo started (the extender, operator, emulator and Prometheus are
+stopped, the control plane's processes die with it), remove the run's state directory and leave no process or port
+behind (exit 130, 143, 129: :mod:`lyra.cli.stopping`); a second run works (tests/e2e/test_demo_interrupt.py). Killed
+outright, what it started dies with it (``PR_SET_PDEATHSIG``). The demo refuses to start when a port it needs is
+taken.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from lyra.cli.arguments import non_negative_int, port, positive_int
-from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.stopping import stopped_by, stopped_exit_code, stopped_like_ctrl_c
 
 DEFAULT_OUT = Path("out") / "demo"
 MODES = ("lyra", "off")
@@ -153,10 +156,11 @@ def run_demo(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        return _play_and_report(args, day, profile, crd_dir)
-    except KeyboardInterrupt:
-        print("\nlyra demo: interrupted; everything it started is stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        with stopped_like_ctrl_c():
+            return _play_and_report(args, day, profile, crd_dir)
+    except KeyboardInterrupt as interrupt:
+        print(f"\nlyra demo: interrupted ({stopped_by(interrupt)}); everything it started is stopped", file=sys.stderr)
+        return stopped_exit_code(interrupt)
 
 
 def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: Path) -> int:

@@ -28,6 +28,7 @@ from lyra.cli.demo_day import SERVICE, Day, inference_service, training_job
 from lyra.localcluster import populate
 from lyra.localcluster.binaries import BinaryCache
 from lyra.localcluster.controlplane import ClusterOptions, ControlPlane
+from lyra.localcluster.processes import ProcessStartError, launch
 from lyra.localcluster.profile import ClusterProfile
 from lyra.localcluster.waiting import wait_for
 
@@ -101,15 +102,18 @@ class LiveResult:
 
 
 class Child:
-    """A ``lyra`` command as a child process in its own process group, its output in a log."""
+    """A ``lyra`` command as a child process in its own process group, its output in a log. It dies with the demo
+    (``PR_SET_PDEATHSIG``) even when the demo is killed outright; it held the demo's ports after a SIGTERM."""
 
     def __init__(self, log: Path, *argv: str) -> None:
         self.log = log
         self.name = argv[0]
-        with log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "lyra", *argv], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        try:
+            self.process, _ = launch(
+                f"lyra {self.name}", [sys.executable, "-m", "lyra", *argv], log, die_with_parent=True
             )
+        except ProcessStartError as error:
+            raise RunError(str(error)) from None
 
     def check(self) -> None:
         if self.process.poll() is not None:

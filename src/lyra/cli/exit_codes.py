@@ -1,5 +1,6 @@
 """The exit codes of every ``lyra`` command: 0 success, 1 the command ran and failed, 2 bad input (usage, flags,
-files); ``lyra check`` alone uses 3 for a cluster it read whose invariants are violated; 130: stopped by Ctrl-C.
+files); ``lyra check`` alone uses 3 for a cluster it read whose invariants are violated; 130: stopped by Ctrl-C
+(``lyra demo`` also 143 for SIGTERM and 129 for SIGHUP, after stopping what it started: :mod:`lyra.cli.stopping`).
 Errors go to standard error as ``lyra <command>: <message>``."""
 
 from __future__ import annotations
