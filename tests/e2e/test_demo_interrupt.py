@@ -129,22 +129,29 @@ def run_state_dirs(pids: list[int]) -> set[Path]:
     return found
 
 
+def playing(run: subprocess.Popen[bytes], log: Path, ports: tuple[int, int, int]) -> tuple[dict[int, int], set[int]]:
+    """Once ``run`` plays its day: every process below it (with start times) and the ports they listen on, the
+    demo's three among them."""
+    wait_for(
+        lambda: run.poll() is not None or PLAYING.search(log.read_text(errors="replace")),
+        300,
+        "the run playing its day",
+    )
+    assert run.poll() is None, log.read_text(errors="replace")[-4000:]
+    started = descendants(run.pid)
+    listened = listening_ports(list(started))
+    assert set(ports) <= listened, f"the extender, operator and Prometheus listen on {ports}: {sorted(listened)}"
+    assert len(started) >= 9, f"the control plane, extender, operator, emulator and Prometheus run: {started}"
+    return started, listened
+
+
 def test_ctrl_c_stops_everything_and_a_second_run_plays_its_day(tmp_path: Path) -> None:
     extender, operator, prometheus = allocate_ports(3)
     ports = (extender, operator, prometheus)
     log = tmp_path / "first.log"
     first = demo(tmp_path / "first", ports, log)
     try:
-        wait_for(
-            lambda: first.poll() is not None or PLAYING.search(log.read_text(errors="replace")),
-            300,
-            "the first run playing its day",
-        )
-        assert first.poll() is None, log.read_text(errors="replace")[-4000:]
-        started = descendants(first.pid)
-        listened = listening_ports(list(started))
-        assert set(ports) <= listened, f"the extender, operator and Prometheus listen on {ports}: {sorted(listened)}"
-        assert len(started) >= 9, f"the control plane, extender, operator, emulator and Prometheus run: {started}"
+        started, listened = playing(first, log, ports)
         prometheus_pids = [pid for pid in started if command_name(pid) == "prometheus"]
         assert len(prometheus_pids) == 1, f"one Prometheus runs: {started}"
         state_dirs = run_state_dirs(list(started))
@@ -186,19 +193,12 @@ def test_a_demo_stopped_from_outside_leaves_no_process_and_no_port(signum: int, 
     emulator, in sessions of their own, kept running and held the demo's ports. Stopped as by Ctrl-C now (exit
     143, its state directory removed); and killed outright (SIGKILL: nothing of the demo runs), what it started dies
     with it (the state directory stays: nothing is left to remove it)."""
-    ports = (extender, operator, prometheus) = tuple(allocate_ports(3))
+    extender, operator, prometheus = allocate_ports(3)
+    ports = (extender, operator, prometheus)
     log = tmp_path / "run.log"
-    run = demo(tmp_path / "out", (extender, operator, prometheus), log)
+    run = demo(tmp_path / "out", ports, log)
     try:
-        wait_for(
-            lambda: run.poll() is not None or PLAYING.search(log.read_text(errors="replace")),
-            300,
-            "the run playing its day",
-        )
-        assert run.poll() is None, log.read_text(errors="replace")[-4000:]
-        started = descendants(run.pid)
-        listened = listening_ports(list(started))
-        assert set(ports) <= listened, f"the extender, operator and Prometheus listen on {ports}: {sorted(listened)}"
+        started, listened = playing(run, log, ports)
         lyra_children = [pid for pid in started if command_name(pid).startswith("python")]
         assert len(lyra_children) == 3, f"the extender, operator and emulator run: {started}"
         state_dirs = run_state_dirs(list(started))

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import errno
 import socket
-from collections.abc import Iterator
 
 import pytest
 
 from lyra.listening import ListenError, addresses, bound_sockets, listen_failure
-
-
-@pytest.fixture
-def taken_port() -> Iterator[int]:
-    """A port something else listens on, on loopback."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
+from tests.unit.cli.running import taken_port
 
 
 def test_an_ip_address_is_one_socket_bound_there() -> None:
@@ -40,10 +31,10 @@ def test_an_ipv6_address_is_bound() -> None:
         assert sock.getsockname()[0] == "::1"
 
 
-def test_a_taken_port_is_said_in_one_line(taken_port: int) -> None:
-    with pytest.raises(ListenError) as raised:
-        bound_sockets("127.0.0.1", taken_port)
-    assert str(raised.value) == f"cannot listen on 127.0.0.1:{taken_port}: address already in use"
+def test_a_taken_port_is_said_in_one_line() -> None:
+    with taken_port() as port, pytest.raises(ListenError) as raised:
+        bound_sockets("127.0.0.1", port)
+    assert str(raised.value) == f"cannot listen on 127.0.0.1:{port}: address already in use"
 
 
 def test_an_address_not_this_hosts_is_said() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import socket
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from lyra.cli import extender_commands, main
 from lyra.extender.app import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_MAX_BODY_MIB, DEFAULT_MAX_HELD_MIB
 from lyra.localcluster.componentconfig import DEFAULT_EXTENDER_URL
 from lyra.settings import ExtenderSettings
-from tests.unit.cli.running import kubeconfig_text
+from tests.unit.cli.running import kubeconfig_text, taken_port
 
 CASES = [
     (["--port", "0"], "argument --port: expected a port between 1 and 65535, got 0"),
@@ -97,9 +96,6 @@ def test_a_port_in_use_is_one_line_and_exit_1_before_the_watch_starts(
     monkeypatch.setattr(WatchedView, "start", not_started)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kubeconfig_text("https://127.0.0.1:1"))
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
+    with taken_port() as port:
         assert main(["extender", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(port)]) == 1
     assert capsys.readouterr().err == f"lyra extender: cannot listen on 127.0.0.1:{port}: address already in use\n"

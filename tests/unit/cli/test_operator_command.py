@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import socket
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from lyra.operator.config import LoopSettings, OperatorConfig
 from lyra.operator.priority_bounds import PriorityBounds
 from lyra.operator.sizing import InferenceGpuCaps
 from lyra.settings import DEFAULT_INFERENCE_GPU_CAP, DEFAULT_MAX_PRIORITY
-from tests.unit.cli.running import kubeconfig_text
+from tests.unit.cli.running import kubeconfig_text, taken_port
 
 
 @pytest.mark.parametrize(
@@ -224,10 +223,7 @@ def test_a_port_in_use_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.Cap
     """It was a traceback from the standard library's HTTP server; nothing has started when it is said."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kubeconfig_text("https://127.0.0.1:1"))
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
+    with taken_port() as port:
         argv = ["--kubeconfig", str(kubeconfig), "--http-address", "127.0.0.1", "--http-port", str(port)]
         assert main(["operator", *argv]) == 1
     error = capsys.readouterr().err

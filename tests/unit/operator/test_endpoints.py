@@ -4,7 +4,6 @@ and /metrics serves the registry."""
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ import pytest
 from lyra.listening import ListenError
 from lyra.operator.endpoints import Health, serve
 from lyra.operator.metrics import OperatorMetrics
+from tests.unit.cli.running import taken_port
 
 
 class Clock:
@@ -98,9 +98,6 @@ def test_an_ipv6_address_is_served() -> None:
 
 
 def test_a_port_in_use_is_a_listen_error_not_a_traceback() -> None:
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        with pytest.raises(ListenError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: address already in use$"):
-            serve("127.0.0.1", port, OperatorMetrics(), Health(stale_after_s=30))
+    with taken_port() as port, pytest.raises(ListenError) as raised:
+        serve("127.0.0.1", port, OperatorMetrics(), Health(stale_after_s=30))
+    assert str(raised.value) == f"cannot listen on 127.0.0.1:{port}: address already in use"
