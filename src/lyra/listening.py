@@ -33,6 +33,8 @@ def addresses(host: str, port: int) -> list[tuple[socket.AddressFamily, Any]]:
     ):
         if family in (socket.AF_INET, socket.AF_INET6) and (family, address) not in found:
             found.append((family, address))
+    if not found:
+        raise OSError(f"{host or '*'} has no IPv4 or IPv6 address")
     return found
 
 
