@@ -20,7 +20,7 @@ class ListenError(Exception):
 def listen_failure(host: str, port: int, error: OSError) -> ListenError:
     """The one line that says why ``host``:``port`` cannot be listened on."""
     shown = f"[{host}]" if ":" in host else (host or "*")
-    reason = (error.strerror or str(error) or type(error).__name__).lower()
+    reason = error.strerror.lower() if error.strerror else (str(error) or type(error).__name__)
     return ListenError(f"cannot listen on {shown}:{port}: {reason}")
 
 
