@@ -21,11 +21,14 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
+
+from lyra.cli.stopping import stopped_by, stopped_exit_code, stopped_like_ctrl_c
 
 
 @dataclass(frozen=True)
@@ -172,15 +175,13 @@ def start_process(argv: Sequence[str], **options: Any) -> subprocess.Popen[bytes
 
 @contextmanager
 def stopped_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into ``SystemExit`` (SIGINT is already ``KeyboardInterrupt``) while the block runs,
-    so that the ``finally`` blocks that stop a benchmark's processes run when it is stopped from outside."""
-
-    def leave(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = {signum: signal.signal(signum, leave) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    """While the block runs, SIGTERM and SIGHUP unwind it as Ctrl-C's SIGINT does (:mod:`lyra.cli.stopping`), so that
+    the ``finally`` blocks that stop a benchmark's processes run when it is stopped from outside; a second signal
+    does not cut that short. The benchmark then ends with one line and the shell's code for the signal (128 plus
+    its number), not a traceback."""
     try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        with stopped_like_ctrl_c():
+            yield
+    except KeyboardInterrupt as interrupt:
+        print(f"stopped by {stopped_by(interrupt)}; the processes the benchmark started are stopped", file=sys.stderr)
+        raise SystemExit(stopped_exit_code(interrupt)) from None

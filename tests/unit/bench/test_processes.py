@@ -47,7 +47,27 @@ def gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def where(*pids: int) -> str:
+    """Each process's state, the kernel function it waits in and its signal masks, to tell a stopped, blocked or
+    starved process apart when it does not exit."""
+    said = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines()
+            wchan = Path(f"/proc/{pid}/wchan").read_text(encoding="utf-8")
+        except OSError:
+            said.append(f"{pid}: gone")
+            continue
+        fields = [
+            line.replace("\t", " ")
+            for line in status
+            if line.split(":")[0] in ("State", "SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")
+        ]
+        said.append(f"{pid}: {'; '.join(fields)}; wchan {wchan or '-'}")
+    return " | ".join(said)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda signum: signum.name)
 def test_a_benchmark_stopped_from_outside_leaves_no_process(signum: int) -> None:
     environment = os.environ | {"PYTHONPATH": str(ROOT)}
     started: list[int] = []
@@ -59,7 +79,12 @@ def test_a_benchmark_stopped_from_outside_leaves_no_process(signum: int) -> None
             started = [int(pid) for pid in benchmark.stdout.readline().split()]
             assert len(started) == 2, "the benchmark did not start its server and worker"
             benchmark.send_signal(signum)
-            assert benchmark.wait(timeout=30) != 0
+            try:
+                returncode = benchmark.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                name = signal.Signals(signum).name
+                pytest.fail(f"the benchmark did not exit within 30 s of {name}: {where(benchmark.pid, *started)}")
+            assert returncode == 128 + signum  # as a shell reports a process the signal stopped
             wait_for(lambda: all(gone(pid) for pid in started), 15, "the server and its worker to be stopped")
         finally:
             benchmark.kill()
