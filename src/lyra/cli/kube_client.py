@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from lyra.text_files import TextFileError, decode_utf8
+
 if TYPE_CHECKING:
     from kubernetes import client
 
@@ -109,9 +111,9 @@ def kubeconfig_problem(raw: bytes, *, alone: bool = True) -> str | None:
     several) may be empty and may hold only part of what its current context needs: only its own shape is checked,
     and the client library checks the merge."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return f"not UTF-8 text (byte {error.start})"
+        text = decode_utf8(raw)
+    except TextFileError as error:
+        return str(error)
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:

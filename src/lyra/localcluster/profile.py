@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lyra.api import names
 from lyra.api.object_names import MAX_LABEL, is_dns_label, is_dns_subdomain
+from lyra.text_files import TextFileError, read_text_file
 from lyra.yaml_files import YamlError, load_yaml
 
 POOLS = names.POOLS
@@ -103,9 +104,9 @@ class ClusterProfile:
 def load_profile(path: Path) -> ClusterProfile:
     """Read and validate a profile file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ProfileError(f"{path}: cannot read the profile: {error.strerror or error}") from error
+        text = read_text_file(path, "profile")
+    except TextFileError as error:
+        raise ProfileError(str(error)) from None
     return parse_profile_text(text, source=str(path))
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lyra.core.gpus import default_gpu_type
 from lyra.core.model import MAX_GPUS_PER_SERVER
+from lyra.text_files import TextFileError, read_text_file
 from lyra.yaml_files import YamlError, load_yaml
 
 
@@ -313,9 +314,9 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     else:
         where = str(path)
         try:
-            text = Path(path).read_text("utf-8")
-        except OSError as error:
-            raise ScenarioError(f"{where}: cannot read the scenario: {error.strerror}") from error
+            text = read_text_file(Path(path), "scenario")
+        except TextFileError as error:
+            raise ScenarioError(str(error)) from None
     return parse_scenario(text, where)
 
 

@@ -19,7 +19,6 @@ and every count are bounded (``docs/snapshot.md``, "Limits"), so no document can
 
 from __future__ import annotations
 
-import codecs
 import json
 import math
 import re
@@ -41,6 +40,7 @@ from lyra.core import (
     Server,
     TrainingJob,
 )
+from lyra.text_files import TextFileError, decode_utf8
 from lyra.yaml_files import YamlError, load_yaml
 
 SNAPSHOT_API_VERSION = names.API_VERSION
@@ -336,14 +336,10 @@ def _decode(data: str | bytes) -> str:
     if isinstance(data, bytes | bytearray):
         if len(data) > MAX_SNAPSHOT_BYTES:
             raise SnapshotError(f"the document is larger than the limit of {limit}; trim it (or split the cluster)")
-        skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
         try:
-            return bytes(data[skip:]).decode("utf-8")
-        except UnicodeDecodeError as error:
-            offset = skip + error.start
-            raise SnapshotError(
-                f"not UTF-8: byte 0x{data[offset]:02x} at offset {offset}; save the file as UTF-8"
-            ) from None
+            return decode_utf8(bytes(data))
+        except TextFileError as error:
+            raise SnapshotError(str(error)) from None
     if len(data) > MAX_SNAPSHOT_BYTES // 4 and len(data.encode("utf-8", "surrogatepass")) > MAX_SNAPSHOT_BYTES:
         raise SnapshotError(f"the document is larger than the limit of {limit}; trim it (or split the cluster)")
     return data

@@ -35,7 +35,7 @@ COMMANDS = [
         (b"", "not a kubeconfig: expected a mapping with clusters, contexts and users, got an empty document"),
         (b"root:x:0:0:root:/root:/bin/bash\n", "got a string"),
         (b"- a\n- b\n", "got a list"),
-        (b"\xb0\x01binary", "not UTF-8 text (byte 0)"),
+        (b"\xb0\x01binary", "not UTF-8: byte 0xb0 at line 1, column 1; save the file as UTF-8"),
         (b"a: [\n", "not valid YAML (line 2, column 1: expected the node content"),
         (b"apiVersion: v1\nkind: Config\n", "no current-context"),
         (b"current-context: x\ncontexts: []\n", "current-context 'x' is not among its contexts (none)"),

@@ -140,11 +140,21 @@ def test_the_simulator_is_held_to_15_percent_or_2_events(
         (["--prometheus-port", "prometheus"], "--prometheus-port"),
         (["--profile", "/nonexistent/profile.yaml"], "/nonexistent/profile.yaml"),
         (["--trace", "/nonexistent/trace.csv"], "/nonexistent/trace.csv"),
+        (["--trace", "{trace}"], "{trace}:2: not UTF-8: byte 0xe9 at column 3; save the file as UTF-8"),
+        (["--profile", "{trace}"], "{trace}: not UTF-8: byte 0xe9 at line 2, column 3; save the file as UTF-8"),
+        (["--load", "{load}"], "{load}:2: not UTF-8: byte 0xe9 at column 3; save the file as UTF-8"),
     ],
 )
 def test_bad_input_is_refused_with_a_message(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    # Files saved in Latin-1 (a spreadsheet's default CSV): not UTF-8.
+    files = {"trace": "submit_time,duration,num_gpus\n0,\u00e9,1\n", "load": "t_sec,req_per_s\n0,\u00e9\n"}
+    paths = {name: tmp_path / f"{name}.csv" for name in files}
+    for name, text in files.items():
+        paths[name].write_bytes(text.encode("latin-1"))
+    argv = [argument.format_map(paths) for argument in argv]
+    message = message.format_map(paths)
     code = 2
     try:
         assert main(["demo", "--out-dir", str(tmp_path / "out"), *argv]) == 2

@@ -180,7 +180,7 @@ HOSTILE: list[tuple[str, bytes, str]] = [
     ("nan", b'{"servers": [], "x": NaN}', "NaN is not a JSON number"),
     ("infinity", ('{"servers": [], "jobs": [' + _JOB % "Infinity" + "]}").encode(), "Infinity is not a JSON number"),
     ("max-workers-1e9", ('{"servers": [], "jobs": [' + _JOB % "1e9" + "]}").encode(), "jobs[0].maxWorkers (job 'j')"),
-    ("not-utf-8", b'{"servers": [\xff]}', "not UTF-8: byte 0xff at offset 13"),
+    ("not-utf-8", b'{"servers": [\xff]}', "not UTF-8: byte 0xff at line 1, column 14"),
     ("speed-factors", b'{"servers": [], "speedFactors": {"T4": 0.4}}', "'speedFactors' was replaced by 'gpuCatalog'"),
 ]
 

@@ -53,3 +53,11 @@ def test_a_bad_row_names_file_and_line(tmp_path: Path, body: str, message: str) 
         read_load(path)
     assert str(error.value).startswith(str(path))
     assert message in str(error.value)
+
+
+def test_a_series_that_is_not_utf8_is_named_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "g.csv"
+    path.write_bytes(b"t_sec,req_per_s\n0,1\n600,\xfe\n")
+    with pytest.raises(LoadError) as error:
+        read_load(path)
+    assert str(error.value) == f"{path}:3: not UTF-8: byte 0xfe at column 5; save the file as UTF-8"

@@ -90,3 +90,19 @@ def test_openb_keeps_scheduled_best_effort_gpu_pods_and_counts_the_rest(tmp_path
         "no deletion time": 1,
         "qos LS (not training-like)": 1,
     }
+
+
+def test_a_trace_that_is_not_utf8_is_named_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_bytes(b"submit_time,duration,num_gpus\n0,1,1\n5,\xff,1\n")
+    with pytest.raises(TraceError) as error:
+        read_trace(path)
+    assert str(error.value) == f"{path}:3: not UTF-8: byte 0xff at column 3; save the file as UTF-8"
+
+
+def test_a_byte_order_mark_before_the_header_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_bytes(b"\xef\xbb\xbfsubmit_time,duration,num_gpus\r\n0,7,1\r\n")  # a spreadsheet's "CSV UTF-8"
+    trace = read_trace(path)
+    assert trace.format is TraceFormat.GENERIC
+    assert [(j.submit_s, j.duration_s, j.num_gpus) for j in trace.jobs] == [(0, 7, 1)]
