@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 
 from lyra.localcluster import debpackages, gobuild, wheels
-from lyra.localcluster.locations import cache_root
+from lyra.localcluster.locations import CACHE_DIR_ENV, cache_root
 
 Reporter = Callable[[str], None]
 
@@ -261,7 +261,7 @@ class BinaryCache:
 
     def install(self, component: Component, report: Reporter) -> None:
         _check_platform()
-        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        self._make_directories()
         with self._lock(component, report):
             if self.is_cached(component):  # another process finished it while we waited
                 report(f"{component.key}: cached in {self.component_dir(component)} (built by another process)")
@@ -293,6 +293,21 @@ class BinaryCache:
                 shutil.rmtree(temporary, ignore_errors=True)
                 raise
             report(f"{component.key}: ready in {_format_seconds(seconds)} ({version_line})")
+
+    def _make_directories(self) -> None:
+        """The cache's directories, made before anything is fetched; a cache that cannot be written (a read-only
+        home, ``$LYRA_CACHE_DIR`` naming a place this user cannot write) is a :class:`BinariesError` saying so."""
+        try:
+            for directory in (self.bin_dir, self.log_dir):
+                directory.mkdir(parents=True, exist_ok=True)
+                descriptor, probe = tempfile.mkstemp(prefix=".write-check.", dir=directory)
+                os.close(descriptor)
+                os.unlink(probe)
+        except OSError as error:
+            raise BinariesError(
+                f"the binary cache {self.root} cannot be written ({error.strerror or error}: {error.filename}); "
+                f"set {CACHE_DIR_ENV} to a directory this user can write"
+            ) from None
 
     def _produce(self, component: Component, output: Path, log_path: Path, report: Reporter) -> None:
         try:

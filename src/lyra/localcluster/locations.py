@@ -17,12 +17,16 @@ from pathlib import Path
 #: one outside it).
 CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
+#: The environment variables that move the cache and the state.
+CACHE_DIR_ENV = "LYRA_CACHE_DIR"
+STATE_DIR_ENV = "LYRA_STATE_DIR"
+
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
     """``$LYRA_CACHE_DIR``, else ``$XDG_CACHE_HOME/lyra``, else ``~/.cache/lyra``."""
     env = os.environ if environ is None else environ
-    if env.get("LYRA_CACHE_DIR"):
-        return Path(env["LYRA_CACHE_DIR"]).expanduser()
+    if env.get(CACHE_DIR_ENV):
+        return Path(env[CACHE_DIR_ENV]).expanduser()
     base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "lyra"
 
@@ -30,8 +34,8 @@ def cache_root(environ: Mapping[str, str] | None = None) -> Path:
 def state_root(environ: Mapping[str, str] | None = None) -> Path:
     """``$LYRA_STATE_DIR``, else ``$XDG_STATE_HOME/lyra``, else ``~/.local/state/lyra``."""
     env = os.environ if environ is None else environ
-    if env.get("LYRA_STATE_DIR"):
-        return Path(env["LYRA_STATE_DIR"]).expanduser()
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV]).expanduser()
     base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base).expanduser() / "lyra"
 

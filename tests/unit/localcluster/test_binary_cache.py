@@ -98,6 +98,25 @@ def test_a_failed_build_leaves_nothing_that_looks_valid(tmp_path: Path, monkeypa
     assert [path for path in cache.bin_dir.iterdir() if path.is_dir()] == []
 
 
+def test_a_cache_that_cannot_be_written_is_said_before_anything_is_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    produced: list[Component] = []
+    monkeypatch.setattr(BinaryCache, "_produce", lambda _self, component, *_: produced.append(component))
+    in_proc = BinaryCache(Path("/proc/lyra-test/cache"))  # a place the kernel refuses, even to root
+    with pytest.raises(BinariesError) as raised:
+        in_proc.install(ETCD, lambda _message: None)
+    assert str(raised.value) == (
+        "the binary cache /proc/lyra-test/cache cannot be written (No such file or directory: /proc/lyra-test); set "
+        "LYRA_CACHE_DIR to a directory this user can write"
+    )
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BinariesError, match=r"^the binary cache .*/file cannot be written \(Not a directory: "):
+        BinaryCache(tmp_path / "file").install(ETCD, lambda _message: None)
+    assert produced == []
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
+
+
 def test_a_binary_that_cannot_print_its_version_is_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = BinaryCache(tmp_path)
 
