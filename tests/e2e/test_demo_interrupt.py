@@ -35,10 +35,11 @@ SHORT = ("--plain", "--only", "lyra", "--duration", "30", "--speed-up", "360", "
 PLAYING = re.compile(r"^\[lyra\]\s+\d+% ", re.MULTILINE)  # a progress line: the day is being played
 
 
-def demo(out: Path, ports: tuple[int, int, int], log: Path) -> subprocess.Popen[bytes]:
+def demo(out: Path, ports: tuple[int, int, int], log: Path, *, piped: bool = False) -> subprocess.Popen[bytes]:
     """``lyra demo`` as started at a terminal: with SIGINT not ignored. (A test run in the background of a shell
     inherits SIGINT ignored, and so would the demo, where Ctrl-C could not reach it; a handler, unlike an ignored
-    signal, is reset to the default when the child starts.)"""
+    signal, is reset to the default when the child starts.) Its output and errors go to ``log``; ``piped``: its
+    output to a pipe the test reads (as ``lyra demo | head``), its errors to ``log``."""
     command = [
         sys.executable, "-m", "lyra", "demo", *SHORT, "--out-dir", str(out),
         "--extender-port", str(ports[0]), "--operator-port", str(ports[1]), "--prometheus-port", str(ports[2]),
@@ -46,6 +47,8 @@ def demo(out: Path, ports: tuple[int, int, int], log: Path) -> subprocess.Popen[
     was = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with log.open("wb") as output:
+            if piped:
+                return subprocess.Popen(command, cwd=REPOSITORY, stdout=subprocess.PIPE, stderr=output)
             return subprocess.Popen(command, cwd=REPOSITORY, stdout=output, stderr=subprocess.STDOUT)
     finally:
         signal.signal(signal.SIGINT, was)
@@ -221,6 +224,41 @@ def test_a_demo_stopped_from_outside_leaves_no_process_and_no_port(signum: int, 
         for directory in state_dirs:  # what a killed demo cannot remove; the test does
             shutil.rmtree(directory, ignore_errors=True)
     print(f"{signal.Signals(signum).name}: {len(started)} processes stopped, ports {sorted(listened)} free")
+
+
+def test_a_demo_whose_output_is_closed_stops_everything(tmp_path: Path) -> None:
+    """`lyra demo | head -3`: the reader of the demo's output goes away while the day plays. Python ignores SIGPIPE
+    and raised BrokenPipeError from the next progress line, an OSError the demo took for a failure of its run
+    (`the lyra run failed: [Errno 32] Broken pipe`, exit 1; while the control plane started, a traceback). It now
+    stops as SIGPIPE stops a command: everything it started is stopped, its state removed, exit 141."""
+    extender, operator, prometheus = allocate_ports(3)
+    ports = (extender, operator, prometheus)
+    log = tmp_path / "errors.log"
+    run = demo(tmp_path / "out", ports, log, piped=True)
+    try:
+        assert run.stdout is not None
+        for line in run.stdout:
+            if PLAYING.search(line.decode(errors="replace")):
+                break
+        assert run.poll() is None, log.read_text(errors="replace")[-4000:]
+        started = descendants(run.pid)
+        listened = listening_ports(list(started))
+        assert set(ports) <= listened, f"the extender, operator and Prometheus listen on {ports}: {sorted(listened)}"
+        state_dirs = run_state_dirs(list(started))
+        run.stdout.close()  # the reader goes away: the demo's next line of progress finds no one
+        code = run.wait(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=30)
+    errors = log.read_text(errors="replace")
+    assert code == 128 + signal.SIGPIPE, errors[-4000:]
+    assert "interrupted (SIGPIPE: the reader of its output went away); everything it started is stopped" in errors
+    assert "Traceback" not in errors
+    wait_for(lambda: not alive(started), 60, f"the demo's {len(started)} processes gone")
+    assert [p for p in listened if port_taken(p) is not None] == [], "a port is still listened on"
+    assert not [d for d in state_dirs if d.exists()], "the run's state directory is removed"
+    print(f"output closed: {len(started)} processes stopped, ports {sorted(listened)} free")
 
 
 def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -5,12 +5,14 @@ only when their command runs, so ``lyra --help`` stays fast and a missing option
 command.
 
 Exit codes (`lyra.cli.exit_codes`): 0 success, 1 the command ran and failed, 2 bad input (usage, flags, files),
-3 `lyra check` found a violated invariant.
+3 `lyra check` found a violated invariant, 130 Ctrl-C, 141 the reader of standard output went away.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,7 +33,8 @@ from lyra.cli import (
     simulate_commands,
     status_commands,
 )
-from lyra.cli.exit_codes import EXIT_INTERRUPTED
+from lyra.cli.exit_codes import EXIT_BROKEN_PIPE
+from lyra.cli.stopping import output_closed, stopped_exit_code, stopped_when_output_is_closed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,12 +62,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        with stopped_when_output_is_closed():
+            try:
+                return _parse_and_run(argv)
+            finally:  # what the command printed reaches its reader here, where a reader gone away is caught
+                sys.stdout.flush()
+    except (KeyboardInterrupt, BrokenPipeError) as stopped:
+        if isinstance(stopped, KeyboardInterrupt) and not output_closed(stopped):
+            raise
+        _discard_standard_output()
+        return EXIT_BROKEN_PIPE
+
+
+def _parse_and_run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     run = args.run
     try:
         code: int = run(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as interrupt:
+        if not output_closed(interrupt):
+            print("interrupted", file=sys.stderr)
+        return stopped_exit_code(interrupt)
     return code
+
+
+def _discard_standard_output() -> None:
+    """The reader of standard output went away (``lyra plan schema | head -1``): what is still buffered, and any
+    later write, goes nowhere, so that Python's own flush at exit does not fail again with a traceback."""
+    with contextlib.suppress(OSError, ValueError):
+        discard = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(discard, sys.stdout.fileno())
+        os.close(discard)

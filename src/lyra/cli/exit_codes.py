@@ -1,6 +1,8 @@
 """The exit codes of every ``lyra`` command: 0 success, 1 the command ran and failed, 2 bad input (usage, flags,
 files); ``lyra check`` alone uses 3 for a cluster it read whose invariants are violated; 130: stopped by Ctrl-C
-(``lyra demo`` also 143 for SIGTERM and 129 for SIGHUP, after stopping what it started: :mod:`lyra.cli.stopping`).
+(``lyra demo`` also 143 for SIGTERM and 129 for SIGHUP, after stopping what it started: :mod:`lyra.cli.stopping`);
+141: the reader of standard output went away (``lyra status | head -1``), quietly, as a shell reports a command that
+SIGPIPE stopped.
 Errors go to standard error as ``lyra <command>: <message>``."""
 
 from __future__ import annotations
@@ -14,3 +16,6 @@ EXIT_BAD_INPUT: Final = 2
 EXIT_VIOLATIONS: Final = 3
 #: Stopped by Ctrl-C (SIGINT), as a shell reports it (128 + 2), after stopping what the command started.
 EXIT_INTERRUPTED: Final = 130
+#: The reader of standard output went away (``| head -1``): stopped quietly, as a shell reports a process that SIGPIPE
+#: ended (128 + 13); Python ignores SIGPIPE and sees a BrokenPipeError instead.
+EXIT_BROKEN_PIPE: Final = 141
