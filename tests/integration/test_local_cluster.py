@@ -7,6 +7,7 @@ them, the real kube-scheduler places GPU pods (or explains why not), KWOK runs t
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from lyra.api.names import GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE, POOL_LABEL
 from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.profile import load_default_profile
+from lyra.localcluster.state import read_state
 from lyra.localcluster.testing import client_with_token
 from lyra.localcluster.waiting import wait_for
 
@@ -289,3 +291,55 @@ def _runs(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state not in ("Z", "X")
+
+
+@pytest.mark.timeout(300)
+def test_cli_up_stopped_by_sigterm_while_starting_leaves_nothing_running(tmp_path: Path) -> None:
+    """`timeout 5 lyra cluster up`: SIGTERM while the control plane starts ended Python at once, and etcd, the API
+    server, the controller manager, the scheduler and KWOK kept running (`lyra cluster status`: only partly
+    running). Stopped as by Ctrl-C now: what it started is stopped, exit 143, its logs kept for `down`."""
+    state_dir = tmp_path / "state"
+    where = ["--name", "cli-stopped", "--state-dir", str(state_dir)]
+    environment = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
+
+    def lyra(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "lyra", "cluster", *arguments, *where], capture_output=True, text=True,
+            timeout=120, check=False, env=environment,
+        )  # fmt: skip
+
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-m", "lyra", "cluster", "up", *where, "--no-extender"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=environment,
+        ) as up:  # fmt: skip
+            try:
+                assert up.stdout is not None
+                assert up.stderr is not None
+                for line in up.stdout:  # read up to the API server's start
+                    if "kube-apiserver ready" in line:
+                        break
+                assert up.poll() is None, up.stderr.read()
+                state = read_state(state_dir)
+                assert state is not None
+                pids = [record.pid for record in state.processes]
+                assert len(pids) >= 2, "etcd and the API server were started"
+                assert all(_runs(pid) for pid in pids), "etcd and the API server run"
+                up.send_signal(signal.SIGTERM)
+                code = up.wait(timeout=120)
+                errors = up.stderr.read()
+            finally:
+                if up.poll() is None:
+                    up.kill()
+        assert code == 128 + signal.SIGTERM, errors
+        assert "interrupted (SIGTERM) while the cluster started; everything it started is stopped" in errors
+        assert "Traceback" not in errors
+        final = read_state(state_dir)
+        assert final is not None
+        assert [record.pid for record in final.processes if _runs(record.pid)] == []
+        status = lyra("status")
+        assert "nothing of it runs any more" in status.stdout + status.stderr
+    finally:
+        down = lyra("down")  # whatever happened above: no process of it outlives the test
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not state_dir.exists()

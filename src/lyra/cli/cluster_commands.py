@@ -20,6 +20,7 @@ from typing import Any
 from lyra.cli.arguments import seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.cli.output_paths import OutputError, check_directory
+from lyra.cli.stopping import stopped_by, stopped_exit_code, stopped_like_ctrl_c
 from lyra.settings import local_extender_url
 
 
@@ -231,12 +232,16 @@ def run_up(args: argparse.Namespace) -> int:
 
     cache = BinaryCache()
     try:
-        binaries = cache.ensure(_say, report_cached=False)
-        if args.real_nodes:
-            cache.ensure(_say, REAL_NODE_COMPONENTS, report_cached=False)
+        with stopped_like_ctrl_c():  # `timeout` or a closed terminal, as Ctrl-C: no half-built binary is kept
+            binaries = cache.ensure(_say, report_cached=False)
+            if args.real_nodes:
+                cache.ensure(_say, REAL_NODE_COMPONENTS, report_cached=False)
     except BinariesError as error:
         _error(str(error))
         return EXIT_FAILED
+    except KeyboardInterrupt as interrupt:
+        _error(f"interrupted ({stopped_by(interrupt)}) while fetching the binaries; nothing half-built is kept")
+        return stopped_exit_code(interrupt)
 
     crd_dir: Path = args.crd_dir
     options = ClusterOptions(
@@ -259,11 +264,16 @@ def run_up(args: argparse.Namespace) -> int:
         _say(f"  no {crd_dir} directory: no CRDs to install")
     control_plane = ControlPlane(binaries, options)
     try:
-        state = control_plane.start(_say)
+        with stopped_like_ctrl_c():  # `timeout` or a closed terminal, as Ctrl-C: no half-started cluster is left
+            state = control_plane.start(_say)
     except (ClusterStartError, ProcessStartError, StateError, RealNodesError) as error:
         _error(f"the local cluster did not start: {error}")
         _error(f"logs are kept in {control_plane.layout.logs}; `lyra cluster down` removes them")
         return EXIT_FAILED
+    except KeyboardInterrupt as interrupt:
+        _error(f"interrupted ({stopped_by(interrupt)}) while the cluster started; everything it started is stopped")
+        _error(f"logs are kept in {control_plane.layout.logs}; `lyra cluster down` removes them")
+        return stopped_exit_code(interrupt)
     _say(f"local cluster {args.name!r} is up in {state.start_seconds:.1f}s")
     _print_kubeconfig_hint(state.kubeconfig)
     _say(f"  kubectl and helm: {binaries.kubectl.parent} (export PATH={binaries.kubectl.parent}:$PATH)")
