@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import signal
+import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -128,5 +131,44 @@ def test_each_image_runs_in_a_containerd_of_its_own_which_is_gone_afterwards(
     ):
         assert expected in text, expected
     directory = next(line for line in said if line.startswith("containerd ")).rsplit(" in ", 1)[1]
+    assert not Path(directory).exists()
+    assert directory not in Path("/proc/self/mounts").read_text()
+
+
+def test_a_verify_stopped_by_sigterm_leaves_no_containerd(built: tuple[Path, list[build.Built]]) -> None:
+    """`timeout 15 lyra image verify`: SIGTERM ended Python at once, and its containerd (in a session of its own, out
+    of `timeout`'s reach) kept running with its state in /tmp. Stopped as by Ctrl-C now: containerd stopped, its
+    directory removed, exit 143."""
+    out, _images = built
+    with subprocess.Popen(
+        [sys.executable, "-m", "lyra", "image", "verify", "--dir", str(out)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=REPOSITORY,
+    ) as run:  # fmt: skip
+        try:
+            assert run.stdout is not None
+            assert run.stderr is not None
+            started = ""
+            for line in run.stdout:  # up to containerd answering
+                if line.startswith("containerd ") and " running (pid " in line:
+                    started = line.strip()
+                    break
+            assert started, run.stderr.read()
+            containerd = int(started.split("(pid ", 1)[1].split(")", 1)[0])
+            directory = started.rsplit(" in ", 1)[1]
+            run.send_signal(signal.SIGTERM)
+            code = run.wait(timeout=120)
+            errors = run.stderr.read()
+        finally:
+            if run.poll() is None:
+                run.kill()
+    try:
+        os.kill(containerd, signal.SIGKILL)  # a containerd left running is the failure: the test stops it
+        left = True
+    except ProcessLookupError:
+        left = False
+    assert not left, "containerd is still running"
+    assert code == 128 + signal.SIGTERM, errors
+    assert "lyra image verify: interrupted (SIGTERM); its containerd is stopped" in errors
+    assert "Traceback" not in errors
     assert not Path(directory).exists()
     assert directory not in Path("/proc/self/mounts").read_text()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.stopping import stopped_by, stopped_exit_code, stopped_like_ctrl_c
 from lyra.imagespec.recipe import IMAGES
 
 DEFAULT_OUT = Path("dist/images")
@@ -73,7 +74,11 @@ def run_build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     builder = ImageBuilder(args.repository, args.out_dir, _say, source=args.source)
     try:
-        built = builder.build(args.only or IMAGES)
+        with stopped_like_ctrl_c():  # `timeout` or a closed terminal, as Ctrl-C: its tools stopped, its work removed
+            built = builder.build(args.only or IMAGES)
+    except KeyboardInterrupt as interrupt:
+        print(f"lyra image build: interrupted ({stopped_by(interrupt)}); no image was half-written", file=sys.stderr)
+        return stopped_exit_code(interrupt)
     except (ImageBuildError, OciError) as error:
         print(f"lyra image build: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -94,7 +99,11 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"lyra image verify: {args.dir} is not a directory (run `make image` first)", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        verify_archives(args.dir, _say)
+        with stopped_like_ctrl_c():  # `timeout` or a closed terminal, as Ctrl-C: its containerd is stopped
+            verify_archives(args.dir, _say)
+    except KeyboardInterrupt as interrupt:
+        print(f"lyra image verify: interrupted ({stopped_by(interrupt)}); its containerd is stopped", file=sys.stderr)
+        return stopped_exit_code(interrupt)
     except VerifyError as error:
         print(f"lyra image verify: {error}", file=sys.stderr)
         return EXIT_FAILED
