@@ -4,17 +4,26 @@ is not UTF-8 said with where it is (``not UTF-8: byte 0xff at line 3, column 7``
 codec's ``'utf-8' codec can't decode byte 0xff in position 4117``, which names neither the file nor the line.
 
 Reading a file whole (:func:`read_text_file`) or line by line (:func:`decoded_lines`, for a long CSV) says a fault
-the same way; the reader that calls them names the file.
+the same way; the reader that calls them names the file. Both read a bounded amount: a file given by mistake
+(``/dev/zero``, a disk image) is refused once it passes the limit, instead of filling the memory.
 """
 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 #: What a user can do about a file that is not UTF-8.
 SAVE_AS_UTF8 = "save the file as UTF-8"
+
+_MIB = 1024 * 1024
+#: A file read whole (a scenario, a profile: a few KiB) larger than this is not one.
+MAX_TEXT_FILE_BYTES = 16 * _MIB
+#: A line (a row of a trace or a load series: under a hundred bytes) longer than this, its end not counted, is not
+#: one.
+MAX_LINE_BYTES = 1 * _MIB
 
 
 class TextFileError(ValueError):
@@ -36,24 +45,31 @@ def decode_utf8(data: bytes) -> str:
         ) from None
 
 
-def read_text_file(path: Path, what: str) -> str:
-    """The text of the file ``path``, which holds a ``what`` (``"scenario"``); a file that cannot be read or is not
-    UTF-8 raises :class:`TextFileError` naming the file."""
+def read_text_file(path: Path, what: str, max_bytes: int = MAX_TEXT_FILE_BYTES) -> str:
+    """The text of the file ``path``, which holds a ``what`` (``"scenario"``); a file that cannot be read, is larger
+    than ``max_bytes`` or is not UTF-8 raises :class:`TextFileError` naming the file."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            data = file.read(max_bytes + 1)
     except OSError as error:
         raise TextFileError(f"{path}: cannot read the {what}: {error.strerror or error}") from None
+    if len(data) > max_bytes:
+        raise TextFileError(f"{path}: larger than {_size(max_bytes)}, not a {what}")
     try:
         return decode_utf8(data)
     except TextFileError as error:
         raise TextFileError(f"{path}: {error}") from None
 
 
-def decoded_lines(lines: Iterable[bytes], source: object) -> Iterator[str]:
-    """Each of ``lines`` (a file opened in binary, read line by line) as text, for :mod:`csv` (which takes lines
-    with their endings, as a file opened with ``newline=""`` gives them); a line that is not UTF-8 raises
-    :class:`TextFileError` naming ``source`` and the line."""
-    for number, line in enumerate(lines, start=1):
+def decoded_lines(handle: BinaryIO, source: object) -> Iterator[str]:
+    """Each line of ``handle`` (a file opened in binary) as text with its ending, for :mod:`csv` (which takes lines
+    as a file opened with ``newline=""`` gives them); a line that is not UTF-8, or longer than
+    :data:`MAX_LINE_BYTES`, raises :class:`TextFileError` naming ``source`` and the line."""
+    number = 0
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):  # its end not within the limit
+            raise TextFileError(f"{source}:{number}: a line longer than {_size(MAX_LINE_BYTES)}; is it a text file?")
         skip = len(codecs.BOM_UTF8) if number == 1 and line.startswith(codecs.BOM_UTF8) else 0
         try:
             text = line[skip:].decode("utf-8")
@@ -63,3 +79,7 @@ def decoded_lines(lines: Iterable[bytes], source: object) -> Iterator[str]:
                 f"{source}:{number}: not UTF-8: byte 0x{line[column]:02x} at column {column + 1}; {SAVE_AS_UTF8}"
             ) from None
         yield text
+
+
+def _size(limit: int) -> str:
+    return f"{limit // _MIB} MiB"

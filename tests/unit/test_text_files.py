@@ -3,11 +3,12 @@ column, read whole or line by line, never as the codec's position in a buffer.""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
-from lyra.text_files import TextFileError, decode_utf8, decoded_lines, read_text_file
+from lyra.text_files import MAX_LINE_BYTES, TextFileError, decode_utf8, decoded_lines, read_text_file
 
 
 def test_text_with_or_without_a_byte_order_mark_is_read() -> None:
@@ -45,9 +46,23 @@ def test_a_file_is_named_in_every_fault(tmp_path: Path) -> None:
 
 
 def test_lines_are_decoded_one_by_one_and_a_bad_one_is_named() -> None:
-    lines = [b"\xef\xbb\xbfa,b\r\n", "é,1\n".encode(), b"x,\xff\n", b"never read\n"]
+    lines = io.BytesIO(b"\xef\xbb\xbfa,b\r\n" + "é,1\n".encode() + b"x,\xff\nnever read\n")
     read = decoded_lines(lines, "t.csv")
     assert [next(read), next(read)] == ["a,b\r\n", "é,1\n"]
     with pytest.raises(TextFileError) as raised:
         next(read)
     assert str(raised.value) == "t.csv:3: not UTF-8: byte 0xff at column 3; save the file as UTF-8"
+
+
+def test_a_file_given_by_mistake_is_refused_at_the_limit_not_read_to_its_end(tmp_path: Path) -> None:
+    """``/dev/zero`` never ends and has no line end: read whole or line by line, it would fill the memory."""
+    with pytest.raises(TextFileError, match=r"^/dev/zero: larger than 1 MiB, not a scenario$"):
+        read_text_file(Path("/dev/zero"), "scenario", max_bytes=1024 * 1024)
+    with Path("/dev/zero").open("rb") as zeros, pytest.raises(TextFileError) as raised:
+        next(decoded_lines(zeros, "/dev/zero"))
+    assert str(raised.value) == "/dev/zero:1: a line longer than 1 MiB; is it a text file?"
+    (tmp_path / "long.csv").write_bytes(b"a\n" + b"x" * MAX_LINE_BYTES + b"\n")
+    with (tmp_path / "long.csv").open("rb") as long_line:
+        read = decoded_lines(long_line, "long.csv")
+        assert next(read) == "a\n"
+        assert next(read) == "x" * MAX_LINE_BYTES + "\n"  # at the limit, its end not counted
