@@ -1,7 +1,8 @@
-"""The text files a user gives Lyra (a snapshot, a scenario, a cluster profile, a GPU catalogue, a trace, a load
-series), decoded one way: UTF-8, a leading byte-order mark skipped (an editor's "UTF-8 with BOM"), and a byte that
-is not UTF-8 said with where it is (``not UTF-8: byte 0xff at line 3, column 7``) and what to do, instead of the
-codec's ``'utf-8' codec can't decode byte 0xff in position 4117``, which names neither the file nor the line.
+"""The text files a user gives Lyra (a snapshot, a scenario, a cluster profile, a GPU catalogue, a kubeconfig, a
+trace, a load series), decoded one way: UTF-8, a leading byte-order mark skipped (an editor's "UTF-8 with BOM"), and
+a byte that is not UTF-8 said with where it is, in the line and column an editor shows (``not UTF-8: byte 0xff at
+line 3, column 7``), and what to do, instead of the codec's ``'utf-8' codec can't decode byte 0xff in position
+4117``, which names neither the file nor the line.
 
 Reading a file whole (:func:`read_text_file`) or line by line (:func:`decoded_lines`, for a long CSV) says a fault
 the same way; the reader that calls them names the file. Both read a bounded amount: a file given by mistake
@@ -27,7 +28,8 @@ MAX_LINE_BYTES = 1 * _MIB
 
 
 class TextFileError(ValueError):
-    """A text file that cannot be read or is not UTF-8; the message says where, in one line."""
+    """A text file that cannot be read, is larger than a limit or is not UTF-8; the message says where, in one
+    line."""
 
 
 def decode_utf8(data: bytes) -> str:
@@ -38,10 +40,11 @@ def decode_utf8(data: bytes) -> str:
         return data[skip:].decode("utf-8")
     except UnicodeDecodeError as error:
         offset = skip + error.start
-        line_start = data.rfind(b"\n", 0, offset) + 1
+        line_start = max(data.rfind(b"\n", 0, offset) + 1, skip)
         line = data.count(b"\n", 0, offset) + 1
         raise TextFileError(
-            f"not UTF-8: byte 0x{data[offset]:02x} at line {line}, column {offset - line_start + 1}; {SAVE_AS_UTF8}"
+            f"not UTF-8: byte 0x{data[offset]:02x} at line {line}, column {_column(data[line_start:offset])}; "
+            f"{SAVE_AS_UTF8}"
         ) from None
 
 
@@ -74,11 +77,18 @@ def decoded_lines(handle: BinaryIO, source: object) -> Iterator[str]:
         try:
             text = line[skip:].decode("utf-8")
         except UnicodeDecodeError as error:
-            column = skip + error.start
+            bad = skip + error.start
             raise TextFileError(
-                f"{source}:{number}: not UTF-8: byte 0x{line[column]:02x} at column {column + 1}; {SAVE_AS_UTF8}"
+                f"{source}:{number}: not UTF-8: byte 0x{line[bad]:02x} at column {_column(line[skip:bad])}; "
+                f"{SAVE_AS_UTF8}"
             ) from None
         yield text
+
+
+def _column(before: bytes) -> int:
+    """The column, as an editor counts it (characters, a byte-order mark not one), of the byte after ``before``, the
+    valid UTF-8 that precedes it on its line."""
+    return len(before.decode("utf-8")) + 1
 
 
 def _size(limit: int) -> str:

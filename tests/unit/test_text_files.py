@@ -22,10 +22,11 @@ def test_text_with_or_without_a_byte_order_mark_is_read() -> None:
     [
         (b"\xff", "not UTF-8: byte 0xff at line 1, column 1; save the file as UTF-8"),
         (b'a: 1\nname: "\xe9t\xe9"\n', "not UTF-8: byte 0xe9 at line 2, column 8; save the file as UTF-8"),
-        (b"\xef\xbb\xbf{\xfe}", "not UTF-8: byte 0xfe at line 1, column 5; save the file as UTF-8"),
+        (b"\xef\xbb\xbf{\xfe}", "not UTF-8: byte 0xfe at line 1, column 2; save the file as UTF-8"),
+        ("a: 1\nname: é".encode() + b"\xff", "not UTF-8: byte 0xff at line 2, column 8; save the file as UTF-8"),
         ("é\n".encode() + b"\n\xc3", "not UTF-8: byte 0xc3 at line 3, column 1; save the file as UTF-8"),
     ],
-    ids=["first-byte", "latin-1", "after-a-byte-order-mark", "cut-short"],
+    ids=["first-byte", "latin-1", "after-a-byte-order-mark", "after-a-character-of-two-bytes", "cut-short"],
 )
 def test_a_byte_that_is_not_utf8_is_said_at_its_line_and_column(data: bytes, said: str) -> None:
     with pytest.raises(TextFileError) as raised:
@@ -46,7 +47,7 @@ def test_a_file_is_named_in_every_fault(tmp_path: Path) -> None:
 
 
 def test_lines_are_decoded_one_by_one_and_a_bad_one_is_named() -> None:
-    lines = io.BytesIO(b"\xef\xbb\xbfa,b\r\n" + "é,1\n".encode() + b"x,\xff\nnever read\n")
+    lines = io.BytesIO(b"\xef\xbb\xbfa,b\r\n" + "é,1\n".encode() + "é,".encode() + b"\xff\nnever read\n")
     read = decoded_lines(lines, "t.csv")
     assert [next(read), next(read)] == ["a,b\r\n", "é,1\n"]
     with pytest.raises(TextFileError) as raised:

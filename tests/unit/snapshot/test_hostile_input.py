@@ -36,7 +36,7 @@ HOSTILE: list[tuple[str, str | bytes, str]] = [
     ),
     ("max-workers-10**30", '{"servers": [], "jobs": [' + JOB % (10**30) + "]}", "an integer of 31 digits is too large"),
     ("not-utf-8", b'{"servers": [{"name": "\xff"}]}', "not UTF-8: byte 0xff at line 1, column 24"),
-    ("bad-after-a-byte-order-mark", b"\xef\xbb\xbf{\xfe}", "not UTF-8: byte 0xfe at line 1, column 5"),
+    ("bad-after-a-byte-order-mark", b"\xef\xbb\xbf{\xfe}", "not UTF-8: byte 0xfe at line 1, column 2"),
     ("latin-1", '{"servers": [], "kind": "Schnappschu\xdf"}'.encode("latin-1"), "not UTF-8: byte 0xdf"),
     ("empty", b"", "not valid JSON"),
     ("binary", bytes(range(256)), "not UTF-8"),
