@@ -158,12 +158,20 @@ def run_binaries(args: argparse.Namespace) -> int:
     cache = BinaryCache()
     started = time.monotonic()
     try:
-        cache.ensure(_say, (*COMPONENTS, *TOOLS, *REAL_NODE_COMPONENTS))
+        with stopped_like_ctrl_c():  # `timeout` or a closed terminal, as Ctrl-C: no compiler is left running
+            cache.ensure(_say, (*COMPONENTS, *TOOLS, *REAL_NODE_COMPONENTS))
     except BinariesError as error:
         _error(str(error))
         return EXIT_FAILED
+    except KeyboardInterrupt as interrupt:
+        return _stopped_fetching(interrupt)
     _say(f"all binaries ready in {cache.bin_dir} ({time.monotonic() - started:.1f}s)")
     return EXIT_OK
+
+
+def _stopped_fetching(interrupt: KeyboardInterrupt) -> int:
+    _error(f"interrupted ({stopped_by(interrupt)}) while fetching the binaries; nothing half-built is kept")
+    return stopped_exit_code(interrupt)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -240,8 +248,7 @@ def run_up(args: argparse.Namespace) -> int:
         _error(str(error))
         return EXIT_FAILED
     except KeyboardInterrupt as interrupt:
-        _error(f"interrupted ({stopped_by(interrupt)}) while fetching the binaries; nothing half-built is kept")
-        return stopped_exit_code(interrupt)
+        return _stopped_fetching(interrupt)
 
     crd_dir: Path = args.crd_dir
     options = ClusterOptions(

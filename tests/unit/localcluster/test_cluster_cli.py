@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from lyra.cli import main
+from lyra.localcluster.binaries import BinaryCache
 from lyra.localcluster.locations import cluster_state_dir
 from tests.unit.cli.running import exit_code
 
@@ -148,3 +151,33 @@ def test_a_state_dir_that_cannot_be_made_is_refused_before_anything_starts(
     argv = ["--state-dir", "/proc/lyra-test/state"] if explicit else []
     assert exit_code(["cluster", "up", "--no-extender", *argv]) == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("command", [["binaries"], ["up", "--no-extender"]], ids=["binaries", "up"])
+def test_fetching_the_binaries_stopped_from_outside_unwinds_as_ctrl_c(
+    command: list[str], signum: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`timeout` while a binary is built: the build's ``finally`` blocks (which stop its compiler, in a session of
+    its own, and remove what was half-built) must run, as on Ctrl-C; SIGTERM used to end Python at once, and the
+    compiler kept running."""
+    unwound: list[str] = []
+
+    def building(_cache: BinaryCache, *_args: object, **_options: object) -> object:
+        try:
+            os.kill(os.getpid(), signum)  # Python runs the handler before os.kill returns
+            unwound.append("not stopped")
+        finally:
+            unwound.append("the build's finally")
+        return None
+
+    monkeypatch.setattr(BinaryCache, "ensure", building)
+    monkeypatch.setenv("LYRA_STATE_DIR", str(tmp_path))
+    handlers = {each: signal.getsignal(each) for each in (signal.SIGTERM, signal.SIGHUP)}
+    assert exit_code(["cluster", *command]) == 128 + signum
+    assert unwound == ["the build's finally"]
+    name = signal.Signals(signum).name
+    assert f"lyra cluster: interrupted ({name}) while fetching the binaries; nothing half-built is kept" in (
+        capsys.readouterr().err
+    )
+    assert {each: signal.getsignal(each) for each in handlers} == handlers  # put back as they were
