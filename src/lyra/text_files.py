@@ -48,15 +48,22 @@ def decode_utf8(data: bytes) -> str:
         ) from None
 
 
+def read_at_most(path: Path, max_bytes: int) -> bytes | None:
+    """The bytes of the file ``path``, or ``None`` when it holds more than ``max_bytes`` (read no further: a file
+    given by mistake never fills the memory); an ``OSError`` is the caller's to say."""
+    with path.open("rb") as file:
+        data = file.read(max_bytes + 1)
+    return data if len(data) <= max_bytes else None
+
+
 def read_text_file(path: Path, what: str, max_bytes: int = MAX_TEXT_FILE_BYTES) -> str:
     """The text of the file ``path``, which holds a ``what`` (``"scenario"``); a file that cannot be read, is larger
     than ``max_bytes`` or is not UTF-8 raises :class:`TextFileError` naming the file."""
     try:
-        with path.open("rb") as file:
-            data = file.read(max_bytes + 1)
+        data = read_at_most(path, max_bytes)
     except OSError as error:
         raise TextFileError(f"{path}: cannot read the {what}: {error.strerror or error}") from None
-    if len(data) > max_bytes:
+    if data is None:
         raise TextFileError(f"{path}: larger than {_size(max_bytes)}, not a {what}")
     try:
         return decode_utf8(data)

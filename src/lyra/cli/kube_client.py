@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from lyra.text_files import TextFileError, decode_utf8
+from lyra.text_files import TextFileError, decode_utf8, read_at_most
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -94,11 +94,10 @@ def check_kubeconfig(source: str, path: Path, *, alone: bool = True) -> None:
     if not path.is_file():
         raise KubeconfigError(f"{source}: not a regular file")
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_KUBECONFIG_BYTES + 1)
+        raw = read_at_most(path, MAX_KUBECONFIG_BYTES)
     except OSError as error:
         raise KubeconfigError(f"{source}: cannot read it ({error.strerror or error})") from None
-    if len(raw) > MAX_KUBECONFIG_BYTES:
+    if raw is None:
         raise KubeconfigError(f"{source}: larger than {MAX_KUBECONFIG_BYTES // (1024 * 1024)} MiB, not a kubeconfig")
     problem = kubeconfig_problem(raw, alone=alone)
     if problem is not None:
