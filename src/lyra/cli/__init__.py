@@ -5,13 +5,13 @@ only when their command runs, so ``lyra --help`` stays fast and a missing option
 command.
 
 Exit codes (`lyra.cli.exit_codes`): 0 success, 1 the command ran and failed, 2 bad input (usage, flags, files),
-3 `lyra check` found a violated invariant, 130 Ctrl-C, 141 the reader of standard output went away.
+3 `lyra check` found a violated invariant, 130 Ctrl-C, 141 the reader of standard output went away (1 when it
+cannot be written otherwise: a full disk, a closed descriptor).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -33,11 +33,12 @@ from lyra.cli import (
     simulate_commands,
     status_commands,
 )
-from lyra.cli.exit_codes import EXIT_BROKEN_PIPE
-from lyra.cli.stopping import output_closed, stopped_exit_code, stopped_when_output_is_closed
+from lyra.cli.stopping import OutputFailed, output_closed, stopped_by, stopped_exit_code, stopped_when_output_fails
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command's parser sets ``run`` (what runs it) and ``prog`` (its name in messages: ``lyra plan
+    allocate``)."""
     parser = argparse.ArgumentParser(
         prog="lyra",
         description="Lend idle inference GPU servers to elastic training jobs, and take them back cheaply.",
@@ -62,17 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _discard_closed_standard_error()
     try:
-        with stopped_when_output_is_closed():
+        with stopped_when_output_fails():
             try:
                 return _parse_and_run(argv)
-            finally:  # what the command printed reaches its reader here, where a reader gone away is caught
+            finally:  # what the command printed reaches its reader here, where a failed output is caught
                 sys.stdout.flush()
-    except (KeyboardInterrupt, BrokenPipeError) as stopped:
-        if isinstance(stopped, KeyboardInterrupt) and not output_closed(stopped):
+    except KeyboardInterrupt as stopped:  # from the flush above, or from argparse's --help or --version
+        if isinstance(stopped, OutputFailed):
+            print(f"lyra: {stopped_by(stopped)}", file=sys.stderr)
+        elif not output_closed(stopped):
             raise
-        _discard_standard_output()
-        return EXIT_BROKEN_PIPE
+        return stopped_exit_code(stopped)
 
 
 def _parse_and_run(argv: Sequence[str] | None) -> int:
@@ -82,16 +85,16 @@ def _parse_and_run(argv: Sequence[str] | None) -> int:
     try:
         code: int = run(args)
     except KeyboardInterrupt as interrupt:
-        if not output_closed(interrupt):
+        if isinstance(interrupt, OutputFailed):
+            print(f"{args.prog}: {stopped_by(interrupt)}", file=sys.stderr)
+        elif not output_closed(interrupt):
             print("interrupted", file=sys.stderr)
         return stopped_exit_code(interrupt)
     return code
 
 
-def _discard_standard_output() -> None:
-    """The reader of standard output went away (``lyra plan schema | head -1``): what is still buffered, and any
-    later write, goes nowhere, so that Python's own flush at exit does not fail again with a traceback."""
-    with contextlib.suppress(OSError, ValueError):
-        discard = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(discard, sys.stdout.fileno())
-        os.close(discard)
+def _discard_closed_standard_error() -> None:
+    """Standard error closed before the command started (``2>&-``: Python's ``sys.stderr`` is None): its messages go
+    nowhere, where ``print(..., file=sys.stderr)`` would write them to standard output, into the command's output."""
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (open for the process' life)

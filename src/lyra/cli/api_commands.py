@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     crds = actions.add_parser("crds", help="write (or --check) the CRD YAML generated from the pydantic models")
     crds.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help=f"default: {DEFAULT_OUT_DIR}")
     crds.add_argument("--check", action="store_true", help="write nothing; exit 1 if the files differ")
-    crds.set_defaults(run=run_crds)
+    crds.set_defaults(prog=crds.prog, run=run_crds)
 
 
 def render(crd: dict[str, Any]) -> str:

@@ -47,12 +47,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help=f"the newcomer's path, whose commands the docs show; default: {DEFAULT_NEWCOMER_SCRIPT}",
     )
     generate.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file differs")
-    generate.set_defaults(run=run_generate)
+    generate.set_defaults(prog=generate.prog, run=run_generate)
     manifests = actions.add_parser("manifests", help="render (or --check) manifests/ from the chart")
     manifests.add_argument("--chart-dir", type=Path, default=DEFAULT_CHART, help=f"default: {DEFAULT_CHART}")
     manifests.add_argument("--out-dir", type=Path, default=DEFAULT_MANIFESTS, help=f"default: {DEFAULT_MANIFESTS}")
     manifests.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file differs")
-    manifests.set_defaults(run=run_manifests)
+    manifests.set_defaults(prog=manifests.prog, run=run_manifests)
 
 
 def _write_or_check(wanted: dict[Path, str], check: bool, remedy: str) -> int:

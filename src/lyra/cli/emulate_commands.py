@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--interval", type=seconds, default=1.0, metavar="SECONDS", help="seconds between steps (default 1)"
     )
-    parser.set_defaults(run=run_emulate)
+    parser.set_defaults(prog=parser.prog, run=run_emulate)
 
 
 def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -> int:

@@ -1,6 +1,7 @@
-"""The exit codes of every ``lyra`` command: 0 success, 1 the command ran and failed, 2 bad input (usage, flags,
-files); ``lyra check`` alone uses 3 for a cluster it read whose invariants are violated; 130: stopped by Ctrl-C
-(``lyra demo`` also 143 for SIGTERM and 129 for SIGHUP, after stopping what it started: :mod:`lyra.cli.stopping`);
+"""The exit codes of every ``lyra`` command: 0 success, 1 the command ran and failed (standard output that cannot
+be written included: a full disk, ``>&-``), 2 bad input (usage, flags, files); ``lyra check`` alone uses 3 for a
+cluster it read whose invariants are violated; 130: stopped by Ctrl-C (``lyra demo``, ``lyra cluster up``,
+``lyra image`` also 143 for SIGTERM and 129 for SIGHUP, after stopping what they started: :mod:`lyra.cli.stopping`);
 141: the reader of standard output went away (``lyra status | head -1``), quietly, as a shell reports a command that
 SIGPIPE stopped.
 Errors go to standard error as ``lyra <command>: <message>``."""

@@ -56,7 +56,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="PEM",
         help="with TLS: accept only clients presenting a certificate signed by this CA (kube-scheduler's tlsConfig)",
     )
-    parser.set_defaults(run=run_extender)
+    parser.set_defaults(prog=parser.prog, run=run_extender)
 
 
 def _bad(message: str) -> int:

@@ -44,7 +44,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     build.add_argument(
         "--source", metavar="URL", help="the org.opencontainers.image.source label (default: git remote origin)"
     )
-    build.set_defaults(run=run_build)
+    build.set_defaults(prog=build.prog, run=run_build)
 
     verify = actions.add_parser(
         "verify",
@@ -54,7 +54,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "SIGTERM and a resume, and the inference replica's readiness endpoint, then stop everything.",
     )
     verify.add_argument("--dir", type=Path, default=DEFAULT_OUT, help="the archives' directory (default dist/images)")
-    verify.set_defaults(run=run_verify)
+    verify.set_defaults(prog=verify.prog, run=run_verify)
 
 
 def _say(message: str) -> None:

@@ -73,7 +73,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help=f"how long --drain waits for the training pods to go (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
     )
-    restore.set_defaults(run=run_restore)
+    restore.set_defaults(prog=restore.prog, run=run_restore)
 
 
 def _items(list_page: Callable[[str | None], Any]) -> Iterator[Mapping[str, Any]]:

@@ -113,7 +113,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "docs/architecture.md has the two measured side by side) (default: $LYRA_WATCH_LAYER or kubewatch)",
     )
     add_gpu_catalog_argument(parser)
-    parser.set_defaults(run=run_operator_command)
+    parser.set_defaults(prog=parser.prog, run=run_operator_command)
 
 
 def lease_flags(args: argparse.Namespace, timing: LeaseTiming) -> str:

@@ -98,13 +98,13 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="reclaim strategy (default: lyra); the others exist for comparison",
     )
     reclaim.add_argument("--seed", type=int, default=0, help="seed of the 'random' strategy (default: 0)")
-    reclaim.set_defaults(run=_run_reclaim)
+    reclaim.set_defaults(prog=reclaim.prog, run=_run_reclaim)
 
     allocate = verbs.add_parser(
         "allocate", help="which jobs run, on which GPU types and servers, with how many workers (0 = waits)"
     )
     snapshot_argument(allocate)
-    allocate.set_defaults(run=_run_allocate)
+    allocate.set_defaults(prog=allocate.prog, run=_run_allocate)
 
     migrate = verbs.add_parser("migrate", help="which running jobs to move to a GPU type faster for them")
     snapshot_argument(migrate)
@@ -122,7 +122,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help="make the moves only if they save at least this much completion time in all (default: 0)",
     )
-    migrate.set_defaults(run=_run_migrate)
+    migrate.set_defaults(prog=migrate.prog, run=_run_migrate)
 
     loans = verbs.add_parser("loans", help="how many idle inference servers to lend, or loaned ones to reclaim")
     snapshot_argument(loans)
@@ -132,10 +132,10 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     loans.add_argument(
         "--headroom", type=non_negative_int, default=0, metavar="SERVERS", help="spare servers kept (default: 0)"
     )
-    loans.set_defaults(run=_run_loans)
+    loans.set_defaults(prog=loans.prog, run=_run_loans)
 
     schema = verbs.add_parser("schema", help="print the JSON Schema of the snapshot document")
-    schema.set_defaults(run=_run_schema)
+    schema.set_defaults(prog=schema.prog, run=_run_schema)
 
 
 class _BadInputError(Exception):
@@ -152,8 +152,13 @@ def _read(source: str) -> str | bytes:
 
     most = MAX_SNAPSHOT_BYTES + 1
     if source == "-":
+        if sys.stdin is None:  # `<&-`: Python has no standard input
+            raise _BadInputError("snapshot -: standard input is closed")
         binary = getattr(sys.stdin, "buffer", None)
-        return binary.read(most) if binary is not None else sys.stdin.read(most)
+        try:
+            return binary.read(most) if binary is not None else sys.stdin.read(most)
+        except OSError as error:
+            raise _BadInputError(f"snapshot -: cannot read standard input ({error.strerror or error})") from None
     try:
         with Path(source).open("rb") as file:
             return file.read(most)

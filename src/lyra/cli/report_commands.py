@@ -109,7 +109,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help=f"the operator's --reclaim-deadline, drawn on the reclaim panel (default {RECLAIM_DEADLINE.default:g})",
     )
-    report.set_defaults(run=run_report)
+    report.set_defaults(prog=report.prog, run=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -97,7 +97,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "default 0.1,0.5 / 0.25,0.75 / 1.2,2.4 / 0.3,0.5)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.set_defaults(run=run_simulate)
+    parser.set_defaults(prog=parser.prog, run=run_simulate)
 
 
 def _default_input(kind: str, given: Path | None, default: Path) -> Path:

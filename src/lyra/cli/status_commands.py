@@ -36,7 +36,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "its last pass's plan, from its HTTP port (e.g. http://127.0.0.1:8080 after `kubectl port-forward "
         "svc/lyra-operator 8080`)",
     )
-    parser.set_defaults(run=run_status)
+    parser.set_defaults(prog=parser.prog, run=run_status)
 
 
 def shadow_url(text: str) -> str:

@@ -1,9 +1,11 @@
 """SIGTERM and SIGHUP stop a command as Ctrl-C does: its ``finally`` blocks run, a second signal does not cut them
 short, and the exit code is the shell's for the signal. So does the reader of its output going away (SIGPIPE's
-case), without a word when the command has nothing to stop."""
+case), without a word when the command has nothing to stop, and standard output that cannot be written (a full disk,
+``>&-``), with one line and exit 1. Standard input or error closed is said or passed over, never a traceback."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import signal
@@ -14,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from lyra.cli.stopping import (
+    OutputFailed,
     Stopped,
     output_closed,
     stopped_by,
     stopped_exit_code,
     stopped_like_ctrl_c,
-    stopped_when_output_is_closed,
+    stopped_when_output_fails,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -93,7 +96,7 @@ def test_a_write_its_reader_is_gone_from_stops_as_sigpipe_and_is_not_an_oserror(
         finally:
             stopping.append("finally")
 
-    with pytest.raises(Stopped) as raised, stopped_when_output_is_closed():
+    with pytest.raises(Stopped) as raised, stopped_when_output_fails():
         progress()
     assert stopping == ["finally"]
     assert output_closed(raised.value)
@@ -119,3 +122,113 @@ def test_a_command_whose_reader_went_away_exits_141_without_a_word(argv: list[st
     finally:
         os.close(writing)
     assert (run.returncode, run.stderr) == (141, "")
+
+
+class _FullDisk(io.StringIO):
+    """Standard output on a full disk: every write and flush fails with ENOSPC, and each attempt is counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    def write(self, text: str) -> int:
+        self.attempts += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        self.attempts += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_write_that_fails_stops_as_ctrl_c_once_says_why_and_is_not_an_oserror(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    full = _FullDisk()
+    monkeypatch.setattr(sys, "stdout", full)
+    stopping: list[str] = []
+
+    def progress() -> None:
+        try:
+            print("a line of progress")
+        except (OSError, Exception):  # a command's own handling of its work's failures does not take it
+            stopping.append("taken for a failure")
+        finally:
+            stopping.append("finally")
+
+    with pytest.raises(OutputFailed) as raised, stopped_when_output_fails():
+        progress()
+    assert stopping == ["finally"]
+    assert isinstance(raised.value, KeyboardInterrupt)
+    assert not output_closed(raised.value)
+    assert stopped_exit_code(raised.value) == 1
+    assert stopped_by(raised.value) == "standard output cannot be written: No space left on device"
+    assert sys.stdout is full
+
+
+def test_after_a_failed_write_the_output_goes_nowhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's last flush and the lines of its stopping do not fail a second time."""
+    full = _FullDisk()
+    monkeypatch.setattr(sys, "stdout", full)
+    with stopped_when_output_fails():
+        with pytest.raises(OutputFailed):
+            print("a line")
+        print("the stopping's line")
+        sys.stdout.flush()
+    assert full.attempts == 1
+
+
+def test_output_closed_before_the_command_fails_at_the_first_write_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``>&-``: Python's ``sys.stdout`` is None; a command that writes nothing (the operator logs to standard error)
+    runs, and the first write stops it."""
+    monkeypatch.setattr(sys, "stdout", None)
+    with stopped_when_output_fails():
+        sys.stdout.flush()
+        assert not sys.stdout.isatty()
+        with pytest.raises(OutputFailed) as raised:
+            print("a line")
+    assert stopped_by(raised.value) == "standard output cannot be written: it is closed"
+    assert sys.stdout is None
+
+
+def _lyra(argv: list[str], *, shell_redirection: str) -> subprocess.CompletedProcess[str]:
+    """``lyra ARGV`` with a shell's redirection of its standard streams (``>/dev/full``, ``<&-``)."""
+    return subprocess.run(
+        ["sh", "-c", f'exec "$0" "$@" {shell_redirection}', sys.executable, "-m", "lyra", *argv],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
+    )  # fmt: skip
+
+
+EXAMPLE_SNAPSHOT = str(ROOT / "docs" / "examples" / "snapshot.json")
+
+
+@pytest.mark.parametrize(
+    ("argv", "redirection", "said"),
+    [
+        (["plan", "schema"], ">/dev/full",
+         "lyra plan schema: standard output cannot be written: No space left on device"),
+        (["plan", "allocate", "--snapshot", EXAMPLE_SNAPSHOT], ">/dev/full",
+         "lyra plan allocate: standard output cannot be written: No space left on device"),
+        (["--help"], ">/dev/full", "lyra: standard output cannot be written: No space left on device"),
+        (["--version"], ">/dev/full", "lyra: standard output cannot be written: No space left on device"),
+        (["plan", "schema"], ">&-", "lyra plan schema: standard output cannot be written: it is closed"),
+    ],
+    ids=["a-document-on-a-full-disk", "a-plan-on-a-full-disk", "the-help-on-a-full-disk", "the-version-on-a-full-disk",
+         "a-document-into-a-closed-output"],
+)  # fmt: skip
+def test_a_command_whose_output_cannot_be_written_says_so_in_one_line_and_exits_1(
+    argv: list[str], redirection: str, said: str
+) -> None:
+    run = _lyra(argv, shell_redirection=redirection)
+    assert (run.returncode, run.stderr) == (1, said + "\n")
+
+
+def test_a_snapshot_read_from_a_closed_standard_input_is_refused() -> None:
+    run = _lyra(["plan", "allocate", "--snapshot", "-"], shell_redirection="<&-")
+    assert (run.returncode, run.stdout, run.stderr) == (
+        2, "", "lyra plan allocate: snapshot -: standard input is closed\n"
+    )  # fmt: skip
+
+
+def test_with_standard_error_closed_a_message_stays_out_of_the_output() -> None:
+    run = _lyra(["plan", "allocate", "--snapshot", "/nonexistent/snapshot.json"], shell_redirection="2>&-")
+    assert (run.returncode, run.stdout) == (2, "")
