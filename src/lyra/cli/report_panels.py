@@ -12,7 +12,6 @@ import math
 import re
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from lyra.apiserver_failures import unreachable_reason
+from lyra.cli.bounded_http import AnswerBrokenError, AnswerTooLargeError, AnswerTooSlowError, bounded_get
 from lyra.dashboards.grafana import Dashboard, HelmValue, Panel, PanelKind, Query, concrete
 
+#: The largest answer read from Prometheus: 300 points of about 7,000 series, more than a panel can show.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 #: Points per series a plot asks for (the step is the range divided by this, at least a second).
 POINTS = 300
 _LEGEND_LABEL = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -65,19 +67,23 @@ class PrometheusApi:
     def _get(self, path: str, parameters: Mapping[str, str]) -> Any:
         address = f"{self.url}{path}?{urllib.parse.urlencode(parameters)}"
         try:
-            with urllib.request.urlopen(address, timeout=self.timeout_s) as response:
-                body = response.read()
-        except urllib.error.HTTPError as error:
-            body = error.read()
-            answer = _json(body)
-            if isinstance(answer, dict) and answer.get("status") == "error":
-                return answer
-            raise PrometheusError(f"{self.url} answered HTTP {error.code} to {path}: not Prometheus' API?") from None
+            got = bounded_get(address, within_s=self.timeout_s, limit_bytes=MAX_ANSWER_BYTES)
+        except AnswerTooSlowError as error:  # a server this slow answers no later query either
+            raise PrometheusUnreachableError(f"Prometheus at {self.url} gave {error} (--timeout)") from None
+        except AnswerBrokenError as error:  # not Prometheus: no later query can do better
+            raise PrometheusUnreachableError(f"{self.url}{path} gave {error}: is it Prometheus?") from None
+        except AnswerTooLargeError as error:
+            narrow = ": narrow it with --cluster, --namespace or --job" if "query" in parameters else ""
+            raise PrometheusError(f"{self.url}{path} gave {error}{narrow}") from None
         except (urllib.error.URLError, OSError) as error:
             cause = error.reason if isinstance(error, urllib.error.URLError) else error
             reason = unreachable_reason(cause) if isinstance(cause, BaseException) else None
             raise PrometheusUnreachableError(f"cannot reach Prometheus at {self.url}: {reason or cause}") from None
-        answer = _json(body)
+        answer = _json(got.body)
+        if got.status >= 400:
+            if isinstance(answer, dict) and answer.get("status") == "error":
+                return answer
+            raise PrometheusError(f"{self.url} answered HTTP {got.status} to {path}: not Prometheus' API?")
         if not isinstance(answer, dict) or "status" not in answer:
             raise PrometheusError(f"{self.url}{path} did not answer with Prometheus' API JSON")
         return answer
