@@ -128,7 +128,7 @@ def run_check(args: argparse.Namespace) -> int:
     limits = Limits(gang_timeout_s=args.gang_timeout, reclaim_deadline_s=args.reclaim_deadline)
     now = time.time()
     try:
-        api = api_client(args.kubeconfig)
+        api = api_client(args.kubeconfig, one_shot=True)
     except KubeconfigError as error:
         print(f"lyra check: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

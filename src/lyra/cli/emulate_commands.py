@@ -47,7 +47,7 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("lyra.emulate")
     try:
-        api = api_client(args.kubeconfig)
+        api = api_client(args.kubeconfig, one_shot=True)
     except KubeconfigError as error:
         print(f"lyra emulate: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +33,41 @@ class KubeconfigError(Exception):
     """No usable kubeconfig; the message says which file and why (bad input: exit 2)."""
 
 
-def api_client(kubeconfig: Path | None) -> client.ApiClient:
-    """A client for the cluster ``kubeconfig`` (else the default kubeconfig, else the service account) points to."""
+#: How long a one-shot command (``lyra status``, ``lyra check``, ``lyra plan --from-cluster``, ``lyra nodes
+#: restore``, ``lyra emulate``) waits on the API server: to connect, then for each read of an answer. Without it a
+#: server that accepts and never answers (a hung API server, a stale port-forward) held ``lyra check`` for ever and
+#: ``lyra status`` for 8 minutes (four tries of the list's 120 s, which suits the operator's caches). A list page of
+#: 500 objects starts to arrive within a second on a healthy server.
+ONE_SHOT_TIMEOUT_S: tuple[float, float] = (10.0, 30.0)
+
+
+def api_client(kubeconfig: Path | None, *, one_shot: bool = False) -> client.ApiClient:
+    """A client for the cluster ``kubeconfig`` (else the default kubeconfig, else the service account) points to.
+    ``one_shot``: each request waits at most :data:`ONE_SHOT_TIMEOUT_S`, and one that timed out while reading is not
+    tried again (a connection refused still is, as before)."""
+    made = _api_client(kubeconfig)
+    if one_shot:
+        _bound_each_request(made, ONE_SHOT_TIMEOUT_S)
+    return made
+
+
+def _bound_each_request(api: client.ApiClient, timeout: tuple[float, float]) -> None:
+    """Every request through ``api`` waits at most ``timeout``: the client library's calls all pass through its REST
+    client's ``request``, and its connection pools, made at the first request, take their retries from the pool
+    manager's settings."""
+    from urllib3.util.retry import Retry
+
+    rest = api.rest_client
+    request: Callable[..., Any] = rest.request
+
+    def bounded(*arguments: Any, _request_timeout: Any = None, **keywords: Any) -> Any:
+        return request(*arguments, _request_timeout=timeout, **keywords)
+
+    rest.request = bounded  # type: ignore[method-assign]
+    rest.pool_manager.connection_pool_kw["retries"] = Retry(total=3, read=0)
+
+
+def _api_client(kubeconfig: Path | None) -> client.ApiClient:
     from kubernetes import client, config
 
     # A kubeconfig may skip TLS verification on purpose (kubectl says nothing either); urllib3 would otherwise print

@@ -195,7 +195,7 @@ def run_restore(args: argparse.Namespace) -> int:
     from lyra.cli.kube_client import KubeconfigError, api_client
 
     try:
-        api = api_client(args.kubeconfig)
+        api = api_client(args.kubeconfig, one_shot=True)
     except KubeconfigError as error:
         print(f"lyra nodes restore: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -181,7 +181,7 @@ def _from_cluster(args: argparse.Namespace) -> Any:
     try:
         if args.save_snapshot is not None:  # before reading the cluster, which takes seconds at thousands of nodes
             check_file(args.save_snapshot, "--save-snapshot")
-        api = api_client(args.kubeconfig)
+        api = api_client(args.kubeconfig, one_shot=True)
     except (KubeconfigError, OutputError) as error:
         raise _BadInputError(str(error)) from None
     try:

@@ -207,7 +207,7 @@ def run_status(args: argparse.Namespace) -> int:
         return run_shadow(args.shadow)
 
     try:
-        api = api_client(args.kubeconfig)
+        api = api_client(args.kubeconfig, one_shot=True)
     except KubeconfigError as error:
         print(f"lyra status: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -6,8 +6,12 @@ that refuses does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -148,6 +152,52 @@ def test_a_server_nobody_listens_on_is_said_refused(
     assert "Retry" not in err
     assert "Traceback" not in err
     assert out == ""
+
+
+@contextmanager
+def _silent_server() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A server that accepts every connection and never answers (a hung API server, a stale port-forward), with the
+    connections it accepted."""
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(listener.accept()[0])
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        acceptor.join()
+        listener.close()
+        for each in accepted:
+            each.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["check"], ["status"], ["plan", "allocate", "--from-cluster"], ["nodes", "restore", "--dry-run"]],
+    ids=["check", "status", "plan", "nodes-restore"],
+)
+def test_a_server_that_never_answers_is_said_after_the_one_shot_timeout(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lyra check` waited for ever, `lyra status` 8 minutes (four tries of 120 s): now one try of the read timeout."""
+    monkeypatch.setattr("lyra.cli.kube_client.ONE_SHOT_TIMEOUT_S", (5.0, 0.5))
+    path = tmp_path / "kubeconfig"
+    with _silent_server() as (server, accepted):
+        path.write_text(kubeconfig_text(server))
+        assert exit_code([*command, "--kubeconfig", str(path)]) == 1
+        assert len(accepted) == 1  # a read that timed out is not tried again
+    err = capsys.readouterr().err
+    assert err.endswith(f"cannot reach the API server at {server}: timed out waiting for an answer\n"), err
+    assert err.count("\n") == 1
 
 
 def test_a_snapshot_that_cannot_be_saved_is_refused_before_the_cluster_is_read(

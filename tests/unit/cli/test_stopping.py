@@ -71,38 +71,55 @@ def test_the_handlers_before_are_restored() -> None:
     assert {signum: signal.getsignal(signum) for signum in before} == before
 
 
-class _GoneReader(io.StringIO):
-    """Standard output whose reader went away: every write and flush is a broken pipe."""
+class _FailingOutput(io.StringIO):
+    """Standard output whose every write and flush fails with ``error``; each attempt is counted."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__()
+        self.error = error
+        self.attempts = 0
 
     def write(self, text: str) -> int:
-        raise BrokenPipeError(32, "Broken pipe")
+        self.attempts += 1
+        raise self.error
 
     def flush(self) -> None:
-        raise BrokenPipeError(32, "Broken pipe")
+        self.attempts += 1
+        raise self.error
 
 
-def test_a_write_its_reader_is_gone_from_stops_as_sigpipe_and_is_not_an_oserror(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("error", "stopped", "code", "said"),
+    [
+        (BrokenPipeError(errno.EPIPE, "Broken pipe"), Stopped, 141, "SIGPIPE: the reader of its output went away"),
+        (OSError(errno.ENOSPC, "No space left on device"), OutputFailed, 1,
+         "standard output cannot be written: No space left on device"),
+    ],
+    ids=["its-reader-gone", "a-full-disk"],
+)  # fmt: skip
+def test_a_failed_write_stops_as_ctrl_c_says_why_and_is_not_an_oserror(
+    error: OSError, stopped: type[KeyboardInterrupt], code: int, said: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gone = _GoneReader()
-    monkeypatch.setattr(sys, "stdout", gone)
+    failing = _FailingOutput(error)
+    monkeypatch.setattr(sys, "stdout", failing)
     stopping: list[str] = []
 
     def progress() -> None:
         try:
             print("a line of progress")
-        except OSError:  # a command's own handling of its work's failures does not take it
+        except (OSError, Exception):  # a command's own handling of its work's failures does not take it
             stopping.append("taken for a failure")
         finally:
             stopping.append("finally")
 
-    with pytest.raises(Stopped) as raised, stopped_when_output_fails():
+    with pytest.raises(stopped) as raised, stopped_when_output_fails():
         progress()
     assert stopping == ["finally"]
-    assert output_closed(raised.value)
-    assert stopped_exit_code(raised.value) == 141
-    assert stopped_by(raised.value) == "SIGPIPE: the reader of its output went away"
-    assert sys.stdout is gone
+    assert isinstance(raised.value, KeyboardInterrupt)
+    assert output_closed(raised.value) == isinstance(error, BrokenPipeError)
+    assert stopped_exit_code(raised.value) == code
+    assert stopped_by(raised.value) == said
+    assert sys.stdout is failing
 
 
 @pytest.mark.parametrize(
@@ -124,50 +141,9 @@ def test_a_command_whose_reader_went_away_exits_141_without_a_word(argv: list[st
     assert (run.returncode, run.stderr) == (141, "")
 
 
-class _FullDisk(io.StringIO):
-    """Standard output on a full disk: every write and flush fails with ENOSPC, and each attempt is counted."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.attempts = 0
-
-    def write(self, text: str) -> int:
-        self.attempts += 1
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    def flush(self) -> None:
-        self.attempts += 1
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-
-def test_a_write_that_fails_stops_as_ctrl_c_once_says_why_and_is_not_an_oserror(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    full = _FullDisk()
-    monkeypatch.setattr(sys, "stdout", full)
-    stopping: list[str] = []
-
-    def progress() -> None:
-        try:
-            print("a line of progress")
-        except (OSError, Exception):  # a command's own handling of its work's failures does not take it
-            stopping.append("taken for a failure")
-        finally:
-            stopping.append("finally")
-
-    with pytest.raises(OutputFailed) as raised, stopped_when_output_fails():
-        progress()
-    assert stopping == ["finally"]
-    assert isinstance(raised.value, KeyboardInterrupt)
-    assert not output_closed(raised.value)
-    assert stopped_exit_code(raised.value) == 1
-    assert stopped_by(raised.value) == "standard output cannot be written: No space left on device"
-    assert sys.stdout is full
-
-
 def test_after_a_failed_write_the_output_goes_nowhere(monkeypatch: pytest.MonkeyPatch) -> None:
     """The command's last flush and the lines of its stopping do not fail a second time."""
-    full = _FullDisk()
+    full = _FailingOutput(OSError(errno.ENOSPC, "No space left on device"))
     monkeypatch.setattr(sys, "stdout", full)
     with stopped_when_output_fails():
         with pytest.raises(OutputFailed):
