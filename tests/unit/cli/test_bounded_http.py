@@ -5,50 +5,17 @@ socket in the test's process behaving as the case says."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import pytest
 
 from lyra.cli import main
 from lyra.cli.bounded_http import AnswerBrokenError, AnswerTooLargeError, AnswerTooSlowError, bounded_get
+from tests.behaving_server import Behaviour, behaving_server, silent
 
-Behaviour = Callable[[socket.socket, threading.Event], None]
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-
-
-@contextmanager
-def serving(behaviour: Behaviour) -> Iterator[str]:
-    """A loopback server that answers every connection as ``behaviour`` says, until the block ends."""
-    stop = threading.Event()
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
-
-    def answer(connection: socket.socket) -> None:
-        with connection, contextlib.suppress(OSError):  # the client giving up is what the test expects of it
-            connection.recv(65536)
-            behaviour(connection, stop)
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                connection, _ = listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=answer, args=(connection,), daemon=True).start()
-
-    acceptor = threading.Thread(target=accept, daemon=True)
-    acceptor.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        acceptor.join()
-        listener.close()
 
 
 def whole(body: bytes, status: str = "200 OK") -> Behaviour:
@@ -63,11 +30,6 @@ def trickled_body(connection: socket.socket, stop: threading.Event) -> None:
     connection.sendall(HEAD + b"\r\n")
     while not stop.wait(0.1):
         connection.sendall(b" ")
-
-
-def silent(_connection: socket.socket, stop: threading.Event) -> None:
-    """Connected, and never a byte: urllib's own timeout on the socket ends the wait, as the deadline would."""
-    stop.wait()
 
 
 def trickled_handshake(connection: socket.socket, stop: threading.Event) -> None:
@@ -93,19 +55,19 @@ def endless_body(connection: socket.socket, stop: threading.Event) -> None:
 
 
 def test_a_whole_answer_is_read_with_its_status() -> None:
-    with serving(whole(b'{"ok": true}')) as url:
+    with behaving_server(whole(b'{"ok": true}')) as url:
         answer = bounded_get(url, within_s=5, limit_bytes=1024)
     assert (answer.status, answer.body) == (200, b'{"ok": true}')
 
 
 def test_an_error_status_is_an_answer_with_its_body() -> None:
-    with serving(whole(b"no pass yet", "503 Service Unavailable")) as url:
+    with behaving_server(whole(b"no pass yet", "503 Service Unavailable")) as url:
         answer = bounded_get(url, within_s=5, limit_bytes=1024)
     assert (answer.status, answer.body) == (503, b"no pass yet")
 
 
 def test_a_body_of_exactly_the_limit_is_read() -> None:
-    with serving(whole(b"x" * 1000)) as url:
+    with behaving_server(whole(b"x" * 1000)) as url:
         assert bounded_get(url, within_s=5, limit_bytes=1000).body == b"x" * 1000
 
 
@@ -116,23 +78,26 @@ def test_a_body_of_exactly_the_limit_is_read() -> None:
 )
 def test_a_trickled_answer_ends_at_the_deadline(behaviour: Behaviour, scheme: str) -> None:
     started = time.monotonic()
-    with serving(behaviour) as url, pytest.raises(AnswerTooSlowError, match=r"^no whole answer within 0\.5 s$"):
+    with behaving_server(behaviour) as url, pytest.raises(AnswerTooSlowError, match=r"^no whole answer within 0\.5 s$"):
         bounded_get(url.replace("http", scheme, 1), within_s=0.5, limit_bytes=1024 * 1024)
     assert time.monotonic() - started < 5  # bounded by the deadline, not by the server
 
 
 def test_a_body_that_never_ends_stops_at_the_limit() -> None:
-    with serving(endless_body) as url, pytest.raises(AnswerTooLargeError, match=r"^an answer larger than 1 MiB$"):
+    with (
+        behaving_server(endless_body) as url,
+        pytest.raises(AnswerTooLargeError, match=r"^an answer larger than 1 MiB$"),
+    ):
         bounded_get(url, within_s=60, limit_bytes=1024 * 1024)
 
 
 def test_a_body_one_byte_over_the_limit_is_refused() -> None:
-    with serving(whole(b"x" * 1001)) as url, pytest.raises(AnswerTooLargeError, match="larger than 1000 bytes"):
+    with behaving_server(whole(b"x" * 1001)) as url, pytest.raises(AnswerTooLargeError, match="larger than 1000 bytes"):
         bounded_get(url, within_s=5, limit_bytes=1000)
 
 
 def test_the_watchdog_ends_with_the_exchange() -> None:
-    with serving(whole(b"{}")) as url:
+    with behaving_server(whole(b"{}")) as url:
         bounded_get(url, within_s=5, limit_bytes=1024)
     assert "lyra-http-deadline" not in {thread.name for thread in threading.enumerate()}
 
@@ -157,7 +122,7 @@ def sent(data: bytes) -> Behaviour:
     ids=["cut-short", "a-header-line-too-long", "not-http", "terminal-escapes"],
 )  # fmt: skip
 def test_an_answer_that_is_not_whole_http_is_said(behaviour: Behaviour, said: str) -> None:
-    with serving(behaviour) as url, pytest.raises(AnswerBrokenError) as raised:
+    with behaving_server(behaviour) as url, pytest.raises(AnswerBrokenError) as raised:
         bounded_get(url, within_s=5, limit_bytes=1024 * 1024)
     assert str(raised.value) == said
 
@@ -180,7 +145,7 @@ def test_lyra_report_against_such_a_server_is_one_line_and_exit_1(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     monkeypatch.setattr("lyra.cli.report_panels.MAX_ANSWER_BYTES", 1024 * 1024)
-    with serving(behaviour) as url:
+    with behaving_server(behaviour) as url:
         code = main(["report", "--prometheus", url, "--out-dir", f"{tmp_path}/out", "--timeout", "1"])
     assert (code, capsys.readouterr().err) == (1, said.format(url=url))
 
@@ -203,6 +168,6 @@ def test_lyra_status_shadow_against_such_a_server_is_one_line_and_exit_1(
 ) -> None:
     monkeypatch.setattr("lyra.cli.status_commands.MAX_SHADOW_PLAN_BYTES", 1024 * 1024)
     monkeypatch.setattr("lyra.cli.status_commands.SHADOW_TIMEOUT_S", 0.5)
-    with serving(behaviour) as url:
+    with behaving_server(behaviour) as url:
         code = main(["status", "--shadow", url])
     assert (code, capsys.readouterr().err) == (1, said.format(url=url))

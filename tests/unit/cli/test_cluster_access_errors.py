@@ -6,12 +6,8 @@ that refuses does."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +15,7 @@ import pytest
 from lyra.apiserver_failures import MAX_MESSAGE, describe_api_failure
 from lyra.cli.kube_client import KubeconfigError, api_client, default_kubeconfigs, kubeconfig_problem
 from tests.answering_server import Answer, answering_server
+from tests.behaving_server import behaving_server, silent
 from tests.unit.cli.running import exit_code, kubeconfig_text
 
 #: Each command that reads a kubeconfig, as run with one.
@@ -154,32 +151,6 @@ def test_a_server_nobody_listens_on_is_said_refused(
     assert out == ""
 
 
-@contextmanager
-def _silent_server() -> Iterator[tuple[str, list[socket.socket]]]:
-    """A server that accepts every connection and never answers (a hung API server, a stale port-forward), with the
-    connections it accepted."""
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
-
-    def accept() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                accepted.append(listener.accept()[0])
-
-    acceptor = threading.Thread(target=accept, daemon=True)
-    acceptor.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
-    finally:
-        stop.set()
-        acceptor.join()
-        listener.close()
-        for each in accepted:
-            each.close()
-
-
 @pytest.mark.parametrize(
     "command",
     [["check"], ["status"], ["plan", "allocate", "--from-cluster"], ["nodes", "restore", "--dry-run"]],
@@ -191,7 +162,8 @@ def test_a_server_that_never_answers_is_said_after_the_one_shot_timeout(
     """`lyra check` waited for ever, `lyra status` 8 minutes (four tries of 120 s): now one try of the read timeout."""
     monkeypatch.setattr("lyra.cli.kube_client.ONE_SHOT_TIMEOUT_S", (5.0, 0.5))
     path = tmp_path / "kubeconfig"
-    with _silent_server() as (server, accepted):
+    accepted: list[socket.socket] = []
+    with behaving_server(silent, accepted) as server:
         path.write_text(kubeconfig_text(server))
         assert exit_code([*command, "--kubeconfig", str(path)]) == 1
         assert len(accepted) == 1  # a read that timed out is not tried again
