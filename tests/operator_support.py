@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+import yaml
 from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
@@ -226,6 +227,18 @@ def service_account_kubeconfig(cluster: ControlPlane, api: client.ApiClient, dir
             raise
     utils.create_from_yaml(api, str(REPOSITORY / "manifests" / "operator" / "rbac.yaml"))
     return token_kubeconfig(cluster, api, names.OPERATOR_NAME, OPERATOR_NAMESPACE, directory / "kubeconfig")
+
+
+def kubeconfig_through(kubeconfig: Path, server: str, name: str) -> Path:
+    """A copy of ``kubeconfig`` (written beside it as ``name``) whose server is ``server``, a proxy in front of the
+    API server: same CA, same credentials."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = server
+    copied = kubeconfig.with_name(name)
+    copied.write_text(yaml.safe_dump(config, sort_keys=False))
+    copied.chmod(0o600)
+    return copied
 
 
 def token_kubeconfig(cluster: ControlPlane, api: client.ApiClient, account: str, namespace: str, path: Path) -> Path:

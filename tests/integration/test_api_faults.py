@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException, ServiceException
 
@@ -42,7 +41,7 @@ from lyra.localcluster import populate
 from lyra.localcluster.controlplane import ControlPlane
 from lyra.localcluster.testing import session_control_plane, temporary_namespace
 from lyra.localcluster.waiting import wait_for
-from tests.fault_proxy import ANY_METHOD, FaultProxy, Rule, fault_proxy
+from tests.fault_proxy import ANY_METHOD, Rule, fault_proxy
 from tests.operator_support import (
     A100,
     RECLAIM_DEADLINE_S,
@@ -54,6 +53,7 @@ from tests.operator_support import (
     custom,
     inference_service,
     job,
+    kubeconfig_through,
     node_states,
     running_replicas,
     scale_service,
@@ -100,17 +100,6 @@ END = {
 
 def service(replicas: int) -> dict[str, Any]:
     return inference_service("chat", replicas=replicas, gpus=8, max_replicas=SERVERS)
-
-
-def through(kubeconfig: Path, proxy: FaultProxy) -> Path:
-    """A copy of ``kubeconfig`` whose server is the proxy (same CA, same token)."""
-    config = yaml.safe_load(kubeconfig.read_text())
-    for entry in config["clusters"]:
-        entry["cluster"]["server"] = proxy.url
-    proxied = kubeconfig.with_name("kubeconfig-through-proxy")
-    proxied.write_text(yaml.safe_dump(config, sort_keys=False))
-    proxied.chmod(0o600)
-    return proxied
 
 
 def running_workers(api: client.ApiClient, namespace: str, name: str) -> int:
@@ -253,7 +242,9 @@ def one_run(run: Run, directory: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         ) as proxy:
             account = directory / f"{run.name}-account"
             account.mkdir()
-            kubeconfig = through(service_account_kubeconfig(cluster, api, account), proxy)
+            kubeconfig = kubeconfig_through(
+                service_account_kubeconfig(cluster, api, account), proxy.url, "kubeconfig-through-proxy"
+            )
             operator = Operator(kubeconfig, directory / f"operator-{run.name}.log")
             try:
                 result = story(api, namespace, operator)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from lyra.apiserver_requests import bound_each_request, no_read_retries
 from lyra.text_files import TextFileError, decode_utf8, read_at_most
 
 if TYPE_CHECKING:
@@ -42,29 +43,16 @@ ONE_SHOT_TIMEOUT_S: tuple[float, float] = (10.0, 30.0)
 
 
 def api_client(kubeconfig: Path | None, *, one_shot: bool = False) -> client.ApiClient:
-    """A client for the cluster ``kubeconfig`` (else the default kubeconfig, else the service account) points to.
-    ``one_shot``: each request waits at most :data:`ONE_SHOT_TIMEOUT_S`, and one that timed out while reading is not
-    tried again (a connection refused still is, as before)."""
+    """A client for the cluster ``kubeconfig`` (else the default kubeconfig, else the service account) points to. A
+    request that timed out while reading is not sent again (a connection refused still is, as before): the caller
+    decides (the watch caches retry with their backoff). ``one_shot``: each request waits at most
+    :data:`ONE_SHOT_TIMEOUT_S`."""
     made = _api_client(kubeconfig)
     if one_shot:
-        _bound_each_request(made, ONE_SHOT_TIMEOUT_S)
+        bound_each_request(made, ONE_SHOT_TIMEOUT_S)
+    else:
+        no_read_retries(made)
     return made
-
-
-def _bound_each_request(api: client.ApiClient, timeout: tuple[float, float]) -> None:
-    """Every request through ``api`` waits at most ``timeout``: the client library's calls all pass through its REST
-    client's ``request``, and its connection pools, made at the first request, take their retries from the pool
-    manager's settings."""
-    from urllib3.util.retry import Retry
-
-    rest = api.rest_client
-    request: Callable[..., Any] = rest.request
-
-    def bounded(*arguments: Any, _request_timeout: Any = None, **keywords: Any) -> Any:
-        return request(*arguments, _request_timeout=timeout, **keywords)
-
-    rest.request = bounded  # type: ignore[method-assign]
-    rest.pool_manager.connection_pool_kw["retries"] = Retry(total=3, read=0)
 
 
 def _api_client(kubeconfig: Path | None) -> client.ApiClient:

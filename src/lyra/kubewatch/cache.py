@@ -4,9 +4,12 @@ The thread lists the kind in pages (``limit``/``continue``), then watches from t
 on (the server then sends the current version now and then even when nothing of the kind changes), and when the server
 ends the stream (its timeout) resumes from the last version it saw. Only ``410 Gone`` (the version is older than the
 server keeps) makes it list again; any other failure (the connection drops, 5xx, 403) is retried with a capped
-exponential backoff, resuming from where it was. A reader may also ask it to reopen its watch from the last version it
-saw (:meth:`WatchCache.resume`: a stream that has stalled brings nothing more), which lists nothing. Every object is
-slimmed (:class:`~lyra.kubewatch.kinds.Kind`) before it is stored, and objects the kind does not keep are never stored.
+exponential backoff, resuming from where it was. A stream that carries nothing, not even a bookmark, for
+:data:`WATCH_SILENCE_S` is ended and resumed as if the server had ended it: a connection a partition or a hung server
+left open is left behind, and a kind that does not change costs one request every so often. A reader may also ask
+it to reopen its watch from the last version it saw (:meth:`WatchCache.resume`: a stream that has stalled brings
+nothing more), which lists nothing. Every object is slimmed (:class:`~lyra.kubewatch.kinds.Kind`) before it is
+stored, and objects the kind does not keep are never stored.
 
 Readers never call the API: :meth:`WatchCache.snapshot` is a consistent copy of the objects (each stored object is
 replaced whole by the next event about it, never changed in place, so the copy stays valid while events go on),
@@ -35,6 +38,7 @@ from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ReadTimeoutError
 
 from lyra.apiserver_failures import describe_api_failure
 from lyra.kubewatch.kinds import JsonObject, Kind
@@ -48,6 +52,13 @@ MAX_BACKOFF_S = 30.0
 #: The server ends each watch after a random time in this range (client-go's choice); the cache then resumes.
 WATCH_TIMEOUT_RANGE_S = (300, 600)
 CONNECT_TIMEOUT_S = 10.0
+#: A watch stream that carries nothing (no event, no bookmark) for this long is taken for dead and reopened from the
+#: last version seen. The API server sends each watcher with bookmarks on a bookmark about every minute (and 2 s
+#: before the watch's timeout), so a healthy stream is never this quiet, and it keeps the events of the last 75 s
+#: in its watch cache, so a watch reopened within that from the last version seen is served without a new list.
+#: A stream that a partition or a hung server left open was otherwise waited on until the watch's own timeout and a
+#: minute more (6 to 11 minutes), the cache stale meanwhile.
+WATCH_SILENCE_S = 70.0
 #: A watch stream that ends empty sooner than this is reopened only after the backoff.
 QUIET_STREAM_S = 1.0
 
@@ -107,6 +118,7 @@ class ApiSource:
 
     def __init__(self, api: client.ApiClient, kind: Kind) -> None:
         self._call = kind.list_function(api)
+        self.kind_name = kind.name
         selectors = {"label_selector": kind.label_selector, "field_selector": kind.field_selector}
         self._selectors = {argument: value for argument, value in selectors.items() if value}
         self._open: Any = None
@@ -136,7 +148,7 @@ class ApiSource:
                 allow_watch_bookmarks=True,
                 timeout_seconds=timeout_s,
                 _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT_S, timeout_s + 60),
+                _request_timeout=(CONNECT_TIMEOUT_S, WATCH_SILENCE_S),
                 **self._common(),
             )
         except ApiException as error:
@@ -145,12 +157,21 @@ class ApiSource:
             self._open = response
         try:
             pending = b""
-            for chunk in response.stream(amt=None, decode_content=False):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield json.loads(line)
+            try:
+                for chunk in response.stream(amt=None, decode_content=False):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield json.loads(line)
+            except ReadTimeoutError:
+                # A quiet kind, or a connection lost: ended as if the server had ended it, and reopened.
+                log.debug(
+                    "%s: the watch carried nothing for %g s (no event, no bookmark): reopening it",
+                    self.kind_name,
+                    WATCH_SILENCE_S,
+                )
+                return
             if pending.strip():
                 yield json.loads(pending)
         finally:

@@ -98,6 +98,8 @@ class PassCaches(Protocol):
 
     def catch_up(self) -> None: ...
 
+    def reconnect(self) -> bool: ...
+
     def node_kinds(self) -> set[tuple[str, Pool]]: ...
 
     def versions(self) -> dict[str, dict[str, str]]: ...
@@ -187,6 +189,14 @@ class ClusterCaches:
                     f"the {cache.kind.name} cache is at version {cache.version or 'none'}, before the operator's "
                     f"write at {version}, even after reopening its watch"
                 )
+
+    def reconnect(self) -> bool:
+        """Reopen every watch from the last version its cache saw, without listing: the streams open now may be
+        connections a partition left open, carrying nothing (see :meth:`lyra.operator.commit.Cluster.reconnect`).
+        ``True``: they were reopened."""
+        for cache in self.caches.values():
+            cache.resume()
+        return True
 
     def node_kinds(self) -> set[tuple[str, Pool]]:
         """The (GPU type, pool) of every cached node in one of Lyra's pools: what a standby knows without a pass."""

@@ -143,6 +143,19 @@ class Cluster:
         self.health = HealthMemory()  # when each node's GPU dip was first seen, across passes
         self.readings = Readings()  # the objects read by the last pass: only changed ones are read again
 
+    def reconnect(self) -> None:
+        """Leave every connection kept open so far: the write connections idle in the pool are closed (the next
+        writes open new ones) and the watches reopened from where they were. Called when this operator leads again
+        after it lost the Lease: that loss may have been a partition between it and the API server, which leaves
+        connections open and silent, and a write on one would wait the writes' timeout (60 s), a watch on one its
+        silence bound (70 s, counted from before the partition), while inference waits for the servers."""
+        self.writes.close()
+        reopened = self.caches is not None and self.caches.reconnect()
+        log.info(
+            "leading again after losing the lease: new connections for the writes%s",
+            ", the watches reopened" if reopened else "",
+        )
+
     def observe(self, now: float) -> World:
         """Nodes, GPU pods, jobs, services and Lyra's Deployments read into a World: from the watch caches once they
         have seen this operator's last writes, or (no caches) listed once."""

@@ -14,9 +14,11 @@ resource scanning is off (it would watch CRDs and namespaces), it posts no Event
 own kubeconfig (:func:`connection_info`). What kopf does not offer, and this layer therefore does not do: count its
 LISTs (``lyra_watch_lists_total`` stays at zero; the API server's audit log counts them), reopen one watch on demand
 (the kubewatch caches' ``resume``: a pass that does not see its write within the catch-up time fails, and the next
-one tries again), and say when its lists are done before any object's event arrives (kopf's own readiness is
-internal): the layer is synced once every kind's listing is over, which kopf tells by calling the event handlers
-(it holds them until every index is filled), so an operator on a cluster with no object of any kind stays not ready.
+one tries again; a leader that regains its Lease after losing it does not reopen them, and waits for kopf's own
+inactivity timeout of 70 s to end a stream a partition left silent), and say when its lists are done before any
+object's event arrives (kopf's own readiness is internal): the layer is synced once every kind's listing is over,
+which kopf tells by calling the event handlers (it holds them until every index is filled), so an operator on a
+cluster with no object of any kind stays not ready.
 """
 
 from __future__ import annotations
@@ -263,6 +265,11 @@ class KopfCaches:
                         f"kopf's {name} watch is at version {cache.version or 'none'}, before the operator's write at "
                         f"{version}, after {self.catch_up_s:.0f} s"
                     )
+
+    def reconnect(self) -> bool:
+        """``False``: kopf offers no way to reopen its watches from outside (see the module docstring); its own
+        inactivity timeout (70 s without an event or a bookmark) takes a silent stream for dead."""
+        return False
 
     def _on_loop(self, read: Callable[[], Any]) -> Any:
         """``read()`` run on kopf's loop, between two of its steps: the indexes do not change under it."""

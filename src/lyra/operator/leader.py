@@ -31,6 +31,13 @@ duration. Every write to the Lease is conditional on the resourceVersion read (o
 racing for it cannot both win; a renewal is a merge patch with the resourceVersion read as its precondition, never a
 PUT (which the API server answers, for a Lease deleted since the read, by creating it anew).
 
+**An attempt ends within a renew deadline.** Each request of an attempt (the read, then the create or the renewal)
+waits at most what is left of a renew deadline from the attempt's start, and a read that timed out is not sent again
+(:func:`lease_client`): a renewal answered later could not open the fence anyway, as the fence counts from the
+attempt's start. Without the bound, an attempt against an API server that accepted the connection and never
+answered (hung, or a connection a network partition left open) waited for ever, and with it the Lease's loop and
+every pass that asked for the Lease: the operator stood by for good, long after the server answered again.
+
 The operator's reconcile loop is its own (no framework's peering can pause it), hence a Lease here.
 """
 
@@ -52,6 +59,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
+from lyra.apiserver_failures import describe_api_failure
+from lyra.apiserver_requests import no_read_retries
 
 log = logging.getLogger("lyra.operator")
 
@@ -73,6 +82,18 @@ _ABSENT: tuple[object, ...] = ("absent",)
 
 class LeadershipLostError(RuntimeError):
     """Raised instead of a write once :meth:`LeaderLease.may_write` is false: the pass stops where it is."""
+
+
+class LeaseAttemptLateError(TimeoutError):
+    """An attempt on the Lease reached its renew deadline before its write was sent: the write could not count."""
+
+
+def lease_client(configuration: client.Configuration) -> client.ApiClient:
+    """The Lease's own client on the API server ``configuration`` names: a read that timed out is not sent again (the
+    next attempt, a retry period later, asks afresh)."""
+    api = client.ApiClient(configuration)
+    no_read_retries(api)
+    return api
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +189,13 @@ class LeaderLease:
         self.monotonic = monotonic
         self.wall = wall
         self.leading: bool | None = None  # unknown until the first try
+        self._led_before = False  # whether this operator has led at any time since it started
         self._renewed_at: float | None = None  # monotonic start of the last successful create or renewal
         self._written: str | None = None  # the resourceVersion this operator's last write of the Lease produced
         self._observed: tuple[object, ...] | None = None  # the Lease record last seen (_ABSENT: no Lease)
         self._observed_at = 0.0  # monotonic time it was first seen (when the read returned)
+        #: Called (in the attempt's thread) when this operator leads again after it had led and lost the Lease.
+        self.on_regain: Callable[[], None] | None = None
         #: One attempt at a time: the renewal loop and a pass that finds the fence closed may both try at once, and
         #: the loser of that race with itself read its own 409 as another operator's win (and stood by for a moment).
         self._attempt = threading.Lock()
@@ -186,8 +210,9 @@ class LeaderLease:
     def try_lead(self) -> bool:
         """One attempt to renew, create or take over the Lease (client-go's tryAcquireOrRenew, with the rules
         above); returns :meth:`may_write` afterwards. An API error other than a lost race is logged and counts as a
-        failed renewal; an unreachable API server raises (after leadership is given up if the renew deadline has
-        passed)."""
+        failed renewal, as is an attempt that reached its renew deadline before its write; an unreachable API server,
+        or one that did not answer within the renew deadline, raises (after leadership is given up if the renew
+        deadline has passed)."""
         with self._attempt:
             return self._try_lead()
 
@@ -213,13 +238,15 @@ class LeaderLease:
                 self._lost("the lease was deleted")
             else:
                 log.warning("could not renew the lease: %s %s", error.status, error.reason)
+        except LeaseAttemptLateError as error:
+            log.warning("could not renew the lease: %s", error)
         finally:
             if self.leading and not self.may_write():
                 self._lost(f"not renewed for {self.timing.renew_deadline_s:g} s")
         return self.may_write()
 
     def _try(self, started: float) -> None:
-        lease = self._read()
+        lease = self._read(started)
         read_at = self.monotonic()
         if lease is None:
             record: tuple[object, ...] = _ABSENT
@@ -245,7 +272,7 @@ class LeaderLease:
                 self._lost(f"{self._unheld(lease, holder)}: taking it once unchanged for {wait:g} s")
             return
         if lease is None:
-            self._written = _version_of(self._create())
+            self._written = _version_of(self._create(started))
             self._won(started, "created the lease")
         else:
             self._renew(started, lease, spec)
@@ -287,7 +314,7 @@ class LeaderLease:
                 "leaseTransitions": transitions,
             },
         }
-        written = self._write(body)
+        written = self._write(body, started)
         self._written = _version_of(written)
         self._won(started, "renewed" if own else f"took over from {holder or 'nobody'}")
 
@@ -297,8 +324,9 @@ class LeaderLease:
         if self.leading is not True:
             return
         self.leading = False  # no write after this point, whatever happens below
+        started = self.monotonic()
         try:
-            lease = self._read()
+            lease = self._read(started)
             if lease is None:
                 return
             spec = lease.get("spec") or {}
@@ -308,25 +336,45 @@ class LeaderLease:
                 "metadata": {"name": names.OPERATOR_NAME, "resourceVersion": lease["metadata"]["resourceVersion"]},
                 "spec": {"holderIdentity": None, "acquireTime": None, "renewTime": None},
             }
-            self._write(body)
+            self._write(body, started)
             log.info("released the lease")
         except ApiException as error:
             if error.status in (404, 409):
                 log.info("did not release the lease: it was deleted or changed after it was read (%s)", error.reason)
             else:
                 log.warning("could not release the lease: %s", error.reason)
+        except LeaseAttemptLateError as error:
+            log.warning("could not release the lease: %s", error)
+        except Exception as error:  # unreachable, or no answer within the renew deadline: a successor waits it out
+            log.warning("could not release the lease: %s", describe_api_failure(error, self.api.configuration.host))
 
-    def _write(self, body: dict[str, Any]) -> object:
+    def _write(self, body: dict[str, Any], started: float) -> object:
         """Write ``body`` over the Lease as read: a merge patch whose ``metadata.resourceVersion`` is the precondition
         (409 if the Lease changed since, 404 if it was deleted). Never a PUT: the API server creates a Lease on
         update when none exists, so a renewal whose read came just before a deletion by hand would re-create it."""
         return self.coordination.patch_namespaced_lease(
-            names.OPERATOR_NAME, self.namespace, cast(Any, body), _content_type=names.MERGE_PATCH
+            names.OPERATOR_NAME,
+            self.namespace,
+            cast(Any, body),
+            _content_type=names.MERGE_PATCH,
+            _request_timeout=self._time_left(started),
         )
 
-    def _read(self) -> dict[str, Any] | None:
+    def _time_left(self, started: float) -> float:
+        """Seconds left of the renew deadline of the attempt that began at ``started``, the longest its next request
+        may wait; :class:`LeaseAttemptLateError` if none are."""
+        left = started + self.timing.renew_deadline_s - self.monotonic()
+        if left <= 0:
+            raise LeaseAttemptLateError(
+                f"the attempt on the lease took longer than the renew deadline ({self.timing.renew_deadline_s:g} s)"
+            )
+        return left
+
+    def _read(self, started: float) -> dict[str, Any] | None:
         try:
-            lease = self.coordination.read_namespaced_lease(names.OPERATOR_NAME, self.namespace)
+            lease = self.coordination.read_namespaced_lease(
+                names.OPERATOR_NAME, self.namespace, _request_timeout=self._time_left(started)
+            )
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -334,7 +382,7 @@ class LeaderLease:
         found: dict[str, Any] = self.api.sanitize_for_serialization(lease)  # type: ignore[no-untyped-call]
         return found
 
-    def _create(self) -> object:
+    def _create(self, started: float) -> object:
         now = self.wall()
         body = {
             "metadata": {"name": names.OPERATOR_NAME, "namespace": self.namespace},
@@ -346,13 +394,18 @@ class LeaderLease:
                 "leaseTransitions": 0,
             },
         }
-        return self.coordination.create_namespaced_lease(self.namespace, cast(Any, body))
+        return self.coordination.create_namespaced_lease(
+            self.namespace, cast(Any, body), _request_timeout=self._time_left(started)
+        )
 
     def _won(self, started: float, why: str) -> None:
         self._renewed_at = started
         self._observed = None  # whatever is found next, not written by this operator, is watched from then on
         if self.leading is not True:
             log.info("leading (%s as %s)", why, self.identity)
+            self._led_before, regained = True, self._led_before
+            if regained and self.on_regain is not None:
+                self.on_regain()
         self.leading = True
 
     def _lost(self, why: str) -> None:

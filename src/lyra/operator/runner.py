@@ -45,7 +45,7 @@ from lyra.operator.commit import Cluster
 from lyra.operator.config import LoopSettings
 from lyra.operator.decide import OperatorConfig, decide, observed_gpus
 from lyra.operator.endpoints import Health, serve
-from lyra.operator.leader import LeaderLease, LeadershipLostError, LeaseTiming
+from lyra.operator.leader import LeaderLease, LeadershipLostError, LeaseTiming, lease_client
 from lyra.operator.metrics import COMMIT, DECIDE, FAILED, OBSERVE, SUCCEEDED, OperatorMetrics, applied_counts
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import World
@@ -316,13 +316,12 @@ def leader_lease(cluster: Cluster, options: RunOptions) -> LeaderLease:
     """The operator's Lease, on a client of its own (the Lease's writes are the renewals, never fenced), with the
     fence installed on the cluster's client. Every write of both names the lease identity in its user agent, so
     the API server's audit log tells which operator wrote what (and that a fenced one wrote nothing)."""
-    lease = LeaderLease(
-        client.ApiClient(cluster.api.configuration), options.lease_namespace, timing=options.lease_timing
-    )
+    lease = LeaderLease(lease_client(cluster.api.configuration), options.lease_namespace, timing=options.lease_timing)
     agent = f"{names.OPERATOR_NAME}/{__version__} ({lease.identity})"
     cluster.api.user_agent = agent
     lease.api.user_agent = agent
     cluster.fence = lease.may_write
+    lease.on_regain = cluster.reconnect
     return lease
 
 

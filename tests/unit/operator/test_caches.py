@@ -102,3 +102,29 @@ def test_a_standby_knows_the_gpu_types_of_its_cached_nodes(servers: dict[str, Fa
         assert made.node_kinds() == {("Tesla-T4", Pool.INFERENCE), ("Tesla-T4", Pool.TRAINING)}
     finally:
         made.stop()
+
+
+class IdleConnection:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_reconnecting_reopens_every_watch_from_where_it_was_and_closes_the_idle_write_connections(
+    servers: dict[str, FakeServer], caches: ClusterCaches
+) -> None:
+    """What a leader does when it leads again after losing the Lease (a partition may have left its connections
+    open and silent): every stalled watch brings what changed meanwhile, nothing is listed, and the next write opens
+    a new connection."""
+    for server in servers.values():
+        server.stall_streams()
+    version = servers["nodes"].put(kubelet_node("t4-1", "inference", "serving"))
+    cluster = Cluster(client.ApiClient(), caches=caches)
+    idle = IdleConnection()
+    cluster.writes.connections.give_back(idle)  # type: ignore[arg-type]
+    cluster.reconnect()
+    assert caches.caches["nodes"].wait_for(version, TIMEOUT_S)
+    assert idle.closed
+    assert {name: len(server.watches) for name, server in servers.items()} == dict.fromkeys(servers, 2)
+    assert {name: cache.lists for name, cache in caches.caches.items()} == dict.fromkeys(servers, 1)

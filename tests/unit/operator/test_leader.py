@@ -6,7 +6,10 @@ renewal began (before any candidate may take over), conflicts on the Lease's res
 from __future__ import annotations
 
 import contextlib
+import logging
+import socket
 import threading
+import time
 from datetime import datetime
 from typing import Any
 
@@ -15,9 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import MaxRetryError
 
 from lyra.api import names
-from lyra.operator.leader import LeaderLease, LeaseTiming
+from lyra.apiserver_failures import describe_api_failure
+from lyra.operator.leader import LeaderLease, LeaseTiming, lease_client
+from tests.behaving_server import behaving_server, silent
 
 TIMING = LeaseTiming(duration_s=15, renew_deadline_s=10, retry_period_s=2)
 
@@ -37,8 +43,11 @@ class LeaseApi:
         self.lease: dict[str, Any] | None = None
         self.version = 0
         self.down = False
+        #: The timeout each request named (seconds left of its attempt's renew deadline).
+        self.timeouts: list[float] = []
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
+    def read_namespaced_lease(self, name: str, namespace: str, _request_timeout: float = 0) -> client.V1Lease:
+        self.timeouts.append(_request_timeout)
         if self.down:
             raise ApiException(status=503, reason="Service Unavailable")
         if self.lease is None:
@@ -60,7 +69,10 @@ class LeaseApi:
             ),
         )
 
-    def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> client.V1Lease:
+    def create_namespaced_lease(
+        self, namespace: str, body: dict[str, Any], _request_timeout: float = 0
+    ) -> client.V1Lease:
+        self.timeouts.append(_request_timeout)
         if self.down:
             raise ApiException(status=503, reason="Service Unavailable")
         if self.lease is not None:
@@ -79,11 +91,17 @@ class LeaseApi:
         return self._stored(name, namespace)
 
     def patch_namespaced_lease(
-        self, name: str, namespace: str, body: dict[str, Any], _content_type: str | None = None
+        self,
+        name: str,
+        namespace: str,
+        body: dict[str, Any],
+        _content_type: str | None = None,
+        _request_timeout: float = 0,
     ) -> client.V1Lease:
         """A merge patch: 404 when there is no Lease, 409 when ``metadata.resourceVersion`` is not the current one,
         and a null removes its field."""
         assert _content_type == names.MERGE_PATCH
+        self.timeouts.append(_request_timeout)
         if self.down:
             raise ApiException(status=503, reason="Service Unavailable")
         if self.lease is None:
@@ -216,12 +234,12 @@ def test_two_candidates_racing_for_an_expired_lease_cannot_both_win() -> None:
     patch = api.patch_namespaced_lease
 
     def first_writes_in_between(
-        name: str, namespace: str, body: dict[str, Any], _content_type: str | None = None
+        name: str, namespace: str, body: dict[str, Any], _content_type: str | None = None, _request_timeout: float = 0
     ) -> client.V1Lease:
         if body["spec"]["holderIdentity"] == "b":
             api.patch_namespaced_lease = patch  # type: ignore[method-assign]
             assert first.try_lead()  # reads the version the second read, and writes first
-        return patch(name, namespace, body, _content_type)
+        return patch(name, namespace, body, _content_type, _request_timeout)
 
     api.patch_namespaced_lease = first_writes_in_between  # type: ignore[method-assign]
     assert not second.try_lead()
@@ -278,8 +296,8 @@ def test_a_lease_deleted_between_the_leaders_read_and_its_write_stays_deleted(st
     clock.now += 2
     read = api.read_namespaced_lease
 
-    def deleted_once_read(name: str, namespace: str) -> client.V1Lease:
-        found = read(name, namespace)
+    def deleted_once_read(name: str, namespace: str, _request_timeout: float = 0) -> client.V1Lease:
+        found = read(name, namespace, _request_timeout)
         api.delete()
         return found
 
@@ -454,11 +472,11 @@ class RacingLeaseApi(LeaseApi):
         super().__init__()
         self.barrier = threading.Barrier(2, timeout=0.5)
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
+    def read_namespaced_lease(self, name: str, namespace: str, _request_timeout: float = 0) -> client.V1Lease:
         with contextlib.suppress(threading.BrokenBarrierError):
             self.barrier.wait()
         self.barrier.reset()
-        return super().read_namespaced_lease(name, namespace)
+        return super().read_namespaced_lease(name, namespace, _request_timeout)
 
 
 def test_two_attempts_of_one_operator_at_once_never_lose_to_itself() -> None:
@@ -528,3 +546,129 @@ def test_never_two_writers_whatever_is_done_to_the_lease_by_hand(events: list[tu
             api.down = value
         open_fences = [name for name, operator in operators.items() if operator.may_write()]
         assert len(open_fences) <= 1, (open_fences, kind, value)
+
+
+class SlowLeaseApi(LeaseApi):
+    """Every read of the Lease takes ``read_s`` of the clock's time."""
+
+    def __init__(self, clock: Clock, read_s: float) -> None:
+        super().__init__()
+        self.clock, self.read_s = clock, read_s
+
+    def read_namespaced_lease(self, name: str, namespace: str, _request_timeout: float = 0) -> client.V1Lease:
+        found = super().read_namespaced_lease(name, namespace, _request_timeout)
+        self.clock.now += self.read_s
+        return found
+
+
+def test_each_request_of_an_attempt_waits_at_most_what_is_left_of_its_renew_deadline() -> None:
+    """A read that took 3 s leaves the renewal 7 s of the 10 s renew deadline (a renewal answered later could not
+    open the fence, which counts from the attempt's start)."""
+    clock = Clock()
+    api = SlowLeaseApi(clock, read_s=0.0)
+    leader = leading(api, "a", clock)
+    api.read_s = 3.0
+    api.timeouts.clear()
+    assert leader.try_lead()
+    assert api.timeouts == [TIMING.renew_deadline_s, TIMING.renew_deadline_s - 3.0]
+
+
+def test_an_attempt_past_its_renew_deadline_before_its_write_sends_none_and_the_next_renews(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A read that took the whole renew deadline: the renewal is not sent (it could not count), the fence is closed,
+    the Lease is as it was, and the next attempt renews it (the record is still this operator's own)."""
+    clock = Clock()
+    api = SlowLeaseApi(clock, read_s=0.0)
+    leader = leading(api, "a", clock)
+    version = api.version
+    api.read_s = TIMING.renew_deadline_s
+    with caplog.at_level(logging.WARNING, logger="lyra.operator"):
+        assert not leader.try_lead()
+    assert api.version == version, "no write was sent"
+    assert "could not renew the lease: the attempt on the lease took longer than the renew deadline (10 s)" in (
+        caplog.text
+    )
+    api.read_s = 0.0
+    assert leader.try_lead()
+    assert api.version == version + 1
+
+
+#: A renew deadline short enough for a test to wait it out on a real socket.
+SHORT = LeaseTiming(duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.2)
+
+
+def silent_lease(url: str) -> LeaderLease:
+    configuration = client.Configuration()
+    configuration.host = url
+    return LeaderLease(lease_client(configuration), "lyra-system", identity="a", timing=SHORT)
+
+
+def test_an_api_server_that_never_answers_ends_an_attempt_at_its_renew_deadline_with_one_request() -> None:
+    """A server that accepts the connection and never answers (hung, or a connection a partition left open): the
+    attempt raises once the renew deadline has passed, having sent its read once (urllib3 would have sent a GET
+    that timed out three more times); before the bound it waited for ever, and with it the Lease's loop and every
+    pass that asked for the Lease."""
+    accepted: list[socket.socket] = []
+    with behaving_server(silent, accepted) as url:
+        lease = silent_lease(url)
+        started = time.monotonic()
+        with pytest.raises(MaxRetryError) as raised:
+            lease.try_lead()
+        waited = time.monotonic() - started
+    assert (
+        describe_api_failure(raised.value, url)
+        == f"cannot reach the API server at {url}: timed out waiting for an answer"
+    )
+    assert waited >= SHORT.renew_deadline_s * 0.9
+    assert len(accepted) == 1, "the read that timed out was sent again"
+    assert not lease.may_write()
+
+
+def test_a_release_against_an_api_server_that_never_answers_ends_at_the_renew_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Stopping (SIGTERM) releases the Lease: against a silent server the release gives up at the renew deadline
+    and says so, and the operator stops (a successor waits the lease out); before, the stop waited for ever."""
+    api, clock = LeaseApi(), Clock()
+    leader = leading(api, "a", clock)
+    accepted: list[socket.socket] = []
+    with behaving_server(silent, accepted) as url:
+        configuration = client.Configuration()
+        configuration.host = url
+        leader.api = lease_client(configuration)
+        leader.coordination = client.CoordinationV1Api(leader.api)
+        leader.timing = SHORT
+        leader.monotonic = time.monotonic
+        with caplog.at_level(logging.WARNING, logger="lyra.operator"):
+            leader.release()
+    assert f"could not release the lease: cannot reach the API server at {url}: timed out waiting for an answer" in (
+        caplog.text
+    )
+    assert len(accepted) == 1
+    assert not leader.may_write()
+
+
+def test_leading_again_after_losing_the_lease_calls_on_regain_once_and_a_first_lead_or_a_renewal_does_not() -> None:
+    """A leader that lost its Lease (renewals failing past the renew deadline: the API server down, or a partition)
+    and wins it again is told once, so that it leaves the connections it kept through the loss; its first win and
+    its renewals are not a regain."""
+    api, clock = LeaseApi(), Clock()
+    leader = candidate(api, "a", clock)
+    regained: list[float] = []
+    leader.on_regain = lambda: regained.append(clock.now)
+    assert not leader.try_lead()
+    clock.now += TIMING.duration_s
+    assert leader.try_lead(), "the first win"
+    clock.now += TIMING.retry_period_s
+    assert leader.try_lead(), "a renewal"
+    assert regained == []
+    api.down = True
+    clock.now += TIMING.renew_deadline_s
+    assert not leader.try_lead()
+    api.down = False
+    assert leader.try_lead(), "its own record, renewed"
+    assert regained == [clock.now]
+    clock.now += TIMING.retry_period_s
+    assert leader.try_lead()
+    assert regained == [clock.now - TIMING.retry_period_s]
