@@ -145,16 +145,13 @@ class Cluster:
 
     def reconnect(self) -> None:
         """Leave every connection kept open so far: the write connections idle in the pool are closed (the next
-        writes open new ones) and the watches reopened from where they were. Called when this operator leads again
-        after it lost the Lease: that loss may have been a partition between it and the API server, which leaves
-        connections open and silent, and a write on one would wait the writes' timeout (60 s), a watch on one its
-        silence bound (70 s, counted from before the partition), while inference waits for the servers."""
+        writes open new ones) and the watches reopened from where they were. Called each time this operator begins to
+        lead: while it did not, a partition between it and the API server may have left its connections open and
+        silent, and a write on one would wait the writes' timeout (60 s), a watch on one its silence bound (70 s),
+        while inference waits for the servers. Reopening costs a request per watch, and lists nothing."""
         self.writes.close()
         reopened = self.caches is not None and self.caches.reconnect()
-        log.info(
-            "leading again after losing the lease: new connections for the writes%s",
-            ", the watches reopened" if reopened else "",
-        )
+        log.info("leading: new connections for the writes%s", ", the watches reopened" if reopened else "")
 
     def observe(self, now: float) -> World:
         """Nodes, GPU pods, jobs, services and Lyra's Deployments read into a World: from the watch caches once they

@@ -189,13 +189,13 @@ class LeaderLease:
         self.monotonic = monotonic
         self.wall = wall
         self.leading: bool | None = None  # unknown until the first try
-        self._led_before = False  # whether this operator has led at any time since it started
         self._renewed_at: float | None = None  # monotonic start of the last successful create or renewal
         self._written: str | None = None  # the resourceVersion this operator's last write of the Lease produced
         self._observed: tuple[object, ...] | None = None  # the Lease record last seen (_ABSENT: no Lease)
         self._observed_at = 0.0  # monotonic time it was first seen (when the read returned)
-        #: Called (in the attempt's thread) when this operator leads again after it had led and lost the Lease.
-        self.on_regain: Callable[[], None] | None = None
+        #: Called (in the attempt's thread) each time this operator begins to lead: after a start, a takeover, or a
+        #: loss of the Lease.
+        self.on_lead: Callable[[], None] | None = None
         #: One attempt at a time: the renewal loop and a pass that finds the fence closed may both try at once, and
         #: the loser of that race with itself read its own 409 as another operator's win (and stood by for a moment).
         self._attempt = threading.Lock()
@@ -403,9 +403,8 @@ class LeaderLease:
         self._observed = None  # whatever is found next, not written by this operator, is watched from then on
         if self.leading is not True:
             log.info("leading (%s as %s)", why, self.identity)
-            self._led_before, regained = True, self._led_before
-            if regained and self.on_regain is not None:
-                self.on_regain()
+            if self.on_lead is not None:
+                self.on_lead()
         self.leading = True
 
     def _lost(self, why: str) -> None:

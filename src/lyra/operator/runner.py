@@ -321,7 +321,7 @@ def leader_lease(cluster: Cluster, options: RunOptions) -> LeaderLease:
     cluster.api.user_agent = agent
     lease.api.user_agent = agent
     cluster.fence = lease.may_write
-    lease.on_regain = cluster.reconnect
+    lease.on_lead = cluster.reconnect
     return lease
 
 

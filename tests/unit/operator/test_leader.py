@@ -649,26 +649,27 @@ def test_a_release_against_an_api_server_that_never_answers_ends_at_the_renew_de
     assert not leader.may_write()
 
 
-def test_leading_again_after_losing_the_lease_calls_on_regain_once_and_a_first_lead_or_a_renewal_does_not() -> None:
-    """A leader that lost its Lease (renewals failing past the renew deadline: the API server down, or a partition)
-    and wins it again is told once, so that it leaves the connections it kept through the loss; its first win and
-    its renewals are not a regain."""
+def test_each_start_of_leading_calls_on_lead_once_and_a_renewal_does_not() -> None:
+    """The first win, and a win after the Lease was lost (renewals failing past the renew deadline: the API server
+    down, or a partition), each call the hook once, so that the operator leaves the connections it kept while it did
+    not lead; its renewals do not."""
     api, clock = LeaseApi(), Clock()
     leader = candidate(api, "a", clock)
-    regained: list[float] = []
-    leader.on_regain = lambda: regained.append(clock.now)
+    began: list[float] = []
+    leader.on_lead = lambda: began.append(clock.now)
     assert not leader.try_lead()
     clock.now += TIMING.duration_s
     assert leader.try_lead(), "the first win"
+    first = clock.now
     clock.now += TIMING.retry_period_s
     assert leader.try_lead(), "a renewal"
-    assert regained == []
+    assert began == [first]
     api.down = True
     clock.now += TIMING.renew_deadline_s
     assert not leader.try_lead()
     api.down = False
     assert leader.try_lead(), "its own record, renewed"
-    assert regained == [clock.now]
+    assert began == [first, clock.now]
     clock.now += TIMING.retry_period_s
     assert leader.try_lead()
-    assert regained == [clock.now - TIMING.retry_period_s]
+    assert began == [first, clock.now - TIMING.retry_period_s]
