@@ -101,7 +101,13 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
             metavar="REGEX",
             help=f"only the series of this {variable} (a PromQL regex, like the dashboards' variable; default: all)",
         )
-    report.add_argument("--timeout", type=seconds_up_to(600), default=30.0, help="seconds per query (default 30)")
+    report.add_argument(
+        "--timeout",
+        type=seconds_up_to(600),
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds each query to Prometheus may take, its whole answer included (default 30)",
+    )
     report.add_argument(
         "--reclaim-deadline",
         type=seconds_up_to(86_400),
