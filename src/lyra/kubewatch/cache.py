@@ -1,15 +1,15 @@
 """A list-and-watch cache of one kind of object, kept current by one thread.
 
 The thread lists the kind in pages (``limit``/``continue``), then watches from the list's resourceVersion with bookmarks
-on (the server then sends the current version now and then even when nothing of the kind changes), and when the server
-ends the stream (its timeout) resumes from the last version it saw. Only ``410 Gone`` (the version is older than the
-server keeps) makes it list again; any other failure (the connection drops, 5xx, 403) is retried with a capped
-exponential backoff, resuming from where it was. A stream that carries nothing, not even a bookmark, for
-:data:`WATCH_SILENCE_S` is ended and resumed as if the server had ended it: a connection a partition or a hung server
-left open is left behind, and a kind that does not change costs one request every so often. A reader may also ask
-it to reopen its watch from the last version it saw (:meth:`WatchCache.resume`: a stream that has stalled brings
-nothing more), which lists nothing. Every object is slimmed (:class:`~lyra.kubewatch.kinds.Kind`) before it is
-stored, and objects the kind does not keep are never stored.
+on (the server then sends the current version about once a minute while objects of the kind change, even ones the watch
+does not select), and when the server ends the stream (its timeout) resumes from the last version it saw. Only
+``410 Gone`` (the version is older than the server keeps) makes it list again; any other failure (the connection drops,
+5xx, 403) is retried with a capped exponential backoff, resuming from where it was. A stream that carries nothing, not
+even a bookmark, for :data:`WATCH_SILENCE_S` is ended and resumed as if the server had ended it: a connection a
+partition or a hung server left open is left behind, and a kind that does not change costs one request every so often. A
+reader may also ask it to reopen its watch from the last version it saw (:meth:`WatchCache.resume`: a stream that has
+stalled brings nothing more), which lists nothing. Every object is slimmed (:class:`~lyra.kubewatch.kinds.Kind`) before
+it is stored, and objects the kind does not keep are never stored.
 
 Readers never call the API: :meth:`WatchCache.snapshot` is a consistent copy of the objects (each stored object is
 replaced whole by the next event about it, never changed in place, so the copy stays valid while events go on),
@@ -52,12 +52,13 @@ MAX_BACKOFF_S = 30.0
 #: The server ends each watch after a random time in this range (client-go's choice); the cache then resumes.
 WATCH_TIMEOUT_RANGE_S = (300, 600)
 CONNECT_TIMEOUT_S = 10.0
-#: A watch stream that carries nothing (no event, no bookmark) for this long is taken for dead and reopened from the
-#: last version seen. The API server sends each watcher with bookmarks on a bookmark about every minute (and 2 s
-#: before the watch's timeout), so a healthy stream is never this quiet, and it keeps the events of the last 75 s
-#: in its watch cache, so a watch reopened within that from the last version seen is served without a new list.
-#: A stream that a partition or a hung server left open was otherwise waited on until the watch's own timeout and a
-#: minute more (6 to 11 minutes), the cache stale meanwhile.
+#: A watch stream that carries nothing (no event, no bookmark) for this long is ended and resumed from the last
+#: version seen. The API server sends a watcher with bookmarks on a bookmark about every minute while its kind changes
+#: (59.6 to 60.4 s apart, measured on kube-apiserver v1.34) and none while nothing of the kind changes; it keeps at
+#: least the last 75 s of events, so a watch resumed within that needs no new list. A silent stream is therefore a
+#: kind that does not change (resumed at the cost of one request) or a connection a partition or a hung server left
+#: open, which was otherwise waited on until the watch's own timeout and a minute more (6 to 11 minutes), the cache
+#: stale meanwhile.
 WATCH_SILENCE_S = 70.0
 #: A watch stream that ends empty sooner than this is reopened only after the backoff.
 QUIET_STREAM_S = 1.0

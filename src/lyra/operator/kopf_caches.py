@@ -9,16 +9,16 @@ wakes the pass on a deletion (an index handler is not called for one). The index
 object's kept fields change (a node's status heartbeat, once slimmed, changes nothing and wakes nothing). The pass is
 the same pass, on the same snapshot (:meth:`KopfCaches.snapshot`, taken on kopf's loop, so consistent).
 
-kopf's peering is off (``standalone``: Lyra's fenced Lease, :mod:`lyra.operator.leader`, says who writes), its
-resource scanning is off (it would watch CRDs and namespaces), it posts no Events, and its login is the operator's
-own kubeconfig (:func:`connection_info`). What kopf does not offer, and this layer therefore does not do: count its
-LISTs (``lyra_watch_lists_total`` stays at zero; the API server's audit log counts them), reopen one watch on demand
-(the kubewatch caches' ``resume``: a pass that does not see its write within the catch-up time fails, and the next
-one tries again; an operator that begins to lead does not reopen them, and waits for kopf's own
-inactivity timeout of 70 s to end a stream a partition left silent), and say when its lists are done before any
-object's event arrives (kopf's own readiness is internal): the layer is synced once every kind's listing is over,
-which kopf tells by calling the event handlers (it holds them until every index is filled), so an operator on a
-cluster with no object of any kind stays not ready.
+kopf's peering is off (``standalone``: Lyra's fenced Lease, :mod:`lyra.operator.leader`, says who writes), its resource
+scanning is off (it would watch CRDs and namespaces), it posts no Events, and its login is the operator's own kubeconfig
+(:func:`connection_info`). What kopf does not offer, and this layer therefore does not do: count its LISTs
+(``lyra_watch_lists_total`` stays at zero; the API server's audit log counts them), reopen one watch on demand (the
+kubewatch caches' ``resume``: a pass that does not see its write within the catch-up time fails, and the next one tries
+again; an operator that begins to lead does not reopen them, and waits for kopf's own inactivity timeout of 70 s to end
+a stream a partition left silent), and say when its lists are done before any object's event arrives (kopf's own
+readiness is internal): the layer is synced once every kind's listing is over, which kopf tells by calling the event
+handlers (it holds them until every index is filled), so an operator on a cluster with no object of any kind stays not
+ready.
 """
 
 from __future__ import annotations
