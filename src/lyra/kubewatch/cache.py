@@ -123,6 +123,7 @@ class ApiSource:
         selectors = {"label_selector": kind.label_selector, "field_selector": kind.field_selector}
         self._selectors = {argument: value for argument, value in selectors.items() if value}
         self._open: Any = None
+        self._closed_before_open = False  # close() came while no watch was open
         self._lock = threading.Lock()
 
     def _common(self) -> dict[str, Any]:
@@ -155,7 +156,12 @@ class ApiSource:
         except ApiException as error:
             raise _refused(error) from None
         with self._lock:
-            self._open = response
+            closed, self._closed_before_open = self._closed_before_open, False
+            self._open = None if closed else response
+        if closed:  # asked to end while this watch was being opened: it ends as soon as it is open
+            _shut(response)
+            response.release_conn()
+            return
         try:
             pending = b""
             try:
@@ -181,17 +187,24 @@ class ApiSource:
             response.release_conn()
 
     def close(self) -> None:
+        """End the watch under way; if none is open yet (one may be being opened), the next one ends as soon as it
+        is open, so that no request to end a watch is lost."""
         with self._lock:
             response = self._open
-        if response is None:
-            return
-        # Closing a socket does not wake a thread blocked reading it; shutting it down does.
-        sock = getattr(getattr(response, "connection", None), "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(Exception):
-            response.close()
+            if response is None:
+                self._closed_before_open = True
+                return
+        _shut(response)
+
+
+def _shut(response: Any) -> None:
+    """Close a watch's answer; closing a socket does not wake a thread blocked reading it, shutting it down does."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        response.close()
 
 
 def _refused(error: ApiException) -> WatchError:

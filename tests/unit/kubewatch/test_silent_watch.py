@@ -98,3 +98,16 @@ def test_the_cache_reopens_a_silent_watch_from_the_last_version_it_saw_at_once_a
         logging.DEBUG,
         "nodes: the watch carried nothing for 0.5 s (no event, no bookmark): reopening it",
     )
+
+
+def test_a_close_while_no_watch_is_open_ends_the_next_watch_as_soon_as_it_is_open() -> None:
+    """A reader's ``resume`` (or the operator reopening its watches as it begins to lead) may come while the cache is
+    between two watches or opening one: it is not lost, the next watch ends at once, and the one after runs."""
+    accepted: list[socket.socket] = []
+    with behaving_server(one_event_then_silence, accepted) as url:
+        source = source_on(url)
+        source.close()
+        ended_at_once = list(source.watch(resource_version="6", timeout_s=300))
+        then = list(source.watch(resource_version="6", timeout_s=300))
+    assert ended_at_once == []
+    assert [e["object"]["metadata"]["resourceVersion"] for e in then] == ["7"]

@@ -9,6 +9,7 @@ import pytest
 from kubernetes import client
 
 from lyra.core.model import Pool
+from lyra.localcluster.waiting import wait_for
 from lyra.operator.caches import KINDS, ClusterCaches, StaleCacheError
 from lyra.operator.commit import Cluster
 from tests.unit.kubewatch.fake_server import FakeServer
@@ -126,5 +127,6 @@ def test_reconnecting_reopens_every_watch_from_where_it_was_and_closes_the_idle_
     cluster.reconnect()
     assert caches.caches["nodes"].wait_for(version, TIMEOUT_S)
     assert idle.closed
+    wait_for(lambda: all(len(server.watches) == 2 for server in servers.values()), TIMEOUT_S, "every watch reopened")
     assert {name: len(server.watches) for name, server in servers.items()} == dict.fromkeys(servers, 2)
     assert {name: cache.lists for name, cache in caches.caches.items()} == dict.fromkeys(servers, 1)
