@@ -7,8 +7,8 @@ relay's address is too). :meth:`PartitionProxy.partition` silences every connect
 connection made until :meth:`PartitionProxy.heal`: no byte is carried either way, and none is closed, as a partition
 leaves a connection (the client's kernel still takes its writes; no answer ever comes). After the heal, new
 connections are carried again; a silenced one stays silent for good, as a connection a partition broke does (its
-peer has long given up on it). :attr:`PartitionProxy.silenced` counts the connections silenced, so a test can show
-the fault was hit.
+peer has long given up on it). :attr:`PartitionProxy.silenced` counts the connections silenced (open ones when the
+network is cut, and new ones until it heals), so a test can show the fault was hit.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ class _Connection:
         self.client = client
         self.upstream = upstream
         self.silent = upstream is None
+        self.closed = False
 
     def close(self) -> None:
+        self.closed = True
         for sock in (self.client, self.upstream):
             if sock is not None:
                 with contextlib.suppress(OSError):
@@ -58,7 +60,7 @@ class PartitionProxy:
         with self._lock:
             self._partitioned = True
             for connection in self._connections:
-                if not connection.silent:
+                if not connection.silent and not connection.closed:
                     connection.silent = True
                     self.silenced += 1
 

@@ -1,6 +1,7 @@
 """The leader Lease with client-go's semantics, on an in-memory Lease API and hand-driven clocks: expiry judged by
 the candidate's own observation (never the holder's clock), the fence that closes a renew deadline after the last
-renewal began (before any candidate may take over), conflicts on the Lease's resourceVersion, and the timing checks.
+renewal began (before any candidate may take over), conflicts on the Lease's resourceVersion, and the timing checks;
+and each attempt bounded by its renew deadline, on the in-memory API and against a real socket that never answers.
 """
 
 from __future__ import annotations
