@@ -42,7 +42,6 @@ class _Connection:
 class PartitionProxy:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
-        self.silenced = 0
         self._partitioned = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -60,9 +59,13 @@ class PartitionProxy:
         with self._lock:
             self._partitioned = True
             for connection in self._connections:
-                if not connection.silent and not connection.closed:
-                    connection.silent = True
-                    self.silenced += 1
+                connection.silent = connection.silent or not connection.closed
+
+    @property
+    def silenced(self) -> int:
+        """The connections silenced so far: open when the network was cut, or made while it was."""
+        with self._lock:
+            return sum(1 for connection in self._connections if connection.silent)
 
     def heal(self) -> None:
         """Carry the connections made from now on (the silenced ones stay silent)."""
@@ -94,8 +97,6 @@ class PartitionProxy:
             connection = _Connection(client, upstream)
             with self._lock:
                 self._connections.append(connection)
-                if partitioned:
-                    self.silenced += 1
             if upstream is not None:
                 relay = threading.Thread(target=self._relay, args=(connection,), daemon=True, name="partition-relay")
                 self._threads.append(relay)
