@@ -286,11 +286,19 @@ def test_cli_up_status_down_lifecycle(tmp_path: Path) -> None:
 
 
 def _runs(pid: int) -> bool:
+    """Whether any thread of ``pid`` has not ended (its first thread may be a zombie while others still exit)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
     except FileNotFoundError:
         return False
-    return state not in ("Z", "X")
+    for thread in threads:
+        try:
+            state = (thread / "stat").read_text().rpartition(")")[2].split()[0]
+        except FileNotFoundError:
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
 
 
 @pytest.mark.timeout(300)

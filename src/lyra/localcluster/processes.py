@@ -70,18 +70,45 @@ class ProcessRecord:
 def read_start_ticks(pid: int) -> int | None:
     """The process start time in clock ticks since boot, or None when no live process has this PID.
 
-    A zombie counts as gone: it no longer runs and only waits for its parent to collect it.
+    A zombie counts as gone: it no longer runs and only waits for its parent to collect it. But a process's first
+    thread shows as a zombie as soon as that thread has ended, while the process's other threads may still run or
+    still be exiting (a killed multi-threaded server, on a busy machine): those hold its files and the ports it
+    listens on, so the process counts as running until none of its threads does.
     """
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    if fields is None:
+        return None
+    state, start_ticks = fields[0], fields[19]
+    if state in _ENDED and not _a_thread_runs(pid):
+        return None
+    return int(start_ticks)
+
+
+#: ``/proc`` states of a thread that has ended: zombie, dead.
+_ENDED = ("Z", "X")
+
+
+def _stat_fields(path: Path) -> list[str] | None:
+    """The fields of a ``/proc`` stat file after the command name (state first), or None when it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        stat = path.read_text(encoding="ascii", errors="replace")
     except (FileNotFoundError, ProcessLookupError):
         return None
     # The command name (field 2) may contain spaces and parentheses; the fields after the last ')' are fixed.
-    fields = stat.rpartition(")")[2].split()
-    state, start_ticks = fields[0], fields[19]
-    if state in ("Z", "X"):
-        return None
-    return int(start_ticks)
+    return stat.rpartition(")")[2].split()
+
+
+def _a_thread_runs(pid: int) -> bool:
+    """Whether any thread of process ``pid`` has not ended."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    for thread in threads:
+        fields = _stat_fields(Path(f"/proc/{pid}/task/{thread}/stat"))
+        if fields is not None and fields[0] not in _ENDED:
+            return True
+    return False
 
 
 def is_running(record: ProcessRecord) -> bool:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from lyra.localcluster.processes import is_running, launch, read_from, read_start_ticks, tail, terminate
+from lyra.localcluster.waiting import wait_for
 
 
 def test_a_launched_process_runs_in_its_own_session_and_logs_to_its_file(tmp_path: Path) -> None:
@@ -60,6 +64,44 @@ def test_a_zombie_counts_as_gone() -> None:
         assert read_start_ticks(child.pid) is None
     finally:
         child.wait()
+
+
+#: A process whose first thread ends (``pthread_exit``) while a second one still listens on a port, until told on its
+#: standard input to stop: the state of a killed multi-threaded server whose first thread has ended and whose others
+#: are still exiting.
+FIRST_THREAD_ENDS = """
+import ctypes, socket, sys, threading
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+print(server.getsockname()[1], flush=True)
+threading.Thread(target=lambda: (sys.stdin.read(), server.close())).start()
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_a_process_whose_first_thread_has_ended_runs_while_another_thread_does() -> None:
+    child = subprocess.Popen([sys.executable, "-c", FIRST_THREAD_ENDS], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        port = int(child.stdout.readline())
+        wait_for(lambda: _state(child.pid) == "Z", 10, "the first thread to end")
+        with socket.socket() as probe, pytest.raises(OSError, match="in use"):
+            probe.bind(("127.0.0.1", port))  # the process still holds its port
+        assert read_start_ticks(child.pid) is not None
+        child.stdin.close()  # the second thread closes the port and ends
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # every thread ended, not reaped: a zombie
+        assert read_start_ticks(child.pid) is None
+    finally:
+        if not child.stdin.closed:
+            child.stdin.close()
+        child.wait(timeout=10)
+        child.stdout.close()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
 def test_log_helpers_read_the_end_and_the_new_part(tmp_path: Path) -> None:
