@@ -12,6 +12,8 @@ UID").
   re-queued, not failed, and restarts elsewhere while its old worker stays ``Terminating``; another job is admitted
   beside it. Released, the Lease expires and KWOK takes it back: the node reports Ready and the deletion finishes.
 * **Node deleted** while it hosts a worker: the job is scaled in and runs on; the node is created again afterwards.
+* **Node drained** (``kubectl drain``: cordoned, its pods evicted) while it hosts a flexible worker: the job is
+  scaled in, nothing is made for the node while it is cordoned, and the job grows back once it is uncordoned.
 * **Worker deleted by hand**: the job gets its worker back and runs on.
 * **Job re-created under its name** while the old run's pods still exist (deleted with ``propagationPolicy:
   Orphan``, so the garbage collector leaves them): they are not the new run's; the operator deletes them and the new
@@ -277,25 +279,32 @@ def test_a_dead_kubelet_requeues_its_job_and_admission_goes_on(
         assert_check_clean(cluster.kubeconfig)
 
 
+def spread_on_four_nodes(api: client.ApiClient, namespace: str) -> None:
+    """An elastic job "spread" (2 to 4 workers of 8 A100 GPUs), running on the four A100 nodes."""
+    create_job(api, namespace, "spread", minWorkers=2, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100])
+    wait_for(lambda: running(api, namespace, "spread", 4), DEADLINE_S, "the job on the four A100 nodes")
+
+
+def scaled_in_to_three(api: client.ApiClient, namespace: str) -> bool:
+    status = job(api, namespace, "spread").get("status", {})
+    return status.get("scaleIns", 0) >= 1 and running(api, namespace, "spread", 3)
+
+
 def test_a_node_deleted_under_a_worker_scales_its_job_in(
     cluster: ControlPlane, api: client.ApiClient, operator: Operator
 ) -> None:
     wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
     with temporary_namespace(api, "faults-node-deleted") as namespace:
-        create_job(api, namespace, "spread", minWorkers=2, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100])
-        wait_for(lambda: running(api, namespace, "spread", 4), DEADLINE_S, "the job on the four A100 nodes")
+        spread_on_four_nodes(api, namespace)
         victim = sorted(workers(api, namespace, "spread"), key=lambda p: p.metadata.name)[-1]
         gone = victim.spec.node_name
         saved = core(api).read_node(gone)
         body = api.sanitize_for_serialization(saved)
         try:
             core(api).delete_node(gone)
-
-            def scaled_in() -> bool:
-                status = job(api, namespace, "spread").get("status", {})
-                return status.get("scaleIns", 0) >= 1 and running(api, namespace, "spread", 3)
-
-            wait_for(scaled_in, DEADLINE_S, "the job scaled in to the three nodes left")
+            wait_for(
+                lambda: scaled_in_to_three(api, namespace), DEADLINE_S, "the job scaled in to the three nodes left"
+            )
             assert job(api, namespace, "spread")["status"]["preemptions"] == 0
             wait_for(
                 lambda: pod_or_none(api, namespace, victim.metadata.name) is None,
@@ -306,6 +315,56 @@ def test_a_node_deleted_under_a_worker_scales_its_job_in(
             _recreate_node(api, body)
         wait_for(lambda: all_schedulable(api), DEADLINE_S, "the node back")
         wait_for(lambda: running(api, namespace, "spread", 4), DEADLINE_S, "the job grown back onto it")
+        never_failed(api, namespace, "spread")
+        assert_check_clean(cluster.kubeconfig)
+
+
+def cordon(api: client.ApiClient, node: str, cordoned: bool = True) -> None:
+    """``kubectl cordon`` (``uncordon``): the node's ``spec.unschedulable``."""
+    core(api).patch_node(node, {"spec": {"unschedulable": cordoned}})
+
+
+def evict(api: client.ApiClient, pod: client.V1Pod) -> None:
+    """What ``kubectl drain`` asks for each pod: an eviction (the API server writes the ``DisruptionTarget``
+    condition, then deletes the pod with its grace)."""
+    meta = client.V1ObjectMeta(name=pod.metadata.name, namespace=pod.metadata.namespace)
+    core(api).create_namespaced_pod_eviction(
+        pod.metadata.name, pod.metadata.namespace, client.V1Eviction(metadata=meta)
+    )
+
+
+def test_a_drained_node_scales_its_job_in_and_takes_no_work_until_uncordoned(
+    cluster: ControlPlane, api: client.ApiClient, operator: Operator
+) -> None:
+    wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
+    with temporary_namespace(api, "faults-drained") as namespace:
+        spread_on_four_nodes(api, namespace)
+        flexible = sorted(
+            (
+                p
+                for p in workers(api, namespace, "spread")
+                if p.metadata.labels[names.ROLE_LABEL] == names.ROLE_FLEXIBLE
+            ),
+            key=lambda p: p.metadata.name,
+        )
+        drained = flexible[-1].spec.node_name
+        try:
+            cordon(api, drained)
+            for pod in pods_on(api, drained):
+                evict(api, pod)
+            wait_for(
+                lambda: scaled_in_to_three(api, namespace), DEADLINE_S, "the job scaled in to the three nodes left"
+            )
+            status = job(api, namespace, "spread")["status"]
+            assert status["workers"]["target"] == 3, status
+            assert status["preemptions"] == 0
+            assert drained not in status["placements"], status["placements"]
+            pods = core(api).list_namespaced_pod(namespace, label_selector=f"{names.JOB_LABEL}=spread").items
+            assert [p.metadata.name for p in pods if not p.spec.node_name] == [], "no worker made for the drained node"
+            assert core(api).read_node(drained).spec.unschedulable, "Lyra leaves the cordon as the admin set it"
+        finally:
+            cordon(api, drained, cordoned=False)
+        wait_for(lambda: running(api, namespace, "spread", 4), DEADLINE_S, "the job grown back onto the node")
         never_failed(api, namespace, "spread")
         assert_check_clean(cluster.kubeconfig)
 

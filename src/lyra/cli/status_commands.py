@@ -124,6 +124,8 @@ def render(world: World) -> str:
     pools: Counter[tuple[str, str, str]] = Counter()
     for node in world.nodes:
         state = node.state.value if node.state is not None else ("-" if node.pool is Pool.TRAINING else "new")
+        if node.unschedulable:  # kubectl cordon: Lyra plans no new work there, and neither lends nor reclaims it
+            state = f"{state}, cordoned"
         pools[(node.pool.value, node.gpu_type, state)] += 1
     server_rows = [(pool, gpu, state, count) for (pool, gpu, state), count in sorted(pools.items())]
     queued = admission_order(world)

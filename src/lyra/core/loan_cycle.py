@@ -204,7 +204,9 @@ def plan_loan_cycle(
     """One turn of the loan cycle (module docstring). ``demand``: servers inference needs per GPU type (a type it
     does not list is neither lent nor reclaimed). ``training``: the training side (every server, the running jobs
     with their live workers), called at most once, and only when a server is reclaimed or a reclaiming one hosts
-    training; the states of its inference servers are replaced by the cycle's own."""
+    training; the states of its inference servers are replaced by the cycle's own. Only ``servers`` are reclaimed: a
+    loaned server the training side holds and ``servers`` leave out (the operator leaves out a cordoned one) stays
+    lent."""
     if not (isinstance(now, int | float) and math.isfinite(now)):
         raise InvalidClusterError(f"now must be a finite time, got {now!r}")
     for gpu_type, count in demand.items():
@@ -328,7 +330,12 @@ class _Turn:
         if not plan.reclaim:
             return Balance(plan)
         reclaim = plan_reclaim(
-            self.training_snapshot(), plan.reclaim, strategy=settings.strategy, seed=settings.seed, gpu_type=gpu_type
+            self.training_snapshot(),
+            plan.reclaim,
+            strategy=settings.strategy,
+            seed=settings.seed,
+            gpu_type=gpu_type,
+            among=self.names_of_type[gpu_type],  # a loaned server the cycle leaves out stays lent
         )
         for name in reclaim.servers:
             self.change(name, Transition.RECLAIM, f"{plan.needed} {gpu_type} servers needed")

@@ -37,7 +37,7 @@ import itertools
 import math
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -92,11 +92,15 @@ class ReclaimPlan:
 class _Instance:
     """The reclaim problem extracted from a snapshot: loaned servers, the jobs on them, and their slack."""
 
-    def __init__(self, snapshot: ClusterSnapshot, gpu_type: str | None = None) -> None:
+    def __init__(
+        self, snapshot: ClusterSnapshot, gpu_type: str | None = None, among: Collection[str] | None = None
+    ) -> None:
         self.candidates: list[str] = [
             s.name
             for s in snapshot.servers
-            if s.state is LoanState.LOANED and (gpu_type is None or s.gpu_type == gpu_type)
+            if s.state is LoanState.LOANED
+            and (gpu_type is None or s.gpu_type == gpu_type)
+            and (among is None or s.name in among)
         ]
         reclaiming = {s.name for s in snapshot.servers if s.state is LoanState.RECLAIMING}
         candidate_set = set(self.candidates)
@@ -154,14 +158,17 @@ def plan_reclaim(
     strategy: ReclaimStrategy = ReclaimStrategy.LYRA,
     seed: int = 0,
     gpu_type: str | None = None,
+    among: Collection[str] | None = None,
 ) -> ReclaimPlan:
     """Choose ``count`` loaned servers to return to inference. Pure and deterministic (``seed`` for ``random``).
 
     With ``gpu_type``, only loaned servers of that GPU type are candidates (inference needs servers of the type
-    its replicas run on); fractions are then counted over those candidates."""
+    its replicas run on); with ``among``, only loaned servers it names (a cordoned server, say, would give inference
+    nothing back); fractions are then counted over those candidates. The jobs' workers on other servers still count
+    for what a job keeps."""
     if not isinstance(count, int) or count < 0:
         raise ReclaimError(f"the number of servers to reclaim must be an integer >= 0, got {count!r}")
-    instance = _Instance(snapshot, gpu_type)
+    instance = _Instance(snapshot, gpu_type, None if among is None else frozenset(among))
     loaned = len(instance.candidates)
     if count > loaned:
         of_type = f" {gpu_type}" if gpu_type is not None else ""

@@ -38,15 +38,18 @@ class JobIntents:
 
     def servers(self, states: Mapping[str, LoanState]) -> tuple[Server, ...]:
         """The servers in their loan states after this pass; a lost node is left out. An inference server the loan
-        cycle leaves out (it runs GPU pods Lyra does not manage) is serving: no training work goes there, and the
-        GPUs those pods hold are held here too."""
+        cycle leaves out (it runs GPU pods Lyra does not manage, or it is cordoned) is serving: no training work goes
+        there, and the GPUs those pods hold are held here too; but a cordoned one that is lent stays lent, its
+        workers where they run and its free GPUs held (:attr:`TrainingPass.closed_nodes`)."""
         return tuple(
             Server(
                 n.name,
                 n.pool,
                 n.gpu_type,
                 n.gpus,
-                states.get(n.name, LoanState.SERVING) if n.pool is Pool.INFERENCE else None,
+                states.get(n.name, LoanState.LOANED if n.state is LoanState.LOANED else LoanState.SERVING)
+                if n.pool is Pool.INFERENCE
+                else None,
             )
             for n in self.training.world.nodes
             if n.name not in self.training.lost_nodes
@@ -73,8 +76,8 @@ class JobIntents:
         self, servers: tuple[Server, ...], entries: list[Entry]
     ) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
         """The core's view: ``servers``, the jobs of ``entries`` where their workers are, and GPUs held by everything
-        else (replicas, other GPU pods, leaving workers). An unhealthy node is in it with all its GPUs its jobs'
-        workers do not use held. Returns the snapshot, the GPUs held on each node and the jobs it holds by name.
+        else (replicas, other GPU pods, leaving workers). An unhealthy or cordoned node is in it with all its GPUs its
+        jobs' workers do not use held. Returns the snapshot, the GPUs held on each node and the jobs it holds by name.
 
         A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
         out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
@@ -89,8 +92,8 @@ class JobIntents:
         for _, _, placed in kept:
             for pod in placed:
                 workers_on[pod.node] += pod.gpus
-        for server in servers:  # an unhealthy node keeps its workers but takes no new ones: its free GPUs are held
-            if server.name in self.training.unhealthy_nodes:
+        for server in servers:  # an unhealthy or cordoned node keeps its workers, takes no new ones: its free GPUs held
+            if server.name in self.training.closed_nodes:
                 held[server.name] = max(server.gpus - workers_on[server.name], held[server.name])
         return snapshot, dict(held), {core.name: job for core, job, _ in kept}
 

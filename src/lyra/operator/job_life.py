@@ -5,6 +5,8 @@ earlier run of a job of the same name are deleted (with their UID as preconditio
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 
 from lyra.api import conditions, names
@@ -62,23 +64,30 @@ class JobLives:
             return None
         return job.record.spec.min_workers, len([p for p in job.live if p.ref.key not in self.training.changes.deleted])
 
-    def scale_in(self, job_key: str, pods: list[PodRecord], why: str) -> None:
+    def scale_in(
+        self, job_key: str, pods: list[PodRecord], why: str, vanished: Mapping[str, int] | None = None
+    ) -> None:
+        """Scale a running job in by ``pods`` (deleted, if they are not leaving already) and by the ``vanished``
+        workers its plan still counts on each node (gone already, no pod left to delete)."""
         job = self.training.jobs[job_key]
         for pod in pods:
             self.training.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, conditions.SCALED_IN)
         placements = dict(job.status.placements)
         for pod in pods:
             placements[pod.node] = placements.get(pod.node, 0) - 1
+        for node, count in (vanished or {}).items():
+            placements[node] = placements.get(node, 0) - count
+        fewer = len(pods) + sum((vanished or {}).values())
         workers = job.status.workers
-        target = max(workers.target - len(pods), job.record.spec.min_workers)
+        target = max(workers.target - fewer, job.record.spec.min_workers)
         fields = self.work.fold_work(job)
         fields.update(
             placements={n: c for n, c in placements.items() if c > 0},
             workers=workers.model_copy(update={"target": target, "flexible": target - job.record.spec.min_workers}),
-            scale_ins=job.status.scale_ins + len(pods),
+            scale_ins=job.status.scale_ins + fewer,
         )
         job.update(**fields)
-        self.training.changes.emit(job.record.ref, conditions.SCALED_IN, f"scaled in {len(pods)} workers: {why}")
+        self.training.changes.emit(job.record.ref, conditions.SCALED_IN, f"scaled in {fewer} workers: {why}")
 
     def preempt(self, job_key: str, why: str) -> None:
         job = self.training.jobs[job_key]
@@ -124,18 +133,26 @@ class JobLives:
             self.training.changes.delete(pod, 0 if pod.is_finished else grace, conditions.STALE_RUN)
 
     def lose_workers(self, job: JobState, disrupted: list[PodRecord]) -> bool:
-        """Workers on lost nodes and disrupted ones are gone: the job is scaled in if it keeps its base, else re-queued
-        (counted as a preemption). Returns whether the job was re-queued."""
+        """Workers on lost nodes, disrupted ones, those Kubernetes is evicting (:func:`evicted`) and those gone from
+        a node that takes no new work (:func:`vanished`) are lost: the job is scaled in if it keeps its base, else
+        re-queued (counted as a preemption). Returns whether the job was re-queued."""
         on_lost = [p for p, _ in job.on_lost_nodes]
-        gone = {p.ref.key: p for p in [*on_lost, *disrupted]}
-        if not gone:
+        closed = self.training.closed_nodes
+        leaving = evicted(job, closed)
+        gone_from = vanished(job, closed, disrupted)
+        gone = {p.ref.key: p for p in [*on_lost, *disrupted, *leaving]}
+        if not gone and not gone_from:
             return False
         reasons = sorted({why for _, why in job.on_lost_nodes})
-        reasons += [f"worker {p.ref.name} disrupted ({p.disruption})" for p in disrupted]
+        reasons += [f"worker {p.ref.name} disrupted ({p.disruption})" for p in [*disrupted, *leaving]]
+        reasons += [
+            f"{count} worker{'s' if count != 1 else ''} gone from node {node}, which takes no new work ({closed[node]})"
+            for node, count in sorted(gone_from.items())
+        ]
         why = "; ".join(reasons)
         remaining = [p for p in job.live if p.ref.key not in gone]
         if len(remaining) >= job.record.spec.min_workers:
-            self.scale_in(job.key, list(gone.values()), why)
+            self.scale_in(job.key, list(gone.values()), why, gone_from)
             return False
         self.stop_job(
             job,
@@ -209,3 +226,51 @@ class JobLives:
             if job.status.phase is JobPhase.RUNNING and any(not p.node for p in job.live):
                 return False
         return not self.training.changes.deletes()
+
+
+def evicted(job: JobState, closed: Mapping[str, str]) -> list[PodRecord]:
+    """Workers Kubernetes is deleting for a disruption (the scheduler's preemptions, evictions: terminating with a
+    ``DisruptionTarget`` condition) on nodes that still take work, that the job's plan still counts: on each node,
+    as many as its planned workers there outnumber its live ones, by name. They are lost to the job at once, where a
+    worker deleted by hand is replaced: a replacement would find its GPUs taken. Counted once: the scale-in that
+    takes them lowers the plan. (On a node that takes no work, they are counted by :func:`vanished`.)"""
+    live_on = _live_on(job)
+    leaving: dict[str, list[PodRecord]] = defaultdict(list)
+    for pod in job.pods:
+        if pod.disruption and pod.terminating and pod.node and pod.node not in closed and not pod.is_finished:
+            leaving[pod.node].append(pod)
+    taken: list[PodRecord] = []
+    for node, pods in sorted(leaving.items()):
+        unaccounted = job.status.placements.get(node, 0) - live_on[node]
+        taken += sorted(pods, key=lambda p: p.ref.name)[: max(unaccounted, 0)]
+    return taken
+
+
+def vanished(job: JobState, closed: Mapping[str, str], disrupted: list[PodRecord]) -> dict[str, int]:
+    """How many workers the job's plan counts on each node that takes no new work (cordoned, drained, unhealthy:
+    :attr:`TrainingPass.closed_nodes`) beyond those live there (and those ``disrupted`` there, counted apart): gone
+    (evicted by ``kubectl drain``, deleted) or leaving. They are lost to the job, not replaced: a replacement
+    would be planned onto that node and wait there. Read only while every live worker of the job is bound, and never
+    more than the plan counts beyond its live workers in all (a plan a pass has not yet brought up to date with
+    where the scheduler bound new workers names other nodes, not more workers)."""
+    if any(not p.node for p in job.live):
+        return {}
+    live_on = _live_on(job)
+    for pod in disrupted:
+        if not pod.is_live:
+            live_on[pod.node] += 1
+    missing = sum(job.status.placements.values()) - sum(live_on.values())
+    gone: dict[str, int] = {}
+    for node, planned in sorted(job.status.placements.items()):
+        if node in closed and planned > live_on[node] and missing > 0:
+            gone[node] = min(planned - live_on[node], missing)
+            missing -= gone[node]
+    return gone
+
+
+def _live_on(job: JobState) -> dict[str, int]:
+    """The job's live workers on each node."""
+    live_on: dict[str, int] = defaultdict(int)
+    for pod in job.live:
+        live_on[pod.node] += 1
+    return live_on

@@ -92,6 +92,9 @@ class LoanBook:
             elif pod.gpus > 0:
                 self.others_on[pod.node].append(pod)
         # A lost node (unhealthy past the grace) serves nobody: the cycle plans inference without it, and leaves it be.
+        # So is a cordoned one that holds no replicas (kube-scheduler places nothing there: counted as room, it would
+        # leave scaled-up replicas pending, and lent, it would take no worker), unless it is being reclaimed (that
+        # ends): it keeps its state, and its workers, until it is uncordoned. One that serves replicas counts for them.
         # A serving or idle server without replicas whose GPUs are taken by pods Lyra does not manage (another team's
         # serving stack, a pod pinned to it) is left out too: it is never lent, and it is no room for Lyra's replicas.
         # Such pods are cost, never demand: a server that runs replicas beside them stays in the cycle as serving
@@ -102,6 +105,7 @@ class LoanBook:
             for n in world.nodes
             if n.pool is Pool.INFERENCE
             and not n.lost(world.now, config.node_grace_s)
+            and not (n.unschedulable and not inference_on[n.name] and n.state is not LoanState.RECLAIMING)
             and not (
                 self.others_on[n.name]
                 and not inference_on[n.name]
@@ -119,8 +123,9 @@ class LoanBook:
                 replicas=inference_on[node.name],
                 # A reclaim is done when the server holds no GPU pod but inference replicas, whatever their labels.
                 hosts_training=bool(self.training_on[node.name] or self.others_on[node.name]),
-                # Never lent while pods Lyra does not manage hold some of its GPUs (the cycle lends healthy ones).
-                healthy=node.healthy and not self.others_on[node.name],
+                # Never lent while pods Lyra does not manage hold some of its GPUs, nor while cordoned (the cycle
+                # lends healthy ones).
+                healthy=node.healthy and not node.unschedulable and not self.others_on[node.name],
             )
             for node in self.inference_nodes
             for state in [node.state or (LoanState.SERVING if inference_on[node.name] else LoanState.IDLE)]

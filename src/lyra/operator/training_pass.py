@@ -76,7 +76,7 @@ class TrainingPass:
         now = changes.now
         #: Nodes in no plan: lost (unhealthy past the grace), and gone ones (neither read nor left out as unreadable).
         self.lost_nodes = {n.name: n.health for n in world.nodes if n.lost(now, config.node_grace_s)}
-        #: Nodes that take no new work: every unhealthy one.
+        #: Unhealthy nodes, with why: their kubelets may not confirm that a pod has ended.
         self.unhealthy_nodes = {n.name: n.health for n in world.nodes if not n.healthy}
         #: Nodes whose reading is malformed and that this operator never read well: in no plan, and their workers
         #: kept, until they read well or the grace has passed (then they are lost).
@@ -89,6 +89,13 @@ class TrainingPass:
                 self.lost_nodes[misread.ref.name] = misread.why
             else:
                 self.unknown_nodes.add(misread.ref.name)
+        #: Nodes that take no new work, with why: every unhealthy one, and every cordoned one (``kubectl cordon``, or
+        #: ``drain``: kube-scheduler places nothing there, so a plan that counted its free GPUs would leave a gang
+        #: pending). Their workers stay; their free GPUs are held.
+        self.closed_nodes = {
+            **{n.name: "cordoned" for n in world.nodes if n.unschedulable},
+            **self.unhealthy_nodes,
+        }
         self.known_nodes = (
             {n.name for n in world.nodes}
             | {u.ref.name for u in world.unreadable if u.ref.kind == "Node"}
@@ -139,7 +146,7 @@ class TrainingPass:
             finishing=any(p.phase == names.POD_SUCCEEDED for p in pods),
             on_lost_nodes=on_lost,
             on_unknown_node=any(p.node in self.unknown_nodes for p in bound_live),
-            leaving=any(p.terminating and p.holds_gpus and self.plannable(p.node) for p in pods),
+            leaving=any(p.terminating and p.holds_gpus and self.confirms_exits(p.node) for p in pods),
             held_back=failure is not None and self.changes.now < failure.retry_at,
         )
 
@@ -188,8 +195,9 @@ class TrainingPass:
         self.models.pop(job.key, None)
         self.refuse(job, message)
 
-    def plannable(self, node: str) -> bool:
-        """Whether new work may be planned onto ``node``: it is known and healthy."""
+    def confirms_exits(self, node: str) -> bool:
+        """Whether a pod leaving ``node`` will be seen gone: the node is known and healthy (a cordoned node's kubelet
+        still ends its pods)."""
         return node in self.known_nodes and node not in self.unhealthy_nodes
 
     def node_lost(self, node: str) -> str | None:

@@ -23,3 +23,16 @@ def test_the_status_queue_is_the_admission_order() -> None:
     assert cluster.state("t0") == "loaned"
     queue = render(cluster.world()).split("QUEUE")[1].split("\n\n")[0].splitlines()[1:]
     assert [line.split()[1] for line in queue] == ["ml/urgent", "ml/long", "ml/same", "ml/t4-only"]
+
+
+def test_the_status_says_which_servers_are_cordoned() -> None:
+    cluster = FakeCluster([node("a0", "training", A100), node("a1", "training", A100), node("t0", "inference", T4)])
+    cluster.nodes["a1"]["spec"]["unschedulable"] = True  # kubectl cordon a1
+    cluster.nodes["t0"]["spec"]["unschedulable"] = True
+    cluster.apply(decide(cluster.world(), OperatorConfig(lend_delay_s=0)))
+    servers = render(cluster.world()).split("\n\n")[0].splitlines()[1:]
+    assert [line.split(maxsplit=2)[2].rsplit(maxsplit=1) for line in servers] == [
+        ["new, cordoned", "1"],  # an inference server Lyra has not given a state: left as it is while cordoned
+        ["-", "1"],
+        ["-, cordoned", "1"],
+    ]

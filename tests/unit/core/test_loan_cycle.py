@@ -178,6 +178,24 @@ def test_evictions_scale_in_jobs_that_keep_their_base_and_preempt_the_others() -
     assert (dict(reclaim.scaled_in), reclaim.preempted) == ({"e": 2}, ("p",))  # the same as plan_reclaim's
 
 
+def test_a_loaned_server_the_cycle_is_not_given_stays_lent_even_where_it_is_the_cheapest_reclaim() -> None:
+    # The training side holds l1 and l2, both loaned; the cycle is given l2 only (the operator leaves out a cordoned
+    # server: inference could not use it). Reclaiming l1 would cost a scale-in, l2 a preemption; l2 is reclaimed.
+    servers = [server("a", SERVING, replicas=1), server("l2", LOANED, hosts_training=True)]
+    jobs = [job("e").gpus(1).workers(2, 6).on({"t0": 2, "l1": 2}), job("p").gpus(1).workers(2).on({"t0": 1, "l2": 1})]
+
+    def training_side() -> ClusterSnapshot:
+        l1 = server("l1", LOANED).view
+        return cluster(training("t0", gpu_type=T4), *(s.view for s in servers), l1).jobs(*jobs).build()
+
+    cycle = plan_loan_cycle(servers, {T4: 2}, training_side, now=1000.0, settings=SETTINGS)
+    assert moves(cycle) == [("l2", "reclaim")]
+    assert cycle.evictions.preempted == ("p",)
+    everywhere = plan_reclaim(training_side(), 1, gpu_type=T4)
+    assert everywhere.servers == ("l1",), "without the bound, the cheaper l1 is chosen"
+    assert plan_reclaim(training_side(), 1, gpu_type=T4, among=("a", "l2")).servers == ("l2",)
+
+
 def test_a_server_whose_workers_are_gone_returns_and_an_overdue_one_is_forced() -> None:
     servers = [
         server("a", SERVING),

@@ -308,6 +308,8 @@ class FakeCluster:
                     continue
                 if not _tolerated(node_body["spec"].get("taints", []), pod["spec"].get("tolerations", [])):
                     continue
+                if node_body["spec"].get("unschedulable"):
+                    continue  # cordoned: kube-scheduler places no pod there (NodeUnschedulable)
                 capacity = int(node_body["status"]["allocatable"]["nvidia.com/gpu"])
                 if capacity - self.used(name) >= need:
                     pod["spec"]["nodeName"] = name

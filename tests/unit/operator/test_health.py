@@ -64,6 +64,10 @@ def nodes_of(cluster: FakeCluster, job: str) -> set[str]:
     return {p["spec"]["nodeName"] for p in cluster.workers(job)}
 
 
+def reason_message(cluster: FakeCluster, job: str) -> str:
+    return next(c["message"] for c in cluster.job_status(job)["conditions"] if c["type"] == "Running")
+
+
 def reason_of(cluster: FakeCluster, job: str) -> str:
     return next(c["reason"] for c in cluster.job_status(job)["conditions"] if c["type"] == "Running")
 
@@ -265,6 +269,201 @@ def test_a_lost_serving_node_is_replaced_by_reclaiming_a_loaned_one() -> None:
     settle(cluster, dead=frozenset(serving))
     others = [n for n in cluster.nodes if n != serving[0]]
     assert "serving" in {cluster.state(n) for n in others}, "a loaned server came back to serve in its place"
+
+
+# -- cordoned nodes (kubectl cordon, drain) ---------------------------------------------------------------------------
+
+
+def cordon(cluster: FakeCluster, name: str, cordoned: bool = True) -> None:
+    """What ``kubectl cordon`` (``uncordon``) writes."""
+    cluster.nodes[name]["spec"]["unschedulable"] = cordoned
+
+
+def pending(cluster: FakeCluster) -> list[str]:
+    """Pods no node was found for."""
+    return sorted(p["metadata"]["name"] for p in cluster.pods.values() if not p["spec"].get("nodeName"))
+
+
+def drain(cluster: FakeCluster, name: str) -> None:
+    """What ``kubectl drain`` does: the node cordoned, and each pod on it evicted (the Eviction API writes the
+    ``DisruptionTarget`` condition and deletes the pod with its grace)."""
+    cordon(cluster, name)
+    for pod in cluster.pods.values():
+        if pod["spec"].get("nodeName") == name:
+            pod["metadata"]["deletionTimestamp"] = format_time(cluster.now)
+            pod["status"]["conditions"] = [
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+            ]
+
+
+def test_a_cordoned_training_node_keeps_its_workers_and_takes_no_new_ones() -> None:
+    cluster = two_training_nodes()
+    cluster.add_job(training_job("elastic", 2, 16))
+    settle(cluster)
+    assert nodes_of(cluster, "elastic") == {"a0", "a1"}
+    cordon(cluster, "a1")
+    settle(cluster)
+    assert len(cluster.workers("elastic")) == 16, "a cordon evicts nothing"
+    assert cluster.job_status("elastic")["scaleIns"] == 0
+    cordon(cluster, "a1", cordoned=False)
+    settle(cluster)
+    assert len(cluster.workers("elastic")) == 16
+
+
+def test_a_drained_node_scales_its_jobs_in_once_and_no_worker_is_made_for_it() -> None:
+    cluster = two_training_nodes()
+    cluster.add_job(training_job("elastic", 2, 16))
+    settle(cluster)
+    assert {
+        p["spec"]["nodeName"] for p in cluster.workers("elastic") if p["metadata"]["labels"]["lyra.dev/role"] == "base"
+    } == {"a0"}
+    drain(cluster, "a1")
+    for _ in range(3):  # the evicted workers take their grace to leave: counted once, replaced by nothing
+        cluster.apply(decide(cluster.world(), CONFIG))
+        cluster.tick(1)
+    status = cluster.job_status("elastic")
+    assert status["phase"] == "Running"
+    assert status["scaleIns"] == 8
+    assert status["preemptions"] == 0
+    assert status["workers"]["target"] == 8
+    assert pending(cluster) == [], "no worker made for the drained node's GPUs"
+    cluster.finish_terminations()  # their grace is over
+    settle(cluster)
+    assert nodes_of(cluster, "elastic") == {"a0"}
+    assert pending(cluster) == []
+    assert cluster.job_status("elastic")["scaleIns"] == 8
+    cordon(cluster, "a1", cordoned=False)
+    settle(cluster)
+    assert nodes_of(cluster, "elastic") == {"a0", "a1"}, "uncordoned, it takes work again"
+
+
+def test_a_drain_that_takes_a_base_worker_requeues_the_job_without_failing_it() -> None:
+    cluster = two_training_nodes()
+    cluster.add_job(training_job("gang", 2, 2, gpusPerWorker=8))
+    settle(cluster)
+    assert nodes_of(cluster, "gang") == {"a0", "a1"}
+    drain(cluster, "a1")
+    decision = decide(cluster.world(), CONFIG)
+    assert decision.report.preempted == {"ml/gang": "disruption"}
+    cluster.apply(decision)
+    status = cluster.job_status("gang")
+    assert status["phase"] == "Queued"
+    assert "1 worker gone from node a1, which takes no new work (cordoned)" in reason_message(cluster, "gang")
+    cluster.finish_terminations()
+    settle(cluster)
+    status = cluster.job_status("gang")
+    assert status["phase"] == "Queued"
+    assert status["preemptions"] == 1
+    assert cluster.workers("gang") == [], "it waits, queued, with no pod that could not be placed"
+    cordon(cluster, "a1", cordoned=False)
+    settle(cluster)
+    assert cluster.job_status("gang")["phase"] == "Running"
+
+
+def test_workers_gone_from_a_cordoned_node_before_a_pass_saw_them_leave_are_not_replaced() -> None:
+    # A worker that exits at once on SIGTERM is gone before a pass sees it evicted.
+    cluster = two_training_nodes()
+    cluster.add_job(training_job("elastic", 2, 16))
+    settle(cluster)
+    cordon(cluster, "a1")
+    for pod in cluster.workers("elastic"):
+        if pod["spec"]["nodeName"] == "a1":
+            del cluster.pods[f"ml/{pod['metadata']['name']}"]
+    decision = decide(cluster.world(), CONFIG)
+    assert not [a for a in decision.actions if isinstance(a, CreatePod)], "no replacement for the cordoned node"
+    cluster.apply(decision)
+    status = cluster.job_status("elastic")
+    assert status["scaleIns"] == 8
+    assert status["workers"]["target"] == 8
+    settle(cluster)
+    assert pending(cluster) == []
+    assert nodes_of(cluster, "elastic") == {"a0"}
+
+
+def test_a_worker_deleted_by_hand_on_an_open_node_is_still_replaced_and_a_stale_plan_loses_nothing() -> None:
+    cluster = two_training_nodes()
+    cluster.add_job(training_job("elastic", 2, 16))
+    settle(cluster)
+    status = cluster.job_status("elastic")
+    # A plan that names other nodes than where the scheduler bound the workers, as many in all: nothing is lost.
+    status["placements"] = {"a0": 6, "a1": 10}
+    cordon(cluster, "a1")
+    cluster.apply(decide(cluster.world(), CONFIG))
+    assert cluster.job_status("elastic")["scaleIns"] == 0
+    cordon(cluster, "a1", cordoned=False)
+    settle(cluster)
+    victim = next(p for p in cluster.workers("elastic") if p["spec"]["nodeName"] == "a0")
+    del cluster.pods[f"ml/{victim['metadata']['name']}"]
+    settle(cluster)
+    assert len(cluster.workers("elastic")) == 16, "replaced"
+    assert cluster.job_status("elastic")["scaleIns"] == 0
+
+
+def test_a_worker_preempted_by_the_scheduler_scales_its_job_in_once() -> None:
+    cluster = FakeCluster([node("a0", "training", A100)])
+    cluster.add_job(training_job("elastic", 1, 2, gpusPerWorker=4))
+    settle(cluster)
+    pod = cluster.pods["ml/elastic-w1"]
+    pod["metadata"]["deletionTimestamp"] = format_time(cluster.now)
+    pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
+    for _ in range(3):  # it takes its grace to leave
+        cluster.apply(decide(cluster.world(), CONFIG))
+        cluster.tick(1)
+    status = cluster.job_status("elastic")
+    assert status["phase"] == "Running"
+    assert status["scaleIns"] == 1
+    assert status["workers"]["target"] == 1
+    assert [p["metadata"]["name"] for p in cluster.workers("elastic")] == ["elastic-w0"], "no replacement meanwhile"
+
+
+def test_a_gang_that_needs_a_cordoned_node_waits_queued_and_makes_no_pod() -> None:
+    cluster = two_training_nodes()
+    cordon(cluster, "a1")
+    cluster.add_job(training_job("gang", 2, 2, gpusPerWorker=8))
+    settle(cluster)
+    assert cluster.job_status("gang")["phase"] == "Queued"
+    assert cluster.workers("gang") == [], "a gang that cannot start whole makes no pod"
+    cordon(cluster, "a1", cordoned=False)
+    settle(cluster)
+    assert cluster.job_status("gang")["phase"] == "Running"
+    assert nodes_of(cluster, "gang") == {"a0", "a1"}
+
+
+def test_a_cordoned_idle_inference_server_is_not_lent_and_is_no_room_for_replicas() -> None:
+    cluster = FakeCluster([node(f"t{i}", "inference", T4) for i in range(3)])
+    cluster.add_service(inference_service("chat", 1, gpus=8))
+    settle(cluster)
+    (serving,) = [n for n in cluster.nodes if cluster.state(n) == "serving"]
+    spare, cordoned = sorted(set(cluster.nodes) - {serving})
+    cordon(cluster, cordoned)
+    cluster.tick(CONFIG.lend_delay_s + 1)
+    settle(cluster)
+    assert cluster.state(spare) == "loaned"
+    assert cluster.state(cordoned) == "idle", "a cordoned server is not lent"
+    cluster.services["serve/chat"]["spec"]["replicas"] = 2
+    settle(cluster)
+    assert cluster.state(spare) == "serving", "the lent server is called back: the cordoned one is no room"
+    assert pending(cluster) == []
+    assert len([p for p in cluster.pods.values() if p["metadata"]["labels"].get("lyra.dev/service") == "chat"]) == 2
+
+
+def test_a_cordoned_loaned_server_stays_lent_and_another_is_reclaimed_in_its_place() -> None:
+    cluster = FakeCluster([node(f"t{i}", "inference", T4) for i in range(3)])
+    cluster.add_service(inference_service("chat", 1, gpus=8))
+    cluster.add_job(training_job("elastic", 1, 2, gpusPerWorker=8, gpuTypes=[T4]))
+    settle(cluster)
+    cluster.tick(CONFIG.lend_delay_s + 1)
+    settle(cluster)
+    loaned = sorted(n for n in cluster.nodes if cluster.state(n) == "loaned")
+    assert len(loaned) == 2
+    assert nodes_of(cluster, "elastic") == set(loaned)
+    cordon(cluster, loaned[0])
+    cluster.services["serve/chat"]["spec"]["replicas"] = 2
+    settle(cluster)
+    assert cluster.state(loaned[0]) == "loaned", "reclaiming a cordoned server would give inference nothing"
+    assert cluster.state(loaned[1]) == "serving"
+    assert nodes_of(cluster, "elastic") == {loaned[0]}, "its worker stays where it runs"
+    assert pending(cluster) == []
 
 
 def test_an_allocatable_dip_must_last_the_grace_before_the_node_and_its_workers_go() -> None:
