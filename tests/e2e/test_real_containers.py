@@ -11,6 +11,9 @@ workers checkpoint to ``<job>-w<index>.json`` in a directory this test owns (a h
 2. Reclaim by scale-in: the service scales to 2; the flexible worker's server comes back.
 3. Reclaim that preempts: the service scales to 3; the base worker's server comes back, the job is preempted.
 4. Resume: the service scales back to 1; the servers are lent again and the job starts again.
+5. Drain: ``kubectl drain`` of the A100 server under the example job as written (cordoned, its pods evicted through
+   the Eviction API): its workers checkpoint on SIGTERM, the job is re-queued and waits with no pod while the server
+   is cordoned, and resumes from its checkpoints once it is uncordoned.
 
 Asserted from what the containers wrote: each stopped worker's checkpoint says ``sigterm`` and was written inside its
 grace period (between its pod's deletion and ``deletionTimestamp``, which the API server sets to the deletion's time
@@ -143,14 +146,17 @@ def job_counts(api: client.ApiClient, namespace: str) -> tuple[int, int]:
 
 
 class Deletions:
-    """The deletionTimestamp of each worker pod seen being deleted (the API server's deletion time + grace)."""
+    """The deletionTimestamp of each worker pod of ``job`` seen being deleted (the API server's deletion time +
+    grace)."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.api, self.namespace = api, namespace
+    def __init__(self, api: client.ApiClient, namespace: str, job: str = JOB) -> None:
+        self.api, self.namespace, self.job = api, namespace, job
         self.seen: dict[int, datetime] = {}
 
     def poll(self) -> None:
-        pods = client.CoreV1Api(self.api).list_namespaced_pod(self.namespace, label_selector=f"{names.JOB_LABEL}={JOB}")
+        pods = client.CoreV1Api(self.api).list_namespaced_pod(
+            self.namespace, label_selector=f"{names.JOB_LABEL}={self.job}"
+        )
         for pod in pods.items:
             index = int(pod.metadata.labels[names.WORKER_INDEX_LABEL])
             if pod.metadata.deletion_timestamp is not None:
@@ -276,6 +282,7 @@ def test_workers_checkpoint_inside_their_grace_and_resume_replicas_ready_by_thei
         stack.callback(operator.stop)
         try:
             _story(api, namespace, operator, checkpoints)
+            _drain(api, namespace, checkpoints)
             assert_check_clean(system.cluster.kubeconfig)  # converged: both jobs running, the replica Ready
         except BaseException:
             system.print_logs()
@@ -332,3 +339,63 @@ def _story(api: client.ApiClient, namespace: str, operator: Operator, checkpoint
         )
     slow = [m for m in (scaled_in, preempted) if m.ready_after_return > READY_AFTER_RETURN_S]
     assert not slow, f"replicas Ready more than {READY_AFTER_RETURN_S:g}s after their servers' return: {slow}"
+
+
+#: The example job as written, on the A100 training server.
+A100_JOB = "demo-train"
+
+
+def _drain(api: client.ApiClient, namespace: str, checkpoints: Path) -> None:
+    """5. ``kubectl drain`` of the A100 server under the example job (two workers of one GPU there): cordoned, its
+    pods evicted. Each worker checkpoints on its SIGTERM inside its grace; the job loses its base and is re-queued
+    (a preemption), and waits ``Queued`` with no pod while the only server it may use is cordoned. Uncordoned, it
+    starts again there and each worker resumes from its checkpoint."""
+    core = client.CoreV1Api(api)
+    [server] = [n.metadata.name for n in core.list_node(label_selector=f"{names.GPU_PRODUCT_LABEL}={A100}").items]
+
+    def on_server() -> list[client.V1Pod]:
+        pods = workers(api, namespace, A100_JOB)
+        return [p for p in pods if p.spec.node_name == server and p.status.phase == "Running"]
+
+    wait_for(lambda: len(on_server()) == 2, 3 * DEADLINE_S, "the example job's two workers on the A100 server")
+    grace = int(job(api, namespace, A100_JOB)["spec"]["preemption"]["gracePeriodSeconds"])
+    preemptions = int(job(api, namespace, A100_JOB).get("status", {}).get("preemptions", 0))
+    deletions = Deletions(api, namespace, A100_JOB)
+    stopped: dict[int, Checkpoint] = {}
+    drained_at = time.time()
+    core.patch_node(server, {"spec": {"unschedulable": True}})
+    try:
+        for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={server}").items:
+            meta = client.V1ObjectMeta(name=pod.metadata.name, namespace=pod.metadata.namespace)
+            core.create_namespaced_pod_eviction(
+                pod.metadata.name, pod.metadata.namespace, client.V1Eviction(metadata=meta)
+            )
+
+        def queued_with_no_pod() -> bool:
+            deletions.poll()
+            status = job(api, namespace, A100_JOB).get("status", {})
+            pods = core.list_namespaced_pod(namespace, label_selector=f"{names.JOB_LABEL}={A100_JOB}").items
+            return status.get("phase") == "Queued" and status.get("preemptions", 0) == preemptions + 1 and not pods
+
+        wait_for(queued_with_no_pod, DEADLINE_S, "the example job re-queued, its workers gone, no pod made",
+                 interval=POLL_S, max_interval=POLL_S)  # fmt: skip
+        for index in (0, 1):
+            written = Checkpoint.read(checkpoints / f"{A100_JOB}-w{index}.json")
+            assert written is not None
+            assert written.reason == "sigterm", f"worker {index}'s checkpoint: {written}"
+            assert written.written_at >= drained_at - 1.0, f"worker {index}'s checkpoint is older than the drain"
+            if index in deletions.seen:  # a pod seen terminating (polled every POLL_S): inside its grace
+                left = deletions.seen[index].timestamp() - written.written_at
+                assert -1.0 < left <= grace, f"worker {index}'s checkpoint {left:.2f}s before its deletionTimestamp"
+            stopped[index] = written
+        message = next(
+            c["message"] for c in job(api, namespace, A100_JOB)["status"]["conditions"] if c["type"] == "Running"
+        )
+        print(f"drain: {message}; deletions seen for workers {sorted(deletions.seen)}")
+    finally:
+        core.patch_node(server, {"spec": {"unschedulable": False}})
+    wait_for(lambda: len(on_server()) == 2, 3 * DEADLINE_S, "the example job running again on the A100 server")
+    for index, checkpoint in stopped.items():
+        assert_resumed(
+            api, namespace, checkpoints / f"{A100_JOB}-w{index}.json", f"{A100_JOB}-w{index}", checkpoint.step
+        )

@@ -362,6 +362,8 @@ def test_a_drained_node_scales_its_job_in_and_takes_no_work_until_uncordoned(
             pods = core(api).list_namespaced_pod(namespace, label_selector=f"{names.JOB_LABEL}=spread").items
             assert [p.metadata.name for p in pods if not p.spec.node_name] == [], "no worker made for the drained node"
             assert core(api).read_node(drained).spec.unschedulable, "Lyra leaves the cordon as the admin set it"
+            events = core(api).list_namespaced_event(namespace).items
+            print("scaled in:", [e.message for e in events if e.reason == "ScaledIn"])
         finally:
             cordon(api, drained, cordoned=False)
         wait_for(lambda: running(api, namespace, "spread", 4), DEADLINE_S, "the job grown back onto the node")

@@ -87,7 +87,9 @@ class JobLives:
             scale_ins=job.status.scale_ins + fewer,
         )
         job.update(**fields)
-        self.training.changes.emit(job.record.ref, conditions.SCALED_IN, f"scaled in {fewer} workers: {why}")
+        self.training.changes.emit(
+            job.record.ref, conditions.SCALED_IN, f"scaled in {fewer} worker{'s' if fewer != 1 else ''}: {why}"
+        )
 
     def preempt(self, job_key: str, why: str) -> None:
         job = self.training.jobs[job_key]

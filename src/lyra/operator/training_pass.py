@@ -55,9 +55,10 @@ class JobState:
     on_lost_nodes: tuple[tuple[PodRecord, str], ...]
     #: A bound worker is on a node nothing says the size of (:attr:`TrainingPass.unknown_nodes`).
     on_unknown_node: bool
-    #: Workers of it are still terminating on a node that takes work: the allocation leaves the job as it is (not
-    #: started, resized or preempted by it) until they are gone. Pods stuck terminating on an unhealthy node (its
-    #: kubelet cannot confirm) do not hold it: that node takes no new work anyway, and its GPUs stay counted as held.
+    #: Workers of it are still terminating on a healthy node (a cordoned one included: its kubelet ends them): the
+    #: allocation leaves the job as it is (not started, resized or preempted by it) until they are gone. Pods stuck
+    #: terminating on an unhealthy node (its kubelet cannot confirm) do not hold it: that node takes no new work
+    #: anyway, and its GPUs stay counted as held.
     leaving: bool
     #: The API refused its writes and its retry is not due yet (:mod:`lyra.operator.isolation`).
     held_back: bool
