@@ -7,11 +7,12 @@ who applies ``manifests/`` creates the Secret ``lyra-extender-tls`` first (docs/
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+
+from lyra.child_processes import run_to_end
 
 RELEASE = "lyra"
 NAMESPACE = "lyra-system"
@@ -43,7 +44,7 @@ def helm_template(
         command += ["--values", str(path)]
     for setting in settings:
         command += ["--set", setting]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    result = run_to_end(command, capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
         raise RenderError(result.stderr.strip() or f"helm template exited {result.returncode}")
     return result.stdout

@@ -17,6 +17,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from lyra.child_processes import run_to_end
 from lyra.cli.arguments import seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.cli.output_paths import OutputError, check_directory
@@ -351,7 +352,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_kubectl(args: argparse.Namespace) -> int:
-    import subprocess
 
     from lyra.localcluster.binaries import BinariesError, BinaryCache
     from lyra.localcluster.state import Liveness, StateError, liveness, read_state
@@ -369,7 +369,7 @@ def run_kubectl(args: argparse.Namespace) -> int:
     passed = list(args.kubectl_args)
     if passed[:1] == ["--"]:
         passed = passed[1:]
-    return subprocess.run([str(kubectl), f"--kubeconfig={state.kubeconfig}", *passed], check=False).returncode
+    return run_to_end([str(kubectl), f"--kubeconfig={state.kubeconfig}", *passed], check=False).returncode
 
 
 def _print_kubeconfig_hint(kubeconfig: Path) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lyra.child_processes import run_to_end
 from lyra.imagespec import oci, recipe
 from lyra.localcluster import binaries
 from lyra.localcluster.binaries import BinariesError, BinaryCache
@@ -115,7 +116,7 @@ def provenance(repository: Path, source: str | None) -> Provenance:
 
     def git(*arguments: str) -> str:
         try:
-            completed = subprocess.run(
+            completed = run_to_end(
                 ["git", "-C", str(repository), *arguments], capture_output=True, text=True, check=False, timeout=30
             )
         except OSError as error:
@@ -572,7 +573,7 @@ class ImageBuilder:
             log.write(f"$ {shlex.join(command)}\n")
             log.flush()
             try:
-                completed = subprocess.run(
+                completed = run_to_end(
                     command,
                     capture_output=True,
                     text=True,

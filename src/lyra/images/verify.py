@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from lyra.child_processes import run_to_end
 from lyra.imagespec import oci, recipe
 from lyra.localcluster import binaries
 from lyra.localcluster.binaries import BinariesError, BinaryCache
@@ -62,7 +63,7 @@ class Containerd:
     def ctr(self, *arguments: str, timeout: float = 120, check: bool = True) -> str:
         command = [str(self.ctr_path), "--address", str(self.socket), "--namespace", NAMESPACE, *arguments]
         try:
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+            completed = run_to_end(command, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as error:
             raise VerifyError(f"`ctr {' '.join(arguments)}` did not finish in {timeout:g} s") from error
         if check and completed.returncode != 0:
@@ -212,7 +213,7 @@ def _stop(daemon: Containerd, report: Reporter) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     for mount in _mounts_under(daemon.directory):
-        subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+        run_to_end(["umount", "-l", mount], capture_output=True, check=False)
     shutil.rmtree(daemon.directory, ignore_errors=True)
     left = _shims(daemon.socket) + _mounts_under(daemon.directory)
     if left:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from lyra.child_processes import run_to_end
 from lyra.localcluster import debpackages, gobuild, wheels
 from lyra.localcluster.locations import CACHE_DIR_ENV, cache_root
 
@@ -403,7 +404,7 @@ def _probe_version(component: Component, directory: Path, log_path: Path) -> str
     """Run the first executable once: a binary that cannot even print its version is not cached."""
     executable = directory / component.executables[0]
     try:
-        completed = subprocess.run(
+        completed = run_to_end(
             [str(executable), *component.version_probe],
             capture_output=True,
             text=True,

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from lyra.child_processes import run_to_end
 
 
 class DebianPackageError(RuntimeError):
@@ -61,7 +62,7 @@ def extract_executables(
 def _run(command: list[str], cwd: Path, log_path: Path) -> str:
     with log_path.open("a") as log:
         log.write(f"$ {' '.join(command)}\n")
-        completed = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False, timeout=600)
+        completed = run_to_end(command, cwd=cwd, capture_output=True, text=True, check=False, timeout=600)
         log.write(completed.stdout + completed.stderr)
     if completed.returncode != 0:
         raise DebianPackageError(

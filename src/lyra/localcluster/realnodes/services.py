@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lyra.child_processes import run_to_end
 from lyra.localcluster.realnodes import dns
 
 POLL_SECONDS = 1.0
@@ -138,7 +139,7 @@ class ServiceProxy:
         self._turns: dict[Listener, int] = {}
 
     def _address(self, verb: str, address: str) -> None:
-        completed = subprocess.run(
+        completed = run_to_end(
             ["ip", "addr", verb, f"{address}/32", "dev", "lo"], capture_output=True, text=True, check=False, timeout=30
         )
         if completed.returncode != 0 and "File exists" not in completed.stderr:
