@@ -15,7 +15,7 @@ import contextlib
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType
 from typing import Any, Literal, overload
 
@@ -38,14 +38,23 @@ def stop_signals_held() -> Iterator[None]:
         if signum not in came:
             came.append(signum)
 
-    previous = {signum: signal.signal(signum, record) for signum in HELD_SIGNALS}
+    try:
+        with signals_handled_by(record, HELD_SIGNALS):
+            yield
+    finally:
+        for held in came:
+            signal.raise_signal(held)
+
+
+@contextlib.contextmanager
+def signals_handled_by(handler: Callable[[int, FrameType | None], Any], signums: Iterable[int]) -> Iterator[None]:
+    """While the block runs, ``handler`` handles ``signums``; the handlers it found are back when it is left."""
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for held in came:
-            signal.raise_signal(held)
+        for signum, found in previous.items():
+            signal.signal(signum, found)
 
 
 @overload

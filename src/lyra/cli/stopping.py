@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TextIO, cast
 
+from lyra.child_processes import signals_handled_by
 from lyra.cli.exit_codes import EXIT_BROKEN_PIPE, EXIT_FAILED
 
 #: The signals turned into :class:`Stopped` besides SIGINT, which Python turns into ``KeyboardInterrupt`` itself.
@@ -61,12 +62,8 @@ def stopped_like_ctrl_c() -> Iterator[None]:
             signal.signal(each, signal.SIG_IGN)
         raise Stopped(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in STOPPING_SIGNALS}
-    try:
+    with signals_handled_by(stop, STOPPING_SIGNALS):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 @contextmanager
