@@ -4,7 +4,7 @@
 for SIGTERM and SIGHUP), but not when the interruption comes while the child is still being created: the exception
 then leaves ``Popen``'s constructor after the fork, the child runs on, and nothing refers to it any more. Measured: a
 ``lyra image verify`` sent SIGTERM as it started its first ``ctr image import`` left that ``ctr`` running, orphaned and
-waiting on a containerd that was gone, for as long as the machine ran. :func:`run_to_end` holds the stopping signals
+still waiting 50 minutes later on a containerd that was gone. :func:`run_to_end` holds the stopping signals
 while the child is created (recorded, not acted on) and delivers them once it exists, where the interruption kills
 the child and waits for it.
 """
