@@ -54,6 +54,8 @@ class InterruptedAsItReturns(subprocess.Popen[Any]):
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+#: A child that would run for a minute: the program under test, never waited for (each test kills it, or checks
+#: that it was killed); the tests themselves do not sleep.
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
