@@ -164,6 +164,43 @@ def test_live_what_if_and_status_read_the_cluster(cluster: ControlPlane, tmp_pat
     assert "go with --from-cluster" in refused.stderr
 
 
+def test_live_what_if_holds_a_cordoned_servers_gpus(
+    cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
+) -> None:
+    """``kubectl cordon`` one of the four A100 servers: ``lyra plan allocate --from-cluster`` plans a job that could
+    use all four on the other three, as the operator would, and the snapshot it saves holds the cordoned server's 8
+    GPUs (``heldGpus``), so that it replays to the same plan. Before, the planner counted them free."""
+    core = client.CoreV1Api(api)
+    listed = core.list_node(label_selector=f"{names.POOL_LABEL}={names.POOL_TRAINING}").items
+    a100s = sorted(n.metadata.name for n in listed)
+    assert len(a100s) == 4
+    wait_for(
+        lambda: not any(p.spec.node_name in a100s for p in core.list_pod_for_all_namespaces().items),
+        DEADLINE_S,
+        "the A100 servers empty of earlier tests' pods",
+    )
+    saved = tmp_path / "cordoned.json"
+    with temporary_namespace(api, "what-if-cordon") as namespace:
+        create_job(api, namespace, "wide", minWorkers=1, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100])
+        core.patch_node(a100s[0], {"spec": {"unschedulable": True}})
+        try:
+            live = lyra(
+                "plan", "allocate", "--from-cluster", "--kubeconfig", str(cluster.kubeconfig), "--save-snapshot",
+                str(saved),
+            )  # fmt: skip
+        finally:
+            core.patch_node(a100s[0], {"spec": {"unschedulable": False}})
+    assert live.returncode == 0, live.stderr
+    plan = json.loads(live.stdout)
+    key = f"{namespace}/wide"
+    assert plan["workers"][key] == 3
+    assert sorted(plan["placement"][key]) == a100s[1:]
+    assert json.loads(saved.read_text())["heldGpus"] == {a100s[0]: 8}
+    replayed = lyra("plan", "allocate", "--snapshot", str(saved))
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout) == plan
+
+
 def phase_of(api: client.ApiClient, namespace: str, name: str) -> str | None:
     phase: str | None = job(api, namespace, name).get("status", {}).get("phase")
     return phase

@@ -24,11 +24,14 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from lyra.cli.arguments import non_negative_int
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
+
+if TYPE_CHECKING:
+    from lyra.snapshot import PlannerInput
 
 #: The largest restart cost the allocator accepts (``allocate_workers``'s ``restart_cost_s``).
 MAX_RESTART_COST_S = 1e9
@@ -168,15 +171,16 @@ def _read(source: str) -> str | bytes:
         raise _BadInputError(f"snapshot {source}: cannot read it ({error.strerror or error})") from None
 
 
-def _from_cluster(args: argparse.Namespace) -> Any:
+def _from_cluster(args: argparse.Namespace) -> PlannerInput:
     import time
 
     from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
     from lyra.cli.output_paths import OutputError, check_file, write_text
+    from lyra.core import InvalidClusterError
     from lyra.operator.commit import Cluster
-    from lyra.operator.decide import OperatorConfig, live_snapshot
-    from lyra.snapshot import SnapshotDocument
+    from lyra.operator.decide import OperatorConfig, live_view
+    from lyra.snapshot import PlannerInput, SnapshotDocument
 
     try:
         if args.save_snapshot is not None:  # before reading the cluster, which takes seconds at thousands of nodes
@@ -190,18 +194,29 @@ def _from_cluster(args: argparse.Namespace) -> Any:
         raise _ClusterError(f"cannot read the cluster: {describe_api_failure(error, api.configuration.host)}") from None
     finally:
         api.close()  # type: ignore[no-untyped-call]
-    snapshot = live_snapshot(world, OperatorConfig(gpus=args.gpu_catalog) if args.gpu_catalog is not None else None)
+    config = OperatorConfig(gpus=args.gpu_catalog) if args.gpu_catalog is not None else None
+    snapshot, held = live_view(world, config, allocating=args.verb in _ALLOCATING_VERBS)
+    try:
+        given = PlannerInput(snapshot, held)
+    except InvalidClusterError as error:  # pods on a node hold more GPUs than it reports: the operator sees it too
+        raise _ClusterError(f"the cluster as read is inconsistent: {error}") from None
     if args.save_snapshot is not None:
-        text = SnapshotDocument.from_core(snapshot).model_dump_json(by_alias=True, indent=2)
+        text = SnapshotDocument.from_core(snapshot, held).model_dump_json(by_alias=True, indent=2)
         try:
             write_text(args.save_snapshot, text + "\n", "--save-snapshot")
         except OutputError as error:
             raise _ClusterError(str(error)) from None
-    return snapshot
+    return given
 
 
-def _load(args: argparse.Namespace) -> Any:
-    from lyra.snapshot import SnapshotError, parse_snapshot
+#: The verbs that decide an allocation, which the operator makes on its allocation's view of the cluster (a job whose
+#: workers are still leaving waits for them, its GPUs held); the others see every job where it runs.
+_ALLOCATING_VERBS = frozenset({"allocate", "migrate"})
+
+
+def _load(args: argparse.Namespace) -> PlannerInput:
+    """The :class:`lyra.snapshot.PlannerInput` the verb decides on: the document's, or the live cluster's."""
+    from lyra.snapshot import SnapshotError, parse_planner_input
 
     if args.from_cluster:
         return _from_cluster(args)
@@ -211,7 +226,7 @@ def _load(args: argparse.Namespace) -> Any:
         raise _BadInputError("--gpu-catalog goes with --from-cluster (a snapshot document carries its own gpuCatalog)")
     data = _read(args.snapshot)
     try:
-        return parse_snapshot(data)
+        return parse_planner_input(data)
     except SnapshotError as error:
         raise _BadInputError(f"snapshot {args.snapshot}: {error}") from None
 
@@ -243,7 +258,7 @@ def _run_reclaim(args: argparse.Namespace) -> int:
     from lyra.core import ReclaimStrategy, plan_reclaim
     from lyra.snapshot import reclaim_plan_document
 
-    snapshot = _load(args)
+    snapshot = _load(args).snapshot
     plan = plan_reclaim(snapshot, args.servers, strategy=ReclaimStrategy(args.strategy), seed=args.seed)
     return _emit(reclaim_plan_document(plan))
 
@@ -253,8 +268,8 @@ def _run_allocate(args: argparse.Namespace) -> int:
     from lyra.core import allocate_workers
     from lyra.snapshot import allocation_plan_document
 
-    snapshot = _load(args)
-    return _emit(allocation_plan_document(allocate_workers(snapshot)))
+    given = _load(args)
+    return _emit(allocation_plan_document(allocate_workers(given.snapshot, held=given.held)))
 
 
 @_guarded
@@ -262,11 +277,11 @@ def _run_migrate(args: argparse.Namespace) -> int:
     from lyra.core import allocate_workers
     from lyra.snapshot import migration_plan_document
 
-    snapshot = _load(args)
-    staying = allocate_workers(snapshot)
-    moving = allocate_workers(snapshot, restart_cost_s=args.restart_cost)
+    given = _load(args)
+    staying = allocate_workers(given.snapshot, held=given.held)
+    moving = allocate_workers(given.snapshot, held=given.held, restart_cost_s=args.restart_cost)
     document = migration_plan_document(
-        snapshot, moving, staying, restart_cost_s=args.restart_cost, min_gain_s=args.min_gain
+        given.snapshot, moving, staying, restart_cost_s=args.restart_cost, min_gain_s=args.min_gain
     )
     return _emit(document)
 
@@ -276,7 +291,7 @@ def _run_loans(args: argparse.Namespace) -> int:
     from lyra.core import InferenceDemand, plan_loans
     from lyra.snapshot import loan_plan_document
 
-    snapshot = _load(args)
+    snapshot = _load(args).snapshot
     plan = plan_loans(snapshot, InferenceDemand(args.demand), headroom=args.headroom)
     return _emit(loan_plan_document(plan))
 

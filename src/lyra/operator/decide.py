@@ -44,7 +44,7 @@ from lyra.operator.services import ServiceBook
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import World
 
-__all__ = ["OperatorConfig", "decide", "live_snapshot", "observed_gpus", "report_unreadable"]
+__all__ = ["OperatorConfig", "decide", "live_snapshot", "live_view", "observed_gpus", "report_unreadable"]
 
 
 def decide(
@@ -112,10 +112,21 @@ def report_unreadable(world: World, changes: Changes) -> None:
 
 
 def live_snapshot(world: World, config: OperatorConfig | None = None) -> ClusterSnapshot:
-    """The core's snapshot of ``world`` as a pass sees it before deciding (``lyra plan --from-cluster``). GPUs held
-    outside Lyra's jobs (inference replicas, other GPU pods, leaving workers) are not in it."""
+    """The core's snapshot of ``world`` as a pass's reclaims see it before deciding (``lyra status``'s queue)."""
+    return live_view(world, config, allocating=False)[0]
+
+
+def live_view(
+    world: World, config: OperatorConfig | None = None, *, allocating: bool
+) -> tuple[ClusterSnapshot, dict[str, int]]:
+    """The core's snapshot of ``world`` as a pass sees it before deciding, and the GPUs held on each server by work
+    outside its jobs (inference replicas, other GPU pods, leaving workers, the free GPUs of a cordoned or unhealthy
+    node; servers with none left out): ``lyra plan --from-cluster``. ``allocating``: the allocation's view (a job
+    whose workers are still leaving left out, its GPUs held), else the reclaims' (every job where it runs)."""
     config = config or OperatorConfig()
     config = replace(config, gpus=observed_gpus(world, config.gpus)[0])
     changes = Changes(world.now)
-    loans = LoanBook(world, config, changes, JobBook(world, config, changes), {})
-    return loans.hooks.training_snapshot(loans.states)
+    jobs = JobBook(world, config, changes)
+    loans = LoanBook(world, config, changes, jobs, {})
+    snapshot, held, _ = jobs.snapshot(loans.states, allocating=allocating)
+    return snapshot, {name: gpus for name, gpus in held.items() if gpus}

@@ -6,10 +6,13 @@ It is the wire format of :class:`lyra.core.model.ClusterSnapshot`, with camelCas
       "servers": [{"name": "t4-0", "pool": "inference", "gpuType": "Tesla-T4", "gpus": 8, "state": "loaned"}],
       "jobs": [{"name": "bert", "gpusPerWorker": 1, "minWorkers": 2, "maxWorkers": 6,
                 "remainingWork": 3600, "submitTime": 0, "workers": {"t4-0": 4}, "gpuMemoryGiB": 12}],
-      "gpuCatalog": {"Tesla-T4": {"speed": 0.4, "memoryGiB": 16}}
+      "gpuCatalog": {"Tesla-T4": {"speed": 0.4, "memoryGiB": 16}},
+      "heldGpus": {"t4-0": 2}
     }
 
-``remainingWork`` is in worker-seconds on a reference GPU (speed 1); a job with no workers is queued. Unknown keys
+``remainingWork`` is in worker-seconds on a reference GPU (speed 1); a job with no workers is queued. ``heldGpus``
+(optional) counts GPUs on a server that work outside the document's jobs uses: a decision on the jobs leaves them
+alone (:class:`PlannerInput`). Unknown keys
 are rejected so a typo never passes silently. Every error names the offending field with its path, e.g.
 ``jobs[1].minWorkers (job 'bert')``, in the document's own camelCase terms.
 
@@ -23,6 +26,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -70,6 +74,7 @@ Duration = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX
 Speed = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1000)]
 MemoryGiB = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1e6)]
 WorkerCount = Annotated[int, Field(strict=True, ge=0, le=MAX_WORKERS)]
+GpuCount = Annotated[int, Field(strict=True, ge=0, le=MAX_GPUS_PER_SERVER)]
 
 
 class _Strict(BaseModel):
@@ -194,6 +199,9 @@ class SnapshotDocument(_Strict):
     gpu_catalog: Annotated[dict[Name, GpuTypeDocument], Field(alias="gpuCatalog", max_length=MAX_GPU_TYPES)] = Field(
         default_factory=dict
     )
+    held_gpus: Annotated[dict[Name, GpuCount], Field(alias="heldGpus", max_length=MAX_SERVERS)] = Field(
+        default_factory=dict
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -220,9 +228,17 @@ class SnapshotDocument(_Strict):
         catalog = _catalog_to_core(self.gpu_catalog)
         return ClusterSnapshot(tuple(s.to_core() for s in self.servers), tuple(j.to_core() for j in self.jobs), catalog)
 
+    def to_planner_input(self) -> PlannerInput:
+        """The snapshot and its held GPUs, checked together (:class:`PlannerInput`)."""
+        return PlannerInput(self.to_core(), {name: gpus for name, gpus in self.held_gpus.items() if gpus})
+
     @classmethod
-    def from_core(cls, snapshot: ClusterSnapshot) -> SnapshotDocument:
+    def from_core(cls, snapshot: ClusterSnapshot, held: Mapping[str, int] | None = None) -> SnapshotDocument:
+        """The document of ``snapshot``, with ``held`` (its servers' GPUs used outside its jobs) as ``heldGpus``, in
+        the servers' order and without zeros."""
+        held = held or {}
         return cls(
+            held_gpus={s.name: held[s.name] for s in snapshot.servers if held.get(s.name)},
             servers=[
                 ServerDocument(name=s.name, pool=s.pool, gpu_type=s.gpu_type, gpus=s.gpus, state=s.state)
                 for s in snapshot.servers
@@ -233,6 +249,39 @@ class SnapshotDocument(_Strict):
                 for name, gpu in snapshot.gpus.types.items()
             },
         )
+
+
+@dataclass(frozen=True)
+class PlannerInput:
+    """What the what-if planner decides on: a snapshot, and the GPUs on its servers that work outside its jobs uses
+    (``heldGpus``: inference replicas, GPU pods Lyra does not manage, workers still leaving, the free GPUs of a
+    cordoned or unhealthy node). An allocation leaves held GPUs alone, as the operator's does; reclaims and loans
+    decide whole servers and do not read them.
+
+    Checked on creation: every held server is in the snapshot, and no server's held GPUs and its jobs' workers'
+    GPUs together exceed the GPUs it has (:class:`InvalidClusterError`, in the document's terms)."""
+
+    snapshot: ClusterSnapshot
+    held: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        used: dict[str, int] = {}
+        for job in self.snapshot.jobs:
+            for where, workers in job.placement.items():
+                used[where] = used.get(where, 0) + workers * job.gpus_per_worker
+        servers = {s.name: s for s in self.snapshot.servers}
+        for name, gpus in self.held.items():
+            server = servers.get(name)
+            if server is None:
+                raise InvalidClusterError(f"heldGpus names {_short(name)!r}, which is no server of the snapshot")
+            if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+                raise InvalidClusterError(f"heldGpus.{name}: must be an integer >= 0, got {gpus!r}")
+            if gpus + used.get(name, 0) > server.gpus:
+                raise InvalidClusterError(
+                    f"heldGpus.{name}: {gpus} GPUs held beside {used.get(name, 0)} used by the jobs' workers, on a "
+                    f"server of {server.gpus}"
+                )
+        object.__setattr__(self, "held", dict(self.held))
 
 
 def _catalog_to_core(entries: Mapping[str, GpuTypeDocument]) -> GpuCatalog:
@@ -362,7 +411,14 @@ def _problems(error: ValidationError, raw: Any) -> str:
 
 def parse_snapshot(data: str | bytes) -> ClusterSnapshot:
     """Parse and check a snapshot document (text, or UTF-8 bytes); raise :class:`SnapshotError` naming the first
-    bad fields. No input raises anything else."""
+    bad fields. No input raises anything else. Its ``heldGpus`` are checked and left out (:func:`parse_planner_input`
+    keeps them)."""
+    return parse_planner_input(data).snapshot
+
+
+def parse_planner_input(data: str | bytes) -> PlannerInput:
+    """Parse and check a snapshot document with its ``heldGpus`` (:class:`PlannerInput`); raise
+    :class:`SnapshotError` naming the first bad fields. No input raises anything else."""
     text = _decode(data)
     try:
         raw = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
@@ -386,7 +442,7 @@ def parse_snapshot(data: str | bytes) -> ClusterSnapshot:
     except RecursionError:
         raise SnapshotError("nested too deeply (a snapshot is at most 4 levels deep)") from None
     try:
-        return document.to_core()
+        return document.to_planner_input()
     except InvalidClusterError as error:
         raise SnapshotError(_CORE_NAME.sub(lambda m: _WIRE_NAMES[m.group(1)], str(error))) from None
 

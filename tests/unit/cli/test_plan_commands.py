@@ -100,6 +100,26 @@ def test_allocate_starts_every_job_whose_base_fits(capsys: pytest.CaptureFixture
     assert plan["gpusUsed"] <= 11
 
 
+def test_allocate_and_migrate_leave_held_gpus_alone(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``heldGpus`` (what ``--from-cluster`` reads off pods Lyra does not count and off cordoned nodes): with the
+    big server's 8 GPUs held, only the small one's 3 are free, so j1 (base 2) and j4 (base 1) start and the others
+    wait; without them, every base fits (the case above). Migration plans on the same free GPUs."""
+    path = tmp_path / "held.json"
+    path.write_text(json.dumps({**FIVE_QUEUED, "heldGpus": {"big": 8}}))
+    code, plan, _ = run(capsys, "plan", "allocate", "--snapshot", str(path))
+    assert code == 0
+    assert plan["gpusUsed"] <= 3
+    assert all(servers == {"small": plan["workers"][job]} for job, servers in plan["placement"].items())
+    assert sorted(job for job, workers in plan["workers"].items() if workers) == ["j1", "j4"]
+    code, moves, _ = run(capsys, "plan", "migrate", "--snapshot", str(path), "--restart-cost", "60")
+    assert code == 0
+    assert moves["allocation"] == plan
+    path.write_text(json.dumps({**FIVE_QUEUED, "heldGpus": {"big": 9}}))
+    code, _, err = run(capsys, "plan", "allocate", "--snapshot", str(path))
+    assert code == 2
+    assert "heldGpus.big: 9 GPUs held beside 0 used by the jobs' workers, on a server of 8" in err
+
+
 def test_migrate_moves_jobs_to_faster_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     code, plan, _ = run(capsys, "plan", "migrate", "--snapshot", str(EXAMPLE), "--restart-cost", "60")
     assert code == 0

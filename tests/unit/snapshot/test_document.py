@@ -9,8 +9,15 @@ from typing import Any
 
 import pytest
 
-from lyra.core import MAX_GPUS_PER_SERVER, MAX_WORKERS, GpuType, LoanState, Pool
-from lyra.snapshot import SnapshotDocument, SnapshotError, parse_snapshot, snapshot_json_schema
+from lyra.core import MAX_GPUS_PER_SERVER, MAX_WORKERS, GpuType, InvalidClusterError, LoanState, Pool
+from lyra.snapshot import (
+    PlannerInput,
+    SnapshotDocument,
+    SnapshotError,
+    parse_planner_input,
+    parse_snapshot,
+    snapshot_json_schema,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "docs" / "examples" / "snapshot.json"
@@ -121,6 +128,49 @@ def test_from_core_round_trips_every_field(document: dict[str, Any]) -> None:
     exported = SnapshotDocument.from_core(snapshot)
     assert parse_snapshot(exported.model_dump_json(by_alias=True)) == snapshot
     assert parse_snapshot(exported.model_dump_json(by_alias=True, exclude_none=True)) == snapshot
+
+
+def test_held_gpus_are_read_checked_and_round_trip() -> None:
+    """``heldGpus``: GPUs used outside the document's jobs, per server; zeros are dropped, a server holds at most
+    what its jobs' workers leave free (i0 runs 2 GPUs of j's: 6 may be held beside them)."""
+    given = parse_planner_input(_with("heldGpus", {"t0": 8, "i0": 6}))
+    assert dict(given.held) == {"t0": 8, "i0": 6}
+    assert given.snapshot == parse_snapshot(json.dumps(MINIMAL))
+    exported = SnapshotDocument.from_core(given.snapshot, given.held).model_dump_json(by_alias=True)
+    assert json.loads(exported)["heldGpus"] == {"i0": 6, "t0": 8}
+    assert parse_planner_input(exported) == given
+    assert dict(parse_planner_input(_with("heldGpus", {"t0": 0})).held) == {}
+    assert "heldGpus" not in json.loads(SnapshotDocument.from_core(given.snapshot, {"t0": 0}).model_dump_json())
+    assert parse_planner_input(json.dumps(MINIMAL)).held == {}
+
+
+@pytest.mark.parametrize(
+    ("held", "message"),
+    [
+        ({"nowhere": 1}, "heldGpus names 'nowhere', which is no server of the snapshot"),
+        ({"i0": 7}, "heldGpus.i0: 7 GPUs held beside 2 used by the jobs' workers, on a server of 8"),
+        ({"t0": 9}, "heldGpus.t0: 9 GPUs held beside 0 used by the jobs' workers, on a server of 8"),
+        ({"t0": -1}, "heldGpus.t0: Input should be greater than or equal to 0"),
+        ({"t0": "2"}, "heldGpus.t0: Input should be a valid integer"),
+        ({"t0": 1.5}, "heldGpus.t0: Input should be a valid integer"),
+        ({"t0": MAX_GPUS_PER_SERVER + 1}, "heldGpus.t0: Input should be less than or equal to 1024"),
+        ([1], "heldGpus: Input should be a valid dictionary"),
+    ],
+)
+def test_bad_held_gpus_are_refused_naming_the_field(held: Any, message: str) -> None:
+    with pytest.raises(SnapshotError) as caught:
+        parse_planner_input(_with("heldGpus", held))
+    assert message in str(caught.value)
+    with pytest.raises(SnapshotError):
+        parse_snapshot(_with("heldGpus", held))  # every verb refuses it, even those that do not read it
+
+
+def test_a_planner_input_built_in_code_is_checked_too() -> None:
+    snapshot = parse_snapshot(json.dumps(MINIMAL))
+    with pytest.raises(InvalidClusterError, match=r"heldGpus\.t0: must be an integer >= 0, got True"):
+        PlannerInput(snapshot, {"t0": True})
+    with pytest.raises(InvalidClusterError, match="no server of the snapshot"):
+        PlannerInput(snapshot, {"x": 1})
 
 
 def test_the_shipped_example_parses_and_round_trips() -> None:

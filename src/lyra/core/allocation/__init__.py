@@ -78,8 +78,9 @@ def allocate_workers(
 ) -> AllocationPlan:
     """Decide every job's GPU type, worker count and placement. Pure and deterministic.
 
-    ``held`` maps a server to GPUs used by work outside this decision (the simulator decides over a view of its
-    cluster); the what-if planner and the operator pass every job and no ``held``. With ``restart_cost_s``, a
+    ``held`` maps a server to GPUs used by work outside this decision: replicas, other GPU pods, leaving workers and
+    the free GPUs of nodes that take no new work (the operator and ``lyra plan --from-cluster``), or a view of the
+    simulator's cluster. With ``restart_cost_s``, a
     running job may also be moved to a GPU type faster for it, where the move's restart (that many seconds
     without progress) is charged in the objective; without it, running jobs keep their type.
     """

@@ -1,0 +1,77 @@
+"""``lyra plan --from-cluster``'s view of the cluster (:func:`lyra.operator.decide.live_view`): the snapshot a pass
+decides on and the GPUs it holds outside its jobs, so that the what-if planner predicts what the operator does.
+
+Each expected figure is worked out here from the test's own pods and nodes (8 GPUs a server), not read from the
+operator: a pod Lyra does not manage holds its GPUs; a cordoned node holds every GPU its jobs' workers leave free.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from lyra.core import allocate_workers
+from lyra.operator.decide import OperatorConfig, decide, live_view
+from lyra.operator.timestamps import format_time
+
+from .fake_cluster import A100, FakeCluster, node, training_job
+from .test_decide import foreign_gpu_pod
+
+CONFIG = OperatorConfig(gang_timeout_s=60)
+
+
+def settle(cluster: FakeCluster) -> None:
+    for _ in range(6):
+        cluster.apply(decide(cluster.world(), CONFIG))
+        cluster.finish_terminations()
+        cluster.tick(1)
+
+
+def workers_on(cluster: FakeCluster, job: str) -> dict[str, int]:
+    return dict(Counter(p["spec"]["nodeName"] for p in cluster.workers(job)))
+
+
+def three_servers_one_cordoned() -> FakeCluster:
+    """a0 runs another team's pod of 3 GPUs; a2 is cordoned; an elastic job of 1-GPU workers could use all 24."""
+    cluster = FakeCluster([node(f"a{i}", "training", A100) for i in range(3)])
+    theirs = foreign_gpu_pod("theirs", "a0", 3)
+    theirs["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "3"}  # as the API server fills in
+    cluster.pods["other/theirs"] = theirs
+    cluster.nodes["a2"]["spec"]["unschedulable"] = True
+    cluster.add_job(training_job("elastic", 1, 24, gpuTypes=[A100]))
+    return cluster
+
+
+def test_the_view_holds_other_pods_and_a_cordoned_node_and_its_plan_is_the_operators() -> None:
+    cluster = three_servers_one_cordoned()
+    for allocating in (True, False):
+        snapshot, held = live_view(cluster.world(), CONFIG, allocating=allocating)
+        assert held == {"a0": 3, "a2": 8}
+        assert [j.name for j in snapshot.jobs] == ["ml/elastic"]
+    plan = allocate_workers(snapshot, held=held)
+    assert plan.workers["ml/elastic"] == 5 + 8
+    assert dict(plan.placement["ml/elastic"]) == {"a0": 5, "a1": 8}
+    without = allocate_workers(snapshot)  # what `lyra plan allocate --from-cluster` answered before: onto a2 too
+    assert without.workers["ml/elastic"] == 24
+    settle(cluster)
+    assert workers_on(cluster, "elastic") == {"a0": 5, "a1": 8}, "the operator did what the planner said"
+
+
+def test_a_cordoned_node_holds_only_what_its_workers_leave_free_and_leaving_workers_hold_theirs() -> None:
+    cluster = three_servers_one_cordoned()
+    settle(cluster)
+    cluster.nodes["a1"]["spec"]["unschedulable"] = True  # its 8 workers stay: nothing of it is free to hold
+    snapshot, held = live_view(cluster.world(), CONFIG, allocating=True)
+    assert held == {"a0": 3, "a2": 8}
+    assert dict(snapshot.job("ml/elastic").placement) == {"a0": 5, "a1": 8}
+    # `kubectl drain a1`: its workers are evicted and take their grace to leave. The reclaims' view keeps the job
+    # where it runs; the allocation's leaves it out until they are gone, every GPU of its workers held.
+    for pod in cluster.workers("elastic"):
+        if pod["spec"]["nodeName"] == "a1":
+            pod["metadata"]["deletionTimestamp"] = format_time(cluster.now)
+            pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "Eviction"}]
+    reclaims, held = live_view(cluster.world(), CONFIG, allocating=False)
+    assert dict(reclaims.job("ml/elastic").placement) == {"a0": 5}
+    assert held == {"a0": 3, "a1": 8, "a2": 8}
+    allocation, held = live_view(cluster.world(), CONFIG, allocating=True)
+    assert allocation.jobs == ()
+    assert held == {"a0": 3 + 5, "a1": 8, "a2": 8}
