@@ -180,6 +180,18 @@ def _story(api: client.ApiClient, namespace: str, leader: Operator, standby: Ope
         "the replicas that waited for reclaimed servers served (ReclaimServed) in Prometheus",
     )
 
+    # `kubectl cordon` of a T4 server: Prometheus counts it out of service until it is uncordoned.
+    cordoned = f'sum(lyra_servers_out_of_service{{reason="cordoned",gpu_type="{T4}"}})'
+    assert count(cordoned) == 0
+    server = sorted(node_states(api))[0]
+    nodes = client.CoreV1Api(api)
+    nodes.patch_node(server, {"spec": {"unschedulable": True}})
+    try:
+        wait_for(lambda: count(cordoned) == 1, DEADLINE_S, f"{server} cordoned, as Prometheus sees it")
+    finally:
+        nodes.patch_node(server, {"spec": {"unschedulable": False}})
+    wait_for(lambda: count(cordoned) == 0, DEADLINE_S, f"{server} uncordoned, as Prometheus sees it")
+
 
 def spread_over(api: client.ApiClient, namespace: str, job: str) -> int:
     """How many servers the job's live workers are bound to."""

@@ -136,6 +136,23 @@ LOANS = Dashboard(
             width=18,
         ),
         Panel(
+            "Servers taking no new work",
+            "Servers of Lyra's pools out of service, by reason (cordoned: kubectl cordon or drain; unhealthy: "
+            "NotReady, not heard from, GPUs gone or misread) and GPU type. Their workers and replicas stay; nothing "
+            "new is placed there, none is lent while idle, and inference short of servers calls a lent one back.",
+            (
+                Query(
+                    summed(
+                        series(metrics.SERVERS_OUT_OF_SERVICE), metrics.SERVERS_OUT_OF_SERVICE, "gpu_type", "reason"
+                    ),
+                    "{{gpu_type}} {{reason}}",
+                ),
+            ),
+            COUNT,
+            stacked=True,
+            width=24,
+        ),
+        Panel(
             "Reclaims per hour",
             "Reclaims completed in the last hour, per GPU type and outcome: drained (training work left within the "
             "reclaim deadline) or forced (deleted without grace at the deadline).",

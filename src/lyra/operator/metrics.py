@@ -70,6 +70,15 @@ GPUS = MetricSpec(
     ("state", "gpu_type"),
     state=True,
 )
+SERVERS_OUT_OF_SERVICE = MetricSpec(
+    "lyra_servers_out_of_service",
+    GAUGE,
+    "GPU servers in Lyra's pools that take no new work, by reason (cordoned: kubectl cordon or drain; unhealthy: "
+    "NotReady, not heard from, GPUs gone or misread; a server that is both counts as unhealthy) and GPU type. "
+    "Their workers and replicas stay; their free GPUs are held",
+    ("reason", "gpu_type"),
+    state=True,
+)
 TRAINING_JOBS = MetricSpec("lyra_training_jobs", GAUGE, "TrainingJobs by phase", ("phase",), state=True)
 TRAINING_WORKERS = MetricSpec(
     "lyra_training_workers",
@@ -177,6 +186,7 @@ BUILD_INFO = MetricSpec("lyra_build_info", GAUGE, "Always 1; the operator's vers
 METRICS: tuple[MetricSpec, ...] = (
     SERVERS,
     GPUS,
+    SERVERS_OUT_OF_SERVICE,
     LOANS,
     RECLAIMS,
     RECLAIM_DURATION,
@@ -199,6 +209,7 @@ METRICS: tuple[MetricSpec, ...] = (
 
 #: Label values spelled once.
 TRAINING_STATE, UNLABELLED_STATE = "training", "unlabelled"
+CORDONED, UNHEALTHY = "cordoned", "unhealthy"
 DRAINED, FORCED = "drained", "forced"
 SUCCEEDED, FAILED = "succeeded", "failed"
 OBSERVE, DECIDE, COMMIT = "observe", "decide", "commit"
@@ -217,16 +228,25 @@ class StateGauges:
 
     servers: Mapping[tuple[str, ...], int]
     gpus: Mapping[tuple[str, ...], int]
+    out_of_service: Mapping[tuple[str, ...], int]
     jobs: Mapping[tuple[str, ...], int]
     workers: Mapping[tuple[str, ...], int]
 
 
 def state_gauges(world: World) -> StateGauges:
-    """Servers and GPUs by state and GPU type (every loan state of every inference GPU type, zero or not), jobs by
-    phase (every phase), live workers by role and GPU type."""
+    """Servers and GPUs by state and GPU type (every loan state of every inference GPU type, zero or not), servers
+    out of service by reason and GPU type (both reasons of every GPU type, zero or not), jobs by phase (every phase),
+    live workers by role and GPU type."""
     servers: Counter[tuple[str, ...]] = Counter()
     gpus: Counter[tuple[str, ...]] = Counter()
+    out_of_service: Counter[tuple[str, ...]] = Counter()
     for node in world.nodes:
+        for reason in (CORDONED, UNHEALTHY):
+            out_of_service[(reason, node.gpu_type)] += 0
+        if not node.healthy:
+            out_of_service[(UNHEALTHY, node.gpu_type)] += 1
+        elif node.unschedulable:
+            out_of_service[(CORDONED, node.gpu_type)] += 1
         if node.pool is Pool.INFERENCE:
             for state in LoanState:
                 servers[(state.value, node.gpu_type)] += 0
@@ -249,7 +269,7 @@ def state_gauges(world: World) -> StateGauges:
         gpu_type = (job_types.get(pod.owner) if pod.owner else None) or node_types.get(pod.node)
         if gpu_type is not None:
             workers[(role, gpu_type)] += 1
-    return StateGauges(dict(servers), dict(gpus), dict(jobs), dict(workers))
+    return StateGauges(dict(servers), dict(gpus), dict(out_of_service), dict(jobs), dict(workers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +379,13 @@ class _StateCollector(Collector):
         gauges = self.gauges
         if gauges is None or not self.acts():
             return
-        tables: tuple[Mapping[tuple[str, ...], int], ...] = (gauges.servers, gauges.gpus, gauges.jobs, gauges.workers)
+        tables: tuple[Mapping[tuple[str, ...], int], ...] = (
+            gauges.servers,
+            gauges.gpus,
+            gauges.out_of_service,
+            gauges.jobs,
+            gauges.workers,
+        )
         for spec, values in zip(_STATE_SPECS, tables, strict=True):
             family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
             for labels, value in sorted(values.items()):
@@ -367,7 +393,7 @@ class _StateCollector(Collector):
             yield family
 
 
-_STATE_SPECS = (SERVERS, GPUS, TRAINING_JOBS, TRAINING_WORKERS)
+_STATE_SPECS = (SERVERS, GPUS, SERVERS_OUT_OF_SERVICE, TRAINING_JOBS, TRAINING_WORKERS)
 
 
 class WatchCounts(Protocol):

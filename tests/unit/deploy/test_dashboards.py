@@ -26,7 +26,7 @@ from tests.unit.operator.fake_cluster import A100, T4, FakeCluster, node, traini
 REPOSITORY = Path(__file__).resolve().parents[3]
 #: What the issue asks each dashboard to show, by title.
 EXPECTED_PANELS = {
-    "lyra-loans": 6,
+    "lyra-loans": 7,
     "lyra-training": 3,
     "lyra-internals": 7,
 }
@@ -87,6 +87,7 @@ def test_the_dashboards_have_the_panels_the_issue_asks_for() -> None:
         "Leader",
         "Extender p99 latency",
         "API errors by verb and code",
+        "Servers taking no new work",
     ):
         assert wanted in titles
 

@@ -28,6 +28,7 @@ from lyra.operator.metrics import (
 )
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
+from .test_health import cordon, kill_kubelet
 from .test_isolation import Fault, FaultyCluster
 
 CONFIG = OperatorConfig(lend_delay_s=30, reclaim_deadline_s=100, gang_timeout_s=60)
@@ -190,6 +191,34 @@ def test_state_gauges_count_servers_gpus_jobs_and_workers_by_state() -> None:
     assert gauges.gpus[("training", A100)] == 8
     assert gauges.jobs == {("Queued",): 1, ("Running",): 1, ("Succeeded",): 0, ("Failed",): 0}
     assert gauges.workers == {("base", T4): 2, ("flexible", T4): 14}
+
+
+def test_servers_out_of_service_are_counted_by_reason_an_unhealthy_cordoned_one_as_unhealthy() -> None:
+    cluster = FakeCluster([node(f"a{i}", "training", A100) for i in range(3)] + [node("t0", "inference", T4)])
+    assert state_gauges(cluster.world()).out_of_service == {
+        ("cordoned", A100): 0,
+        ("unhealthy", A100): 0,
+        ("cordoned", T4): 0,
+        ("unhealthy", T4): 0,
+    }, "both reasons of every GPU type exist at zero"
+    cordon(cluster, "a0")
+    cordon(cluster, "t0")
+    kill_kubelet(cluster, "a1", since=cluster.now)
+    cordon(cluster, "a2")
+    kill_kubelet(cluster, "a2", since=cluster.now)
+    gauges = state_gauges(cluster.world())
+    assert gauges.out_of_service == {
+        ("cordoned", A100): 1,
+        ("unhealthy", A100): 2,
+        ("cordoned", T4): 1,
+        ("unhealthy", T4): 0,
+    }
+    metrics = OperatorMetrics()
+    metrics.leading(cluster.world())
+    exported = samples(metrics.exposition())["lyra_servers_out_of_service"]
+    assert ({"reason": "unhealthy", "gpu_type": A100}, 2.0) in exported
+    metrics.standing_by()
+    assert "lyra_servers_out_of_service" not in samples(metrics.exposition()), "a state gauge: the leader's only"
 
 
 def samples(exposition: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
