@@ -168,8 +168,8 @@ def test_live_what_if_holds_a_cordoned_servers_gpus(
     cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
 ) -> None:
     """``kubectl cordon`` one of the four A100 servers: ``lyra plan allocate --from-cluster`` plans a job that could
-    use all four on the other three, as the operator would, and the snapshot it saves holds the cordoned server's 8
-    GPUs (``heldGpus``), so that it replays to the same plan. Before, the planner counted them free."""
+    use all four on the other three, as the operator would, and the snapshot it saves marks the server cordoned and
+    holds its 8 GPUs (``heldGpus``), so that it replays to the same plan. Before, the planner counted them free."""
     core = client.CoreV1Api(api)
     listed = core.list_node(label_selector=f"{names.POOL_LABEL}={names.POOL_TRAINING}").items
     a100s = sorted(n.metadata.name for n in listed)
@@ -195,7 +195,9 @@ def test_live_what_if_holds_a_cordoned_servers_gpus(
     key = f"{namespace}/wide"
     assert plan["workers"][key] == 3
     assert sorted(plan["placement"][key]) == a100s[1:]
-    assert json.loads(saved.read_text())["heldGpus"] == {a100s[0]: 8}
+    document = json.loads(saved.read_text())
+    assert document["heldGpus"] == {a100s[0]: 8}
+    assert [s["name"] for s in document["servers"] if s["cordoned"]] == [a100s[0]]
     replayed = lyra("plan", "allocate", "--snapshot", str(saved))
     assert replayed.returncode == 0, replayed.stderr
     assert json.loads(replayed.stdout) == plan

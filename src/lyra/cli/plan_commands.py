@@ -195,13 +195,14 @@ def _from_cluster(args: argparse.Namespace) -> PlannerInput:
     finally:
         api.close()  # type: ignore[no-untyped-call]
     config = OperatorConfig(gpus=args.gpu_catalog) if args.gpu_catalog is not None else None
-    snapshot, held = live_view(world, config, allocating=args.verb in _ALLOCATING_VERBS)
+    live = live_view(world, config, allocating=args.verb in _ALLOCATING_VERBS)
     try:
-        given = PlannerInput(snapshot, held)
+        given = PlannerInput(live.snapshot, live.held, live.cordoned)
     except InvalidClusterError as error:  # pods on a node hold more GPUs than it reports: the operator sees it too
         raise _ClusterError(f"the cluster as read is inconsistent: {error}") from None
     if args.save_snapshot is not None:
-        text = SnapshotDocument.from_core(snapshot, held).model_dump_json(by_alias=True, indent=2)
+        document = SnapshotDocument.from_core(live.snapshot, live.held, live.cordoned)
+        text = document.model_dump_json(by_alias=True, indent=2)
         try:
             write_text(args.save_snapshot, text + "\n", "--save-snapshot")
         except OutputError as error:
@@ -258,8 +259,14 @@ def _run_reclaim(args: argparse.Namespace) -> int:
     from lyra.core import ReclaimStrategy, plan_reclaim
     from lyra.snapshot import reclaim_plan_document
 
-    snapshot = _load(args).snapshot
-    plan = plan_reclaim(snapshot, args.servers, strategy=ReclaimStrategy(args.strategy), seed=args.seed)
+    given = _load(args)
+    plan = plan_reclaim(
+        given.snapshot,
+        args.servers,
+        strategy=ReclaimStrategy(args.strategy),
+        seed=args.seed,
+        among=given.loan_cycle(),
+    )
     return _emit(reclaim_plan_document(plan))
 
 
@@ -269,7 +276,7 @@ def _run_allocate(args: argparse.Namespace) -> int:
     from lyra.snapshot import allocation_plan_document
 
     given = _load(args)
-    return _emit(allocation_plan_document(allocate_workers(given.snapshot, held=given.held)))
+    return _emit(allocation_plan_document(allocate_workers(given.snapshot, held=given.allocation_held())))
 
 
 @_guarded
@@ -278,8 +285,9 @@ def _run_migrate(args: argparse.Namespace) -> int:
     from lyra.snapshot import migration_plan_document
 
     given = _load(args)
-    staying = allocate_workers(given.snapshot, held=given.held)
-    moving = allocate_workers(given.snapshot, held=given.held, restart_cost_s=args.restart_cost)
+    held = given.allocation_held()
+    staying = allocate_workers(given.snapshot, held=held)
+    moving = allocate_workers(given.snapshot, held=held, restart_cost_s=args.restart_cost)
     document = migration_plan_document(
         given.snapshot, moving, staying, restart_cost_s=args.restart_cost, min_gain_s=args.min_gain
     )
@@ -291,8 +299,8 @@ def _run_loans(args: argparse.Namespace) -> int:
     from lyra.core import InferenceDemand, plan_loans
     from lyra.snapshot import loan_plan_document
 
-    snapshot = _load(args).snapshot
-    plan = plan_loans(snapshot, InferenceDemand(args.demand), headroom=args.headroom)
+    given = _load(args)
+    plan = plan_loans(given.snapshot, InferenceDemand(args.demand), headroom=args.headroom, among=given.loan_cycle())
     return _emit(loan_plan_document(plan))
 
 

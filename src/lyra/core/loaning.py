@@ -13,7 +13,7 @@ lend delay as ``serving``, so it is held, never lent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from lyra.core.errors import InvalidClusterError
@@ -43,15 +43,21 @@ def plan_loans(
     *,
     headroom: int = 0,
     gpu_type: str | None = None,
+    among: Collection[str] | None = None,
 ) -> LoanPlan:
     """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back. With
     ``gpu_type``, only the inference servers of that GPU type are balanced (demand is then in servers of that
-    type)."""
+    type); with ``among``, only those it names (the operator's loan cycle leaves out a cordoned server that serves
+    no replica: it is neither lent, nor room for inference, nor reclaimed)."""
     if not isinstance(headroom, int) or headroom < 0:
         raise InvalidClusterError(f"headroom must be an integer >= 0, got {headroom!r}")
 
     def of(state: LoanState) -> tuple[Server, ...]:
-        return tuple(s for s in snapshot.servers_in(state) if gpu_type is None or s.gpu_type == gpu_type)
+        return tuple(
+            s
+            for s in snapshot.servers_in(state)
+            if (gpu_type is None or s.gpu_type == gpu_type) and (among is None or s.name in among)
+        )
 
     idle = of(LoanState.IDLE)
     held = len(of(LoanState.SERVING)) + len(idle) + len(of(LoanState.RECLAIMING))

@@ -27,13 +27,13 @@ where a killed one stopped. Applying a decision and deciding again yields no act
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lyra.api import conditions, names
 from lyra.api.resources import Condition, ConditionStatus, JobPhase, wire
 from lyra.core.gpus import GpuCatalog, MemoryDisagreement
-from lyra.core.model import ClusterSnapshot
+from lyra.core.model import ClusterSnapshot, LoanState
 from lyra.operator.actions import ACTION_ORDER, Decision, PatchStatus
 from lyra.operator.changes import Changes
 from lyra.operator.config import OperatorConfig
@@ -44,7 +44,7 @@ from lyra.operator.services import ServiceBook
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import World
 
-__all__ = ["OperatorConfig", "decide", "live_snapshot", "live_view", "observed_gpus", "report_unreadable"]
+__all__ = ["LiveView", "OperatorConfig", "decide", "live_snapshot", "live_view", "observed_gpus", "report_unreadable"]
 
 
 def decide(
@@ -113,20 +113,37 @@ def report_unreadable(world: World, changes: Changes) -> None:
 
 def live_snapshot(world: World, config: OperatorConfig | None = None) -> ClusterSnapshot:
     """The core's snapshot of ``world`` as a pass's reclaims see it before deciding (``lyra status``'s queue)."""
-    return live_view(world, config, allocating=False)[0]
+    return live_view(world, config, allocating=False).snapshot
 
 
-def live_view(
-    world: World, config: OperatorConfig | None = None, *, allocating: bool
-) -> tuple[ClusterSnapshot, dict[str, int]]:
-    """The core's snapshot of ``world`` as a pass sees it before deciding, and the GPUs held on each server by work
-    outside its jobs (inference replicas, other GPU pods, leaving workers, the free GPUs of a cordoned or unhealthy
-    node; servers with none left out): ``lyra plan --from-cluster``. ``allocating``: the allocation's view (a job
-    whose workers are still leaving left out, its GPUs held), else the reclaims' (every job where it runs)."""
+@dataclass(frozen=True)
+class LiveView:
+    """The cluster as a pass sees it before deciding (``lyra plan --from-cluster``): the core's snapshot, the GPUs held
+    on each server by work outside its jobs (inference replicas, other GPU pods, leaving workers, the free GPUs of a
+    cordoned or unhealthy node; servers with none left out), and the cordoned servers. A cordoned inference server
+    the loan cycle leaves out (it serves no replica) is ``idle`` in it, or ``loaned`` if lent: never ``serving``."""
+
+    snapshot: ClusterSnapshot
+    held: dict[str, int]
+    cordoned: frozenset[str]
+
+
+def live_view(world: World, config: OperatorConfig | None = None, *, allocating: bool) -> LiveView:
+    """:class:`LiveView` of ``world``. ``allocating``: the allocation's view (a job whose workers are still leaving
+    left out, its GPUs held), else the reclaims' (every job where it runs)."""
     config = config or OperatorConfig()
     config = replace(config, gpus=observed_gpus(world, config.gpus)[0])
     changes = Changes(world.now)
     jobs = JobBook(world, config, changes)
     loans = LoanBook(world, config, changes, jobs, {})
     snapshot, held, _ = jobs.snapshot(loans.states, allocating=allocating)
-    return snapshot, {name: gpus for name, gpus in held.items() if gpus}
+    cordoned = frozenset(n.name for n in world.nodes if n.unschedulable) & {s.name for s in snapshot.servers}
+    out_of_cycle = {
+        s.name
+        for s in snapshot.servers
+        if s.name in cordoned and s.state is LoanState.SERVING and s.name not in loans.states
+    }
+    if out_of_cycle:  # it serves nothing: idle, not room for inference (the operator does not count it either)
+        servers = tuple(replace(s, state=LoanState.IDLE) if s.name in out_of_cycle else s for s in snapshot.servers)
+        snapshot = replace(snapshot, servers=servers)
+    return LiveView(snapshot, {name: gpus for name, gpus in held.items() if gpus}, cordoned)

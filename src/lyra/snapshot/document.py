@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -87,6 +87,7 @@ class ServerDocument(_Strict):
     gpu_type: Name = Field(alias="gpuType")
     gpus: Annotated[int, Field(strict=True, gt=0, le=MAX_GPUS_PER_SERVER)]
     state: LoanState | None = None
+    cordoned: Annotated[bool, Field(strict=True)] = False
 
     @model_validator(mode="after")
     def _state_matches_pool(self) -> ServerDocument:
@@ -229,18 +230,31 @@ class SnapshotDocument(_Strict):
         return ClusterSnapshot(tuple(s.to_core() for s in self.servers), tuple(j.to_core() for j in self.jobs), catalog)
 
     def to_planner_input(self) -> PlannerInput:
-        """The snapshot and its held GPUs, checked together (:class:`PlannerInput`)."""
-        return PlannerInput(self.to_core(), {name: gpus for name, gpus in self.held_gpus.items() if gpus})
+        """The snapshot, its held GPUs and its cordoned servers, checked together (:class:`PlannerInput`)."""
+        return PlannerInput(
+            self.to_core(),
+            {name: gpus for name, gpus in self.held_gpus.items() if gpus},
+            frozenset(s.name for s in self.servers if s.cordoned),
+        )
 
     @classmethod
-    def from_core(cls, snapshot: ClusterSnapshot, held: Mapping[str, int] | None = None) -> SnapshotDocument:
+    def from_core(
+        cls, snapshot: ClusterSnapshot, held: Mapping[str, int] | None = None, cordoned: Collection[str] = ()
+    ) -> SnapshotDocument:
         """The document of ``snapshot``, with ``held`` (its servers' GPUs used outside its jobs) as ``heldGpus``, in
-        the servers' order and without zeros."""
+        the servers' order and without zeros, and the ``cordoned`` servers marked."""
         held = held or {}
         return cls(
             held_gpus={s.name: held[s.name] for s in snapshot.servers if held.get(s.name)},
             servers=[
-                ServerDocument(name=s.name, pool=s.pool, gpu_type=s.gpu_type, gpus=s.gpus, state=s.state)
+                ServerDocument(
+                    name=s.name,
+                    pool=s.pool,
+                    gpu_type=s.gpu_type,
+                    gpus=s.gpus,
+                    state=s.state,
+                    cordoned=s.name in cordoned,
+                )
                 for s in snapshot.servers
             ],
             jobs=[JobDocument.from_core(j) for j in snapshot.jobs],
@@ -253,23 +267,26 @@ class SnapshotDocument(_Strict):
 
 @dataclass(frozen=True)
 class PlannerInput:
-    """What the what-if planner decides on: a snapshot, and the GPUs on its servers that work outside its jobs uses
-    (``heldGpus``: inference replicas, GPU pods Lyra does not manage, workers still leaving, the free GPUs of a
-    cordoned or unhealthy node). An allocation leaves held GPUs alone, as the operator's does; reclaims and loans
-    decide whole servers and do not read them.
+    """What the what-if planner decides on: a snapshot; the GPUs on its servers that work outside its jobs uses
+    (``heldGpus``: inference replicas, GPU pods Lyra does not manage, workers still leaving, the free GPUs of an
+    unhealthy node); and its cordoned servers (``kubectl cordon`` or ``drain``), which take no new work.
 
-    Checked on creation: every held server is in the snapshot, and no server's held GPUs and its jobs' workers'
-    GPUs together exceed the GPUs it has (:class:`InvalidClusterError`, in the document's terms)."""
+    The planner applies the operator's rules to them: an allocation leaves held GPUs alone, and every GPU of a
+    cordoned server that its jobs' workers leave free (:meth:`allocation_held`); reclaims and loans leave out a
+    cordoned inference server that is idle or loaned, as the operator's loan cycle does (it serves no replica:
+    lent it would take no worker, counted as room it would leave replicas pending, reclaimed it would give inference
+    nothing; :meth:`loan_cycle`).
+
+    Checked on creation: every held or cordoned server is in the snapshot, and no server's held GPUs and its jobs'
+    workers' GPUs together exceed the GPUs it has (:class:`InvalidClusterError`, in the document's terms)."""
 
     snapshot: ClusterSnapshot
     held: Mapping[str, int] = field(default_factory=dict)
+    cordoned: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        used: dict[str, int] = {}
-        for job in self.snapshot.jobs:
-            for where, workers in job.placement.items():
-                used[where] = used.get(where, 0) + workers * job.gpus_per_worker
         servers = {s.name: s for s in self.snapshot.servers}
+        used = self._used()
         for name, gpus in self.held.items():
             server = servers.get(name)
             if server is None:
@@ -281,7 +298,39 @@ class PlannerInput:
                     f"heldGpus.{name}: {gpus} GPUs held beside {used.get(name, 0)} used by the jobs' workers, on a "
                     f"server of {server.gpus}"
                 )
+        for name in sorted(self.cordoned):
+            if name not in servers:
+                raise InvalidClusterError(f"cordoned server {_short(name)!r} is no server of the snapshot")
         object.__setattr__(self, "held", dict(self.held))
+        object.__setattr__(self, "cordoned", frozenset(self.cordoned))
+
+    def _used(self) -> dict[str, int]:
+        """GPUs the jobs' workers use on each server."""
+        used: dict[str, int] = {}
+        for job in self.snapshot.jobs:
+            for where, workers in job.placement.items():
+                used[where] = used.get(where, 0) + workers * job.gpus_per_worker
+        return used
+
+    def allocation_held(self) -> dict[str, int]:
+        """The GPUs an allocation leaves alone on each server: those held, and on a cordoned server every GPU its
+        jobs' workers leave free (its workers stay; nothing new goes there)."""
+        held = dict(self.held)
+        used = self._used()
+        for server in self.snapshot.servers:
+            if server.name in self.cordoned:
+                held[server.name] = max(held.get(server.name, 0), server.gpus - used.get(server.name, 0))
+        return held
+
+    def loan_cycle(self) -> frozenset[str] | None:
+        """The inference servers reclaims and loans decide among: all but the cordoned ones that are idle or loaned.
+        ``None`` when none is left out (every server)."""
+        out = {
+            s.name
+            for s in self.snapshot.servers
+            if s.name in self.cordoned and s.state in (LoanState.IDLE, LoanState.LOANED)
+        }
+        return frozenset(s.name for s in self.snapshot.servers if s.name not in out) if out else None
 
 
 def _catalog_to_core(entries: Mapping[str, GpuTypeDocument]) -> GpuCatalog:

@@ -120,6 +120,38 @@ def test_allocate_and_migrate_leave_held_gpus_alone(capsys: pytest.CaptureFixtur
     assert "heldGpus.big: 9 GPUs held beside 0 used by the jobs' workers, on a server of 8" in err
 
 
+def cordoned_example(tmp_path: Path, *names: str) -> str:
+    document = json.loads(EXAMPLE.read_text())
+    for server in document["servers"]:
+        server["cordoned"] = server["name"] in names
+    path = tmp_path / "cordoned.json"
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def test_a_cordoned_server_is_planned_as_the_operator_treats_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The example's cheapest server to reclaim is t4-3 (above); cordoned, it is never reclaimed (it would give
+    inference nothing), so t4-2 goes, preempting b. Its idle t4-5 is lent for a demand of 1; cordoned, it is not.
+    q needs the A100 (24 GiB a GPU); with a100-0 cordoned it waits."""
+    code, plan, _ = run(capsys, "plan", "reclaim", "--snapshot", cordoned_example(tmp_path, "t4-3"), "--servers", "1")
+    assert code == 0
+    assert plan["servers"] == ["t4-2"]
+    assert plan["preempted"] == ["b"]
+    code, plan, err = run(capsys, "plan", "reclaim", "--snapshot", cordoned_example(tmp_path, "t4-3"), "--servers", "4")
+    assert code == 2
+    assert "cannot reclaim 4 servers: only 3 are loaned (t4-0, t4-1, t4-2)" in err
+    code, plan, _ = run(capsys, "plan", "loans", "--snapshot", cordoned_example(tmp_path), "--demand", "1")
+    assert (code, plan["lend"]) == (0, ["t4-5"])
+    code, plan, _ = run(capsys, "plan", "loans", "--snapshot", cordoned_example(tmp_path, "t4-5"), "--demand", "1")
+    assert (code, plan["lend"], plan["heldServers"]) == (0, [], 1)
+    code, plan, _ = run(capsys, "plan", "allocate", "--snapshot", cordoned_example(tmp_path, "a100-0"))
+    assert code == 0
+    assert plan["workers"]["q"] == 0
+    assert "q" in plan["queued"]
+
+
 def test_migrate_moves_jobs_to_faster_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     code, plan, _ = run(capsys, "plan", "migrate", "--snapshot", str(EXAMPLE), "--restart-cost", "60")
     assert code == 0

@@ -81,3 +81,15 @@ def test_a_gpu_type_scopes_the_balance_to_its_servers() -> None:
     v100 = plan_loans(snap, InferenceDemand(1), gpu_type="V100")
     assert (v100.lend, v100.reclaim, v100.held) == (("v-i",), 0, 2)
     assert plan_loans(snap, InferenceDemand(0), gpu_type="A100").held == 0
+
+
+def test_among_scopes_the_balance_to_the_servers_it_names() -> None:
+    """The servers ``among`` leaves out are neither lent, nor counted as held, nor as loaned (the operator's loan
+    cycle leaves a cordoned idle or loaned server out so)."""
+    snap = snapshot(_servers("s0 i0 i1 l0 l1"))
+    every = plan_loans(snap, InferenceDemand(1), among=None)
+    assert (every.lend, every.held) == (("i0", "i1"), 3)
+    scoped = plan_loans(snap, InferenceDemand(1), among={"s0", "i1", "l0"})
+    assert (scoped.lend, scoped.held) == (("i1",), 2)
+    short = plan_loans(snap, InferenceDemand(4), among={"s0", "l1"})
+    assert (short.reclaim, short.shortfall, short.held) == (1, 2, 1), "only l1 may come back"

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lyra.core import allocate_workers
+from lyra.core import LoanState, allocate_workers
 from lyra.operator.decide import OperatorConfig, decide, live_view
 from lyra.operator.timestamps import format_time
 
-from .fake_cluster import A100, FakeCluster, node, training_job
+from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
 from .test_decide import foreign_gpu_pod
 
 CONFIG = OperatorConfig(gang_timeout_s=60)
+LENDING = OperatorConfig(gang_timeout_s=60, lend_delay_s=10)
 
 
 def settle(cluster: FakeCluster) -> None:
@@ -44,8 +45,10 @@ def three_servers_one_cordoned() -> FakeCluster:
 def test_the_view_holds_other_pods_and_a_cordoned_node_and_its_plan_is_the_operators() -> None:
     cluster = three_servers_one_cordoned()
     for allocating in (True, False):
-        snapshot, held = live_view(cluster.world(), CONFIG, allocating=allocating)
+        view = live_view(cluster.world(), CONFIG, allocating=allocating)
+        snapshot, held = view.snapshot, view.held
         assert held == {"a0": 3, "a2": 8}
+        assert view.cordoned == {"a2"}
         assert [j.name for j in snapshot.jobs] == ["ml/elastic"]
     plan = allocate_workers(snapshot, held=held)
     assert plan.workers["ml/elastic"] == 5 + 8
@@ -60,18 +63,47 @@ def test_a_cordoned_node_holds_only_what_its_workers_leave_free_and_leaving_work
     cluster = three_servers_one_cordoned()
     settle(cluster)
     cluster.nodes["a1"]["spec"]["unschedulable"] = True  # its 8 workers stay: nothing of it is free to hold
-    snapshot, held = live_view(cluster.world(), CONFIG, allocating=True)
-    assert held == {"a0": 3, "a2": 8}
-    assert dict(snapshot.job("ml/elastic").placement) == {"a0": 5, "a1": 8}
+    view = live_view(cluster.world(), CONFIG, allocating=True)
+    assert view.held == {"a0": 3, "a2": 8}
+    assert view.cordoned == {"a1", "a2"}
+    assert dict(view.snapshot.job("ml/elastic").placement) == {"a0": 5, "a1": 8}
     # `kubectl drain a1`: its workers are evicted and take their grace to leave. The reclaims' view keeps the job
     # where it runs; the allocation's leaves it out until they are gone, every GPU of its workers held.
     for pod in cluster.workers("elastic"):
         if pod["spec"]["nodeName"] == "a1":
             pod["metadata"]["deletionTimestamp"] = format_time(cluster.now)
             pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "Eviction"}]
-    reclaims, held = live_view(cluster.world(), CONFIG, allocating=False)
-    assert dict(reclaims.job("ml/elastic").placement) == {"a0": 5}
-    assert held == {"a0": 3, "a1": 8, "a2": 8}
-    allocation, held = live_view(cluster.world(), CONFIG, allocating=True)
-    assert allocation.jobs == ()
-    assert held == {"a0": 3 + 5, "a1": 8, "a2": 8}
+    reclaims = live_view(cluster.world(), CONFIG, allocating=False)
+    assert dict(reclaims.snapshot.job("ml/elastic").placement) == {"a0": 5}
+    assert reclaims.held == {"a0": 3, "a1": 8, "a2": 8}
+    allocation = live_view(cluster.world(), CONFIG, allocating=True)
+    assert allocation.snapshot.jobs == ()
+    assert allocation.held == {"a0": 3 + 5, "a1": 8, "a2": 8}
+
+
+def test_cordoned_inference_servers_that_serve_no_replica_are_idle_or_loaned_never_serving() -> None:
+    """The loan cycle leaves out a cordoned inference server without replicas: the view shows it idle (a drained
+    serving one too: it serves nothing), or loaned if lent, with ``cordoned``, so that the planner leaves it out of
+    reclaims and loans as the operator does. One that still serves replicas stays serving."""
+    cluster = FakeCluster([node(f"t{i}", "inference", T4) for i in range(4)], now=1_000_000.0)
+    cluster.add_service(inference_service("chat", 1))
+    cluster.add_job(training_job("elastic", 1, 32, gpuTypes=[T4]))
+    for _ in range(8):
+        cluster.apply(decide(cluster.world(), LENDING))
+        cluster.finish_terminations()
+        cluster.tick(20)
+    states = {name: cluster.state(name) for name in ("t0", "t1", "t2", "t3")}
+    serving = next(name for name, state in states.items() if state == "serving")
+    loaned = sorted(name for name, state in states.items() if state == "loaned")
+    assert len(loaned) == 3, states
+    for name in (serving, loaned[0]):
+        cluster.nodes[name]["spec"]["unschedulable"] = True
+    view = live_view(cluster.world(), LENDING, allocating=False)
+    assert view.cordoned == {serving, loaned[0]}
+    assert view.snapshot.server(serving).state is LoanState.SERVING, "it serves the replica: in the cycle"
+    for pod in list(cluster.pods.values()):  # `kubectl drain`: the replica is evicted, and made again elsewhere
+        if pod["spec"].get("nodeName") == serving:
+            del cluster.pods[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"]
+    view = live_view(cluster.world(), LENDING, allocating=False)
+    assert view.snapshot.server(serving).state is LoanState.IDLE
+    assert view.snapshot.server(loaned[0]).state is LoanState.LOANED

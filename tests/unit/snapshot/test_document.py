@@ -165,12 +165,37 @@ def test_bad_held_gpus_are_refused_naming_the_field(held: Any, message: str) -> 
         parse_snapshot(_with("heldGpus", held))  # every verb refuses it, even those that do not read it
 
 
+def test_cordoned_servers_are_read_and_round_trip() -> None:
+    given = parse_planner_input(_with("servers.1.cordoned", True))
+    assert given.cordoned == {"i0"}
+    exported = SnapshotDocument.from_core(given.snapshot, given.held, given.cordoned).model_dump_json(by_alias=True)
+    assert [s["cordoned"] for s in json.loads(exported)["servers"]] == [True, False]  # i0, t0
+    assert parse_planner_input(exported) == given
+    with pytest.raises(SnapshotError, match=r"servers\[1\]\.cordoned \(server 'i0'\): Input should be a valid boolean"):
+        parse_planner_input(_with("servers.1.cordoned", "yes"))
+
+
+def test_a_cordoned_server_holds_what_its_workers_leave_free_and_an_idle_or_loaned_one_leaves_the_loan_cycle() -> None:
+    """The operator's rules, applied by the planner: t0 (8 GPUs, no worker) and i0 (8 GPUs, 2 of j's) cordoned hold
+    8 and 6 GPUs from an allocation (at least what ``heldGpus`` says); the loaned i0 leaves the loan cycle."""
+    document = json.loads(_with("heldGpus", {"i0": 1}))
+    for server in document["servers"]:
+        server["cordoned"] = True
+    given = parse_planner_input(json.dumps(document))
+    assert given.allocation_held() == {"t0": 8, "i0": 6}
+    assert given.loan_cycle() == {"t0"}
+    assert parse_planner_input(json.dumps(MINIMAL)).loan_cycle() is None, "nothing cordoned: every server"
+    assert parse_planner_input(json.dumps(MINIMAL)).allocation_held() == {}
+
+
 def test_a_planner_input_built_in_code_is_checked_too() -> None:
     snapshot = parse_snapshot(json.dumps(MINIMAL))
     with pytest.raises(InvalidClusterError, match=r"heldGpus\.t0: must be an integer >= 0, got True"):
         PlannerInput(snapshot, {"t0": True})
     with pytest.raises(InvalidClusterError, match="no server of the snapshot"):
         PlannerInput(snapshot, {"x": 1})
+    with pytest.raises(InvalidClusterError, match="cordoned server 'x' is no server of the snapshot"):
+        PlannerInput(snapshot, cordoned=frozenset({"x"}))
 
 
 def test_the_shipped_example_parses_and_round_trips() -> None:
