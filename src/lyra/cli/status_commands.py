@@ -1,4 +1,5 @@
-"""`lyra status`: the cluster as Lyra sees it, in three tables: servers per pool, GPU type and loan state; the
+"""`lyra status`: the cluster as Lyra sees it, in three tables: servers per pool, GPU type and loan state (marked
+cordoned or unhealthy when they take no new work), with their GPUs and the GPUs bound pods hold there; the
 queue in admission order with the reason each job waits; running jobs with their workers, GPU type and servers.
 
 Read-only. Exit codes: 0 printed, 1 the cluster could not be read, 2 bad input.
@@ -121,13 +122,22 @@ def render(world: World) -> str:
     from lyra.api.resources import JobPhase
     from lyra.core.model import Pool
 
-    pools: Counter[tuple[str, str, str]] = Counter()
+    in_use: Counter[str] = Counter()
+    for pod in world.pods:
+        if pod.holds_gpus:  # bound and not finished: terminating ones too, until they are gone
+            in_use[pod.node] += pod.gpus
+    pools: dict[tuple[str, str, str], list[int]] = {}
     for node in world.nodes:
         state = node.state.value if node.state is not None else ("-" if node.pool is Pool.TRAINING else "new")
         if node.unschedulable:  # kubectl cordon: Lyra plans no new work there, and neither lends nor reclaims it
             state = f"{state}, cordoned"
-        pools[(node.pool.value, node.gpu_type, state)] += 1
-    server_rows = [(pool, gpu, state, count) for (pool, gpu, state), count in sorted(pools.items())]
+        if not node.healthy:  # NotReady, not heard from, GPUs gone: no new work either (docs/reliability.md)
+            state = f"{state}, unhealthy"
+        counts = pools.setdefault((node.pool.value, node.gpu_type, state), [0, 0, 0])
+        counts[0] += 1
+        counts[1] += node.gpus
+        counts[2] += in_use[node.name]
+    server_rows = [(pool, gpu, state, *counts) for (pool, gpu, state), counts in sorted(pools.items())]
     queued = admission_order(world)
     queue_rows = []
     for position, job in enumerate(queued, start=1):
@@ -144,7 +154,7 @@ def render(world: World) -> str:
              servers)
         )  # fmt: skip
     parts = [
-        table(("POOL", "GPU TYPE", "STATE", "SERVERS"), server_rows),
+        table(("POOL", "GPU TYPE", "STATE", "SERVERS", "GPUS", "IN USE"), server_rows),
         "",
         table(("QUEUE", "JOB", "BASE WORKERS", "GPU/WORKER", "WAITING BECAUSE"), queue_rows)
         if queue_rows

@@ -25,14 +25,25 @@ def test_the_status_queue_is_the_admission_order() -> None:
     assert [line.split()[1] for line in queue] == ["ml/urgent", "ml/long", "ml/same", "ml/t4-only"]
 
 
-def test_the_status_says_which_servers_are_cordoned() -> None:
-    cluster = FakeCluster([node("a0", "training", A100), node("a1", "training", A100), node("t0", "inference", T4)])
+def test_the_status_says_which_servers_take_no_new_work_and_the_gpus_in_use() -> None:
+    """Cordoned and unhealthy servers are marked; GPUS counts the servers' GPUs, IN USE those bound pods hold (the
+    elastic job's 8 workers of 1 GPU on a0: a1 is cordoned, a2 stopped reporting before anything ran there)."""
+    cluster = FakeCluster([node(f"a{i}", "training", A100) for i in range(3)] + [node("t0", "inference", T4)])
     cluster.nodes["a1"]["spec"]["unschedulable"] = True  # kubectl cordon a1
     cluster.nodes["t0"]["spec"]["unschedulable"] = True
+    cluster.nodes["a2"]["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]
+    cluster.add_job(training_job("elastic", 1, 8, gpuTypes=[A100]))
     cluster.apply(decide(cluster.world(), OperatorConfig(lend_delay_s=0)))
-    servers = render(cluster.world()).split("\n\n")[0].splitlines()[1:]
-    assert [line.split(maxsplit=2)[2].rsplit(maxsplit=1) for line in servers] == [
-        ["new, cordoned", "1"],  # an inference server Lyra has not given a state: left as it is while cordoned
-        ["-", "1"],
-        ["-, cordoned", "1"],
+    servers = render(cluster.world()).split("\n\n")[0].splitlines()
+    assert servers[0].split() == ["POOL", "GPU", "TYPE", "STATE", "SERVERS", "GPUS", "IN", "USE"]
+    assert [line.split(maxsplit=2)[2].rsplit(maxsplit=3) for line in servers[1:]] == [
+        [
+            "new, cordoned",
+            "1",
+            "8",
+            "0",
+        ],  # an inference server Lyra has not given a state: left as it is while cordoned
+        ["-", "1", "8", "8"],
+        ["-, cordoned", "1", "8", "0"],
+        ["-, unhealthy", "1", "8", "0"],
     ]
