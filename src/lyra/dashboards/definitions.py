@@ -170,10 +170,13 @@ LOANS = Dashboard(
         Panel(
             "Preemptions against scale-ins",
             "Per hour: TrainingJobs preempted (stopped and re-queued), by reason, against flexible workers scaled in, "
-            "by GPU type. Lyra's reclaim prefers scale-ins.",
+            "by GPU type and cause (deleted by Lyra, or taken by a disruption). Lyra's reclaim prefers scale-ins.",
             (
                 Query(increase_per_hour(metrics.PREEMPTIONS, "reason"), "preempted: {{reason}}"),
-                Query(increase_per_hour(metrics.SCALED_IN_WORKERS, "gpu_type"), "scaled in: {{gpu_type}}"),
+                Query(
+                    increase_per_hour(metrics.SCALED_IN_WORKERS, "gpu_type", "cause"),
+                    "scaled in: {{gpu_type}} ({{cause}})",
+                ),
             ),
             PER_HOUR,
         ),

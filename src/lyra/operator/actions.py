@@ -224,7 +224,9 @@ class PassReport:
     """What one pass planned, beside its actions (for the metrics, the logs and ``--dry-run``). ``loans`` per GPU type,
     or ``loans_error`` when the loan cycle could not be planned; ``allocation`` when the pass allocated (it waits for
     a settled cluster), or ``allocation_error``; ``left_out``: jobs the allocation leaves out and why; ``preempted``:
-    each job the pass re-queues from Running and the cause (a ``PREEMPTED_*`` of :mod:`lyra.operator.jobs`)."""
+    each job the pass re-queues from Running and the cause (a ``PREEMPTED_*`` of :mod:`lyra.operator.jobs`);
+    ``disrupted``: each job the pass scales in by workers Kubernetes took (evicted or disrupted, or gone from a node
+    that takes no new work), per GPU type: no deletion of Lyra's counts them."""
 
     inference_servers_needed: Mapping[str, int] = field(default_factory=dict)
     loans: Mapping[str, LoanReport] = field(default_factory=dict)
@@ -233,6 +235,7 @@ class PassReport:
     allocation_error: str | None = None
     left_out: Mapping[str, str] = field(default_factory=dict)
     preempted: Mapping[str, str] = field(default_factory=dict)
+    disrupted: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     reclaim_waits: tuple[ReclaimWaitReport, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
@@ -244,6 +247,8 @@ class PassReport:
         report: dict[str, Any] = {"inference_servers_needed": dict(self.inference_servers_needed)}
         if self.preempted:
             report["preempted"] = dict(self.preempted)
+        if self.disrupted:
+            report["disrupted"] = {job: dict(types) for job, types in self.disrupted.items()}
         if self.reclaim_waits:
             report["reclaim_waits"] = [wait.as_json() for wait in self.reclaim_waits]
         if self.left_out:

@@ -70,8 +70,16 @@ class JobLives:
         """Scale a running job in by ``pods`` (deleted, if they are not leaving already) and by the ``vanished``
         workers its plan still counts on each node (gone already, no pod left to delete)."""
         job = self.training.jobs[job_key]
+        changes = self.training.changes
+        taken: list[str] = []  # the nodes of the workers Kubernetes took: no deletion of Lyra's counts them
         for pod in pods:
-            self.training.changes.delete(pod, job.record.spec.preemption.grace_period_seconds, conditions.SCALED_IN)
+            deleted_before = pod.ref.key in changes.deleted
+            changes.delete(pod, job.record.spec.preemption.grace_period_seconds, conditions.SCALED_IN)
+            if not deleted_before and pod.ref.key not in changes.deleted:
+                taken.append(pod.node)
+        for node, count in (vanished or {}).items():
+            taken += [node] * count
+        self.count_disrupted(job, taken)
         placements = dict(job.status.placements)
         for pod in pods:
             placements[pod.node] = placements.get(pod.node, 0) - 1
@@ -95,6 +103,22 @@ class JobLives:
         job = self.training.jobs[job_key]
         self.stop_job(job, JobPhase.QUEUED, conditions.PREEMPTED, f"preempted: {why}; re-queued")
         self.count_preemption(job, PREEMPTED_BY_RECLAIM)
+
+    def count_disrupted(self, job: JobState, nodes: list[str]) -> None:
+        """Workers of ``job`` Kubernetes took from ``nodes``, per GPU type (the node's, else the job's), in the pass's
+        report (for metrics)."""
+        if not nodes:
+            return
+        types = {n.name: n.gpu_type for n in self.training.world.nodes}
+        counts: dict[str, int] = {}
+        for node in nodes:
+            gpu_type = types.get(node) or job.status.gpu_type
+            if gpu_type is not None:
+                counts[gpu_type] = counts.get(gpu_type, 0) + 1
+        report = self.training.changes.report
+        before = report.disrupted.get(job.key, {})
+        merged = {t: before.get(t, 0) + counts.get(t, 0) for t in sorted(before.keys() | counts.keys())}
+        self.training.changes.report = replace(report, disrupted={**report.disrupted, job.key: merged})
 
     def count_preemption(self, job: JobState, cause: str) -> None:
         """One more preemption in the job's status, and its cause in the pass's report (for metrics)."""

@@ -120,8 +120,10 @@ PREEMPTIONS = MetricSpec(
 SCALED_IN_WORKERS = MetricSpec(
     "lyra_workers_scaled_in_total",
     COUNTER,
-    "Flexible training workers deleted by a scale-in (a reclaim or a smaller allocation), by GPU type",
-    ("gpu_type",),
+    "Flexible training workers a running job lost by a scale-in, by GPU type and cause: deleted (Lyra deleted them: "
+    "a reclaim or a smaller allocation) or disruption (Kubernetes took them: evicted or disrupted, or gone from a "
+    "node that takes no new work)",
+    ("gpu_type", "cause"),
 )
 QUEUE_WAIT = MetricSpec(
     "lyra_training_job_queue_wait_seconds",
@@ -210,6 +212,7 @@ METRICS: tuple[MetricSpec, ...] = (
 #: Label values spelled once.
 TRAINING_STATE, UNLABELLED_STATE = "training", "unlabelled"
 CORDONED, UNHEALTHY = "cordoned", "unhealthy"
+DELETED, DISRUPTION = "deleted", "disruption"
 DRAINED, FORCED = "drained", "forced"
 SUCCEEDED, FAILED = "succeeded", "failed"
 OBSERVE, DECIDE, COMMIT = "observe", "decide", "commit"
@@ -282,7 +285,7 @@ class AppliedCounts:
     reclaim_durations: tuple[tuple[str, float], ...] = ()
     inference_waits: tuple[tuple[str, float], ...] = ()
     preemptions: Mapping[tuple[str], int] = field(default_factory=dict)
-    scaled_in: Mapping[tuple[str], int] = field(default_factory=dict)
+    scaled_in: Mapping[tuple[str, str], int] = field(default_factory=dict)
     queue_waits: tuple[float, ...] = ()
 
 
@@ -295,12 +298,14 @@ def applied_counts(
       set to serving or idle (a loaned server with nothing left on it returns in the pass that reclaims it: 0 s),
       forced if it took longer than the reclaim deadline;
     * a job is preempted, or starts after waiting in the queue, when its status saying so is written;
-    * a worker is scaled in when its deletion for a scale-in goes through;
+    * a worker is scaled in when its deletion for a scale-in goes through (``deleted``), or, if Kubernetes took it,
+      when its job's status counting the scale-in is written (``disruption``);
     * a service's replicas are served when its status, clearing the reclaim it waited for, is written.
     """
     nodes = {node.name: node for node in world.nodes}
     jobs = {job.ref.key: job for job in world.jobs}
     preempted = decision.report.preempted
+    disrupted = decision.report.disrupted
     waits = {wait.service: wait for wait in decision.report.reclaim_waits}
     actions: Counter[tuple[str, str]] = Counter()
     loans: Counter[tuple[str]] = Counter()
@@ -308,7 +313,7 @@ def applied_counts(
     durations: list[tuple[str, float]] = []
     inference_waits: list[tuple[str, float]] = []
     preemptions: Counter[tuple[str]] = Counter()
-    scaled_in: Counter[tuple[str]] = Counter()
+    scaled_in: Counter[tuple[str, str]] = Counter()
     queue_waits: list[float] = []
     for action, result in zip(decision.actions, results, strict=True):
         actions[(type(action).__name__, result)] += 1
@@ -329,6 +334,8 @@ def applied_counts(
                 continue
             if action.ref.key in preempted:
                 preemptions[(preempted[action.ref.key],)] += 1
+            for taken_type, workers in disrupted.get(action.ref.key, {}).items():
+                scaled_in[(taken_type, DISRUPTION)] += workers
             status = TrainingJobStatus.model_validate(dict(action.status))
             if job.status.phase is JobPhase.QUEUED and status.phase is JobPhase.RUNNING:
                 queued = parse_time(job.status.queued_at) or job.created
@@ -338,9 +345,9 @@ def applied_counts(
             if served is not None:
                 inference_waits.append((served.gpu_type, served.seconds))
         elif isinstance(action, DeletePod) and action.reason == conditions.SCALED_IN:
-            gpu_type = _gpu_type_of(action, jobs, nodes)
-            if gpu_type is not None:
-                scaled_in[(gpu_type,)] += 1
+            deleted_type = _gpu_type_of(action, jobs, nodes)
+            if deleted_type is not None:
+                scaled_in[(deleted_type, DELETED)] += 1
     return AppliedCounts(
         dict(actions),
         dict(loans),
@@ -489,7 +496,8 @@ class OperatorMetrics:
         ``increase()`` see no increase in a series that first appears already counting, so without this a type's
         first reclaim would never show. ``kinds``: (GPU type, pool) pairs."""
         for gpu_type, pool in sorted(set(kinds) - self._zeroed):
-            self._counters[SCALED_IN_WORKERS.name].labels(gpu_type)
+            for cause in (DELETED, DISRUPTION):
+                self._counters[SCALED_IN_WORKERS.name].labels(gpu_type, cause)
             if pool is Pool.INFERENCE:
                 self._counters[LOANS.name].labels(gpu_type)
                 for outcome in (DRAINED, FORCED):

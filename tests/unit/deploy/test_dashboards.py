@@ -50,7 +50,7 @@ def exposed_series() -> dict[str, set[str]]:
             reclaim_durations=((T4, 3.0),),
             inference_waits=((T4, 2.0),),
             preemptions={("reclaim",): 1},
-            scaled_in={(T4,): 1},
+            scaled_in={(T4, "deleted"): 1},
             queue_waits=(5.0,),
         )
     )

@@ -28,7 +28,7 @@ from lyra.operator.metrics import (
 )
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
-from .test_health import cordon, kill_kubelet
+from .test_health import cordon, drain, kill_kubelet
 from .test_isolation import Fault, FaultyCluster
 
 CONFIG = OperatorConfig(lend_delay_s=30, reclaim_deadline_s=100, gang_timeout_s=60)
@@ -151,6 +151,23 @@ def test_counters_count_what_the_passes_applied(scenario: Scenario) -> None:
     starts = sum(1 for event in cluster.events if event.reason == "Started")
     assert len(totals.queue_waits) == starts
     assert all(seconds >= 0 for seconds in totals.queue_waits)
+
+
+def test_workers_kubernetes_takes_are_scaled_in_by_disruption_once_and_agree_with_the_status() -> None:
+    """``kubectl drain a1``: its flexible workers are evicted (Kubernetes deletes them, not Lyra) and take their
+    grace to leave: the scale-in counts each once, as a disruption, in the pass that writes it to the job's status."""
+    cluster = FakeCluster([node("a0", "training", A100), node("a1", "training", A100)])
+    cluster.add_job(training_job("elastic", 2, 16))
+    counts = settle(cluster)
+    on_a1 = [p for p in cluster.workers("elastic") if p["spec"]["nodeName"] == "a1"]
+    assert len(on_a1) == 8
+    assert {p["metadata"]["labels"]["lyra.dev/role"] for p in on_a1} == {"flexible"}
+    drain(cluster, "a1")
+    counts += [one_pass(cluster, finish=False, seconds=1) for _ in range(3)]
+    counts += settle(cluster)
+    totals = total(counts)
+    assert {labels: n for labels, n in totals.scaled_in.items() if n} == {(A100, "disruption"): 8}
+    assert cluster.job_status("elastic")["scaleIns"] == 8
 
 
 def test_refused_or_held_actions_count_nothing_but_themselves() -> None:
@@ -284,7 +301,12 @@ def test_counters_and_histograms_start_at_zero_so_prometheus_sees_the_first_even
     assert sorted(labels["outcome"] for labels, _ in zeroed["lyra_reclaims_total"]) == ["drained", "forced"]
     assert zeroed["lyra_reclaim_duration_seconds_count"] == [({"gpu_type": T4}, 0.0)]
     assert zeroed["lyra_inference_reclaim_wait_seconds_count"] == [({"gpu_type": T4}, 0.0)]
-    assert sorted(labels["gpu_type"] for labels, _ in zeroed["lyra_workers_scaled_in_total"]) == [A100, T4]
+    assert sorted((labels["gpu_type"], labels["cause"]) for labels, _ in zeroed["lyra_workers_scaled_in_total"]) == [
+        (A100, "deleted"),
+        (A100, "disruption"),
+        (T4, "deleted"),
+        (T4, "disruption"),
+    ]
     assert all(value == 0 for labels, value in zeroed["lyra_workers_scaled_in_total"])
 
 
@@ -297,7 +319,7 @@ def test_a_standby_zeroes_the_gpu_types_it_knows_so_a_takeover_counts_from_zero(
     assert standby["lyra_leader"] == [({}, 0.0)]
     assert standby["lyra_loans_total"] == [({"gpu_type": T4}, 0.0)]
     assert standby["lyra_inference_reclaim_wait_seconds_count"] == [({"gpu_type": T4}, 0.0)]
-    assert sorted(labels["gpu_type"] for labels, _ in standby["lyra_workers_scaled_in_total"]) == [A100, T4]
+    assert sorted({labels["gpu_type"] for labels, _ in standby["lyra_workers_scaled_in_total"]}) == [A100, T4]
 
 
 def test_every_metric_is_exported_under_its_documented_name() -> None:

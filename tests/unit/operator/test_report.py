@@ -24,10 +24,11 @@ def test_the_json_keeps_its_keys_and_leaves_empty_entries_out() -> None:
             fluid_average_jct_s=99.96,
         ),
         preempted={"ml/a": "reclaim"},
+        disrupted={"ml/b": {T4: 1}},
         reclaim_waits=(ReclaimWaitReport("serve/chat", T4, 4.5),),
     )
     assert list(report.as_json()) == [
-        "inference_servers_needed", "preempted", "reclaim_waits", "allocation", "loans"
+        "inference_servers_needed", "preempted", "disrupted", "reclaim_waits", "allocation", "loans"
     ]  # fmt: skip
     assert report.as_json() == {
         "inference_servers_needed": {T4: 3},
@@ -54,6 +55,7 @@ def test_the_json_keeps_its_keys_and_leaves_empty_entries_out() -> None:
             "fluid_average_jct_s": 100.0,
         },
         "preempted": {"ml/a": "reclaim"},
+        "disrupted": {"ml/b": {T4: 1}},
         "reclaim_waits": [{"service": "serve/chat", "gpu_type": T4, "seconds": 4.5}],
     }
     json.dumps(report.as_json())  # plain JSON, no default= needed
