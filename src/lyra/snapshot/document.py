@@ -11,10 +11,10 @@ It is the wire format of :class:`lyra.core.model.ClusterSnapshot`, with camelCas
     }
 
 ``remainingWork`` is in worker-seconds on a reference GPU (speed 1); a job with no workers is queued. ``heldGpus``
-(optional) counts GPUs on a server that work outside the document's jobs uses: a decision on the jobs leaves them
-alone (:class:`PlannerInput`). Unknown keys
-are rejected so a typo never passes silently. Every error names the offending field with its path, e.g.
-``jobs[1].minWorkers (job 'bert')``, in the document's own camelCase terms.
+(optional) counts GPUs on a server that work outside the document's jobs uses, and a server may say it is
+``cordoned``: the planner treats both as the operator does (:class:`PlannerInput`). Unknown keys are rejected so a
+typo never passes silently. Every error names the offending field with its path, e.g. ``jobs[1].minWorkers (job
+'bert')``, in the document's own camelCase terms.
 
 Parsing never raises anything but :class:`SnapshotError`, whatever the input: the size, the nesting, the numbers
 and every count are bounded (``docs/snapshot.md``, "Limits"), so no document can make a policy run away.
