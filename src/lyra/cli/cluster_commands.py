@@ -352,7 +352,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_kubectl(args: argparse.Namespace) -> int:
-
     from lyra.localcluster.binaries import BinariesError, BinaryCache
     from lyra.localcluster.state import Liveness, StateError, liveness, read_state
 
