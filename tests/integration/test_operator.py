@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -201,6 +202,35 @@ def test_live_what_if_holds_a_cordoned_servers_gpus(
     replayed = lyra("plan", "allocate", "--snapshot", str(saved))
     assert replayed.returncode == 0, replayed.stderr
     assert json.loads(replayed.stdout) == plan
+
+
+def test_live_what_if_plans_loans_for_what_the_services_need(
+    cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
+) -> None:
+    """``lyra plan loans --from-cluster`` without ``--demand`` balances each inference GPU type against what the
+    InferenceServices need, as the operator sizes them: a service of 2 replicas of 8 T4 GPUs (a whole T4 server
+    each) adds 2 servers to the T4 demand, whatever else runs. The saved snapshot carries that demand
+    (``inferenceDemand``) and replays to the same plan."""
+    kubeconfig = str(cluster.kubeconfig)
+
+    def plan(saved: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        live = lyra("plan", "loans", "--from-cluster", "--kubeconfig", kubeconfig, "--save-snapshot", str(saved))
+        assert live.returncode == 0, live.stderr
+        return json.loads(live.stdout), json.loads(saved.read_text())
+
+    before, document = plan(tmp_path / "before.json")
+    t4_servers = [s for s in document["servers"] if s["pool"] == names.POOL_INFERENCE and s["gpuType"] == T4]
+    assert t4_servers, "the local cluster has T4 inference servers"
+    assert {s["gpus"] for s in t4_servers} == {8}, "a replica of 8 GPUs fills one server"
+    assert T4 in before["gpuTypes"]
+    with temporary_namespace(api, "what-if-loans") as namespace:
+        create_service(api, namespace, inference_service("whole-servers", replicas=2, gpus=8))
+        after, document = plan(tmp_path / "after.json")
+    assert after["gpuTypes"][T4]["demandServers"] == before["gpuTypes"][T4]["demandServers"] + 2
+    assert document["inferenceDemand"][T4] == after["gpuTypes"][T4]["demandServers"]
+    replayed = lyra("plan", "loans", "--snapshot", str(tmp_path / "after.json"))
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout) == after
 
 
 def phase_of(api: client.ApiClient, namespace: str, name: str) -> str | None:

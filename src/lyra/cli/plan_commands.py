@@ -3,7 +3,7 @@
     lyra plan reclaim  --snapshot FILE --servers K [--strategy lyra|poster|least-gpus-used|random] [--seed N]
     lyra plan allocate --snapshot FILE
     lyra plan migrate  --snapshot FILE --restart-cost SECONDS [--min-gain SECONDS]
-    lyra plan loans    --snapshot FILE --demand SERVERS [--headroom SERVERS]
+    lyra plan loans    --snapshot FILE [--demand SERVERS | --demand GPU_TYPE=SERVERS ...] [--headroom SERVERS]
     lyra plan schema   (prints the snapshot document's JSON Schema)
 
 ``--snapshot -`` reads standard input. The snapshot format is documented in ``docs/snapshot.md``. Instead of a
@@ -68,6 +68,20 @@ def _seconds_up_to(limit: float) -> Callable[[str], float]:
     return parse
 
 
+def _demand(text: str) -> tuple[str | None, int]:
+    """A ``--demand``: ``SERVERS``, or ``GPU_TYPE=SERVERS``."""
+    gpu_type, equals, count = text.rpartition("=")
+    if equals and not gpu_type:
+        raise argparse.ArgumentTypeError(f"expected GPU_TYPE=SERVERS, got {text[:80]!r} (no GPU type before '=')")
+    try:
+        servers = non_negative_int(count)
+    except argparse.ArgumentTypeError as error:
+        if not equals:
+            raise
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: {error}") from None
+    return (gpu_type or None), servers
+
+
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Register the `plan` command group."""
     from lyra.core import ReclaimStrategy
@@ -130,10 +144,20 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     loans = verbs.add_parser("loans", help="how many idle inference servers to lend, or loaned ones to reclaim")
     snapshot_argument(loans)
     loans.add_argument(
-        "--demand", required=True, type=non_negative_int, metavar="SERVERS", help="servers inference needs now"
+        "--demand",
+        action="append",
+        type=_demand,
+        metavar="[GPU_TYPE=]SERVERS",
+        help="servers inference needs now: one number for an inference pool of one GPU type, or GPU_TYPE=SERVERS "
+        "for each type to plan (repeated); default: the snapshot's inferenceDemand (with --from-cluster: as the "
+        "operator sizes the InferenceServices)",
     )
     loans.add_argument(
-        "--headroom", type=non_negative_int, default=0, metavar="SERVERS", help="spare servers kept (default: 0)"
+        "--headroom",
+        type=non_negative_int,
+        default=0,
+        metavar="SERVERS",
+        help="spare servers kept (per GPU type when the plan is per type; default: 0)",
     )
     loans.set_defaults(prog=loans.prog, run=_run_loans)
 
@@ -197,11 +221,11 @@ def _from_cluster(args: argparse.Namespace) -> PlannerInput:
     config = OperatorConfig(gpus=args.gpu_catalog) if args.gpu_catalog is not None else None
     live = live_view(world, config, allocating=args.verb in _ALLOCATING_VERBS)
     try:
-        given = PlannerInput(live.snapshot, live.held, live.cordoned)
+        given = PlannerInput(live.snapshot, live.held, live.cordoned, live.demand, live.unhealthy)
     except InvalidClusterError as error:  # pods on a node hold more GPUs than it reports: the operator sees it too
         raise _ClusterError(f"the cluster as read is inconsistent: {error}") from None
     if args.save_snapshot is not None:
-        document = SnapshotDocument.from_core(live.snapshot, live.held, live.cordoned)
+        document = SnapshotDocument.from_core(live.snapshot, live.held, live.cordoned, live.demand, live.unhealthy)
         text = document.model_dump_json(by_alias=True, indent=2)
         try:
             write_text(args.save_snapshot, text + "\n", "--save-snapshot")
@@ -296,12 +320,71 @@ def _run_migrate(args: argparse.Namespace) -> int:
 
 @_guarded
 def _run_loans(args: argparse.Namespace) -> int:
-    from lyra.core import InferenceDemand, plan_loans
-    from lyra.snapshot import loan_plan_document
+    """One number: the pool balanced as one (it must be of one GPU type). Per GPU type (``--demand TYPE=N``, or the
+    snapshot's ``inferenceDemand``): each type balanced alone, as the operator does; a type with inference servers
+    that the snapshot's demand leaves out needs none."""
+    from lyra.core import InferenceDemand, Pool, plan_loans
+    from lyra.snapshot import loan_plan_document, loan_plans_document
 
+    demands: list[tuple[str | None, int]] = args.demand or []
+    pooled = [servers for gpu_type, servers in demands if gpu_type is None]
+    if pooled and len(demands) > 1:
+        raise _BadInputError("give --demand once as SERVERS, or as GPU_TYPE=SERVERS for each GPU type, not both")
+    typed: dict[str, int] = {}
+    for gpu_type, servers in demands:
+        if gpu_type is not None:
+            if gpu_type in typed:
+                raise _BadInputError(f"--demand names GPU type {gpu_type[:80]!r} twice")
+            typed[gpu_type] = servers
     given = _load(args)
-    plan = plan_loans(given.snapshot, InferenceDemand(args.demand), headroom=args.headroom, among=given.loan_cycle())
-    return _emit(loan_plan_document(plan))
+    among = given.loan_cycle()
+    pool_types = sorted(
+        {s.gpu_type for s in given.snapshot.servers if s.pool is Pool.INFERENCE and (among is None or s.name in among)}
+    )
+    if pooled:
+        if len(pool_types) > 1:
+            raise _BadInputError(
+                f"the inference servers are of {len(pool_types)} GPU types ({', '.join(pool_types)}), each lent and "
+                f"reclaimed alone: give the demand of each as --demand GPU_TYPE=SERVERS, e.g. "
+                f"--demand {pool_types[0]}={pooled[0]}"
+            )
+        plan = plan_loans(
+            given.snapshot,
+            InferenceDemand(pooled[0]),
+            headroom=args.headroom,
+            among=among,
+            unlendable=given.unlendable(),
+        )
+        return _emit(loan_plan_document(plan))
+    inference_types = {s.gpu_type for s in given.snapshot.servers if s.pool is Pool.INFERENCE}
+    for gpu_type in sorted(typed):
+        if gpu_type not in inference_types:
+            raise _BadInputError(
+                f"--demand {gpu_type[:80]}=...: no inference server is of GPU type {gpu_type[:80]!r} "
+                f"(they are of: {', '.join(sorted(inference_types)) or 'none'})"
+            )
+    if not typed:
+        if given.demand is None:
+            raise _BadInputError(
+                "no demand: give --demand SERVERS (or GPU_TYPE=SERVERS per type); "
+                f"snapshot {args.snapshot} carries no inferenceDemand"
+            )
+        typed = {gpu_type: given.demand.get(gpu_type, 0) for gpu_type in {*pool_types, *given.demand}}
+    plans = {
+        gpu_type: (
+            servers,
+            plan_loans(
+                given.snapshot,
+                InferenceDemand(servers),
+                headroom=args.headroom,
+                gpu_type=gpu_type,
+                among=among,
+                unlendable=given.unlendable(),
+            ),
+        )
+        for gpu_type, servers in typed.items()
+    }
+    return _emit(loan_plans_document(plans))
 
 
 def _run_schema(args: argparse.Namespace) -> int:

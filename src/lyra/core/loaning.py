@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from lyra.core.errors import InvalidClusterError
 from lyra.core.model import ClusterSnapshot, InferenceDemand, LoanState, Server
-from lyra.core.ordering import ServerLike, lend_order
+from lyra.core.ordering import ServerLike, lend_order, serve_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +44,18 @@ def plan_loans(
     headroom: int = 0,
     gpu_type: str | None = None,
     among: Collection[str] | None = None,
+    unlendable: Collection[str] = (),
 ) -> LoanPlan:
-    """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back. With
+    """Balance the inference pool against ``demand`` (in servers) with ``headroom`` spare servers kept back, as one
+    turn of the operator's loan cycle does (:mod:`lyra.core.loan_cycle`, taking every idle server to have been idle
+    for the lend delay and every serving one to run replicas): inference needs ``demand + headroom`` servers; idle
+    servers up to the demand the serving ones leave are kept for it (the last in the lend order); of the others, the
+    last ``headroom`` in the lend order are never lent (a spare server is an idle one, even where servers serving
+    replicas outnumber the demand). With
     ``gpu_type``, only the inference servers of that GPU type are balanced (demand is then in servers of that
     type); with ``among``, only those it names (the operator's loan cycle leaves out a cordoned server that serves
-    no replica: it is neither lent, nor room for inference, nor reclaimed)."""
+    no replica: it is neither lent, nor room for inference, nor reclaimed). An idle server in ``unlendable`` (an
+    unhealthy one: it would take no training work) is never lent, but is room for inference all the same."""
     if not isinstance(headroom, int) or headroom < 0:
         raise InvalidClusterError(f"headroom must be an integer >= 0, got {headroom!r}")
 
@@ -60,8 +67,12 @@ def plan_loans(
         )
 
     idle = of(LoanState.IDLE)
-    held = len(of(LoanState.SERVING)) + len(idle) + len(of(LoanState.RECLAIMING))
-    return balance_loans(held, len(of(LoanState.LOANED)), idle, demand.servers + headroom)
+    serving = of(LoanState.SERVING)
+    held = len(serving) + len(idle) + len(of(LoanState.RECLAIMING))
+    kept = {s.name for s in serve_order(idle)[: max(demand.servers - len(serving), 0)]}
+    lendable = lend_order(s for s in idle if s.name not in unlendable and s.name not in kept)
+    may_lend = lendable[: max(len(lendable) - headroom, 0)]
+    return balance_loans(held, len(of(LoanState.LOANED)), may_lend, demand.servers + headroom)
 
 
 def balance_loans(held: int, loaned: int, idle: Iterable[ServerLike], needed: int) -> LoanPlan:

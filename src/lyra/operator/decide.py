@@ -120,12 +120,17 @@ def live_snapshot(world: World, config: OperatorConfig | None = None) -> Cluster
 class LiveView:
     """The cluster as a pass sees it before deciding (``lyra plan --from-cluster``): the core's snapshot, the GPUs held
     on each server by work outside its jobs (inference replicas, other GPU pods, leaving workers, the free GPUs of a
-    cordoned or unhealthy node; servers with none left out), and the cordoned servers. A cordoned inference server
-    the loan cycle leaves out (it serves no replica) is ``idle`` in it, or ``loaned`` if lent: never ``serving``."""
+    cordoned or unhealthy node; servers with none left out), the cordoned and the unhealthy servers (NotReady, not
+    heard from, GPUs gone or misread, within the grace: a lost one is in no plan), and the servers inference needs
+    now per GPU type, as the pass sizes the InferenceServices (every inference GPU type named, 0 if none). A
+    cordoned inference server the loan cycle leaves out (it serves no replica) is ``idle`` in it, or ``loaned`` if
+    lent: never ``serving``."""
 
     snapshot: ClusterSnapshot
     held: dict[str, int]
     cordoned: frozenset[str]
+    demand: dict[str, int]
+    unhealthy: frozenset[str]
 
 
 def live_view(world: World, config: OperatorConfig | None = None, *, allocating: bool) -> LiveView:
@@ -146,4 +151,7 @@ def live_view(world: World, config: OperatorConfig | None = None, *, allocating:
     if out_of_cycle:  # it serves nothing: idle, not room for inference (the operator does not count it either)
         servers = tuple(replace(s, state=LoanState.IDLE) if s.name in out_of_cycle else s for s in snapshot.servers)
         snapshot = replace(snapshot, servers=servers)
-    return LiveView(snapshot, {name: gpus for name, gpus in held.items() if gpus}, cordoned)
+    services = ServiceBook(world, changes, scheduler_name=config.scheduler_name, caps=config.inference_gpu_caps)
+    unhealthy = frozenset(jobs.training.unhealthy_nodes) & {s.name for s in snapshot.servers}
+    held = {name: gpus for name, gpus in held.items() if gpus}
+    return LiveView(snapshot, held, cordoned, services.plan(), unhealthy)

@@ -21,6 +21,7 @@ from lyra.snapshot.document import (
 from lyra.snapshot.plans import (
     allocation_plan_document,
     loan_plan_document,
+    loan_plans_document,
     migration_plan_document,
     reclaim_plan_document,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "SnapshotError",
     "allocation_plan_document",
     "loan_plan_document",
+    "loan_plans_document",
     "migration_plan_document",
     "parse_gpu_catalog",
     "parse_planner_input",

@@ -7,14 +7,16 @@ It is the wire format of :class:`lyra.core.model.ClusterSnapshot`, with camelCas
       "jobs": [{"name": "bert", "gpusPerWorker": 1, "minWorkers": 2, "maxWorkers": 6,
                 "remainingWork": 3600, "submitTime": 0, "workers": {"t4-0": 4}, "gpuMemoryGiB": 12}],
       "gpuCatalog": {"Tesla-T4": {"speed": 0.4, "memoryGiB": 16}},
-      "heldGpus": {"t4-0": 2}
+      "heldGpus": {"t4-0": 2},
+      "inferenceDemand": {"Tesla-T4": 1}
     }
 
 ``remainingWork`` is in worker-seconds on a reference GPU (speed 1); a job with no workers is queued. ``heldGpus``
 (optional) counts GPUs on a server that work outside the document's jobs uses, and a server may say it is
-``cordoned``: the planner treats both as the operator does (:class:`PlannerInput`). Unknown keys are rejected so a
-typo never passes silently. Every error names the offending field with its path, e.g. ``jobs[1].minWorkers (job
-'bert')``, in the document's own camelCase terms.
+``cordoned`` or ``unhealthy``: the planner treats them as the operator does (:class:`PlannerInput`).
+``inferenceDemand`` (optional) is what inference needs now, in servers per GPU type (``lyra plan loans`` balances
+each type against it). Unknown keys are rejected so a typo never passes silently. Every error names the offending
+field with its path, e.g. ``jobs[1].minWorkers (job 'bert')``, in the document's own camelCase terms.
 
 Parsing never raises anything but :class:`SnapshotError`, whatever the input: the size, the nesting, the numbers
 and every count are bounded (``docs/snapshot.md``, "Limits"), so no document can make a policy run away.
@@ -75,6 +77,7 @@ Speed = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1000)]
 MemoryGiB = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1e6)]
 WorkerCount = Annotated[int, Field(strict=True, ge=0, le=MAX_WORKERS)]
 GpuCount = Annotated[int, Field(strict=True, ge=0, le=MAX_GPUS_PER_SERVER)]
+ServerCount = Annotated[int, Field(strict=True, ge=0, le=MAX_SERVERS)]
 
 
 class _Strict(BaseModel):
@@ -88,6 +91,7 @@ class ServerDocument(_Strict):
     gpus: Annotated[int, Field(strict=True, gt=0, le=MAX_GPUS_PER_SERVER)]
     state: LoanState | None = None
     cordoned: Annotated[bool, Field(strict=True)] = False
+    unhealthy: Annotated[bool, Field(strict=True)] = False
 
     @model_validator(mode="after")
     def _state_matches_pool(self) -> ServerDocument:
@@ -203,6 +207,11 @@ class SnapshotDocument(_Strict):
     held_gpus: Annotated[dict[Name, GpuCount], Field(alias="heldGpus", max_length=MAX_SERVERS)] = Field(
         default_factory=dict
     )
+    #: Servers inference needs now, per GPU type, as the operator sizes the InferenceServices (``lyra plan loans``
+    #: plans with it when no ``--demand`` is given); absent: unknown.
+    inference_demand: Annotated[dict[Name, ServerCount], Field(max_length=MAX_GPU_TYPES)] | None = Field(
+        default=None, alias="inferenceDemand"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -235,17 +244,26 @@ class SnapshotDocument(_Strict):
             self.to_core(),
             {name: gpus for name, gpus in self.held_gpus.items() if gpus},
             frozenset(s.name for s in self.servers if s.cordoned),
+            self.inference_demand,
+            frozenset(s.name for s in self.servers if s.unhealthy),
         )
 
     @classmethod
     def from_core(
-        cls, snapshot: ClusterSnapshot, held: Mapping[str, int] | None = None, cordoned: Collection[str] = ()
+        cls,
+        snapshot: ClusterSnapshot,
+        held: Mapping[str, int] | None = None,
+        cordoned: Collection[str] = (),
+        demand: Mapping[str, int] | None = None,
+        unhealthy: Collection[str] = (),
     ) -> SnapshotDocument:
         """The document of ``snapshot``, with ``held`` (its servers' GPUs used outside its jobs) as ``heldGpus``, in
-        the servers' order and without zeros, and the ``cordoned`` servers marked."""
+        the servers' order and without zeros, the ``cordoned`` and ``unhealthy`` servers marked, and ``demand``
+        (servers inference needs per GPU type) as ``inferenceDemand``, by GPU type."""
         held = held or {}
         return cls(
             held_gpus={s.name: held[s.name] for s in snapshot.servers if held.get(s.name)},
+            inference_demand=None if demand is None else dict(sorted(demand.items())),
             servers=[
                 ServerDocument(
                     name=s.name,
@@ -254,6 +272,7 @@ class SnapshotDocument(_Strict):
                     gpus=s.gpus,
                     state=s.state,
                     cordoned=s.name in cordoned,
+                    unhealthy=s.name in unhealthy,
                 )
                 for s in snapshot.servers
             ],
@@ -269,20 +288,26 @@ class SnapshotDocument(_Strict):
 class PlannerInput:
     """What the what-if planner decides on: a snapshot; the GPUs on its servers that work outside its jobs uses
     (``heldGpus``: inference replicas, GPU pods Lyra does not manage, workers still leaving, the free GPUs of an
-    unhealthy node); and its cordoned servers (``kubectl cordon`` or ``drain``), which take no new work.
+    unhealthy node); its cordoned servers (``kubectl cordon`` or ``drain``) and its unhealthy ones (NotReady, not heard
+    from, GPUs gone or misread), which take no new work; and the servers inference needs now per GPU type
+    (``inferenceDemand``, ``None`` when unknown), as the operator sizes its services.
 
     The planner applies the operator's rules to them: an allocation leaves held GPUs alone, and every GPU of a
-    cordoned server that its jobs' workers leave free (:meth:`allocation_held`); reclaims and loans leave out a
-    cordoned inference server that is idle or loaned, as the operator's loan cycle does (it serves no replica:
-    lent it would take no worker, counted as room it would leave replicas pending, reclaimed it would give inference
-    nothing; :meth:`loan_cycle`).
+    cordoned or unhealthy server that its jobs' workers leave free (:meth:`allocation_held`); reclaims and loans
+    leave out a cordoned inference server that is idle or loaned, as the operator's loan cycle does (it serves no
+    replica: lent it would take no worker, counted as room it would leave replicas pending, reclaimed it would give
+    inference nothing; :meth:`loan_cycle`); loans never lend an unhealthy one (:meth:`unlendable`).
 
-    Checked on creation: every held or cordoned server is in the snapshot, and no server's held GPUs and its jobs'
-    workers' GPUs together exceed the GPUs it has (:class:`InvalidClusterError`, in the document's terms)."""
+    Checked on creation: every held, cordoned or unhealthy server is in the snapshot, no server's held GPUs and its
+    jobs' workers' GPUs together exceed the GPUs it has, and every demand is a count of servers
+    (:class:`InvalidClusterError`, in the document's terms). A demand may name a GPU type no inference server has:
+    inference then falls short of it by as many servers."""
 
     snapshot: ClusterSnapshot
     held: Mapping[str, int] = field(default_factory=dict)
     cordoned: frozenset[str] = frozenset()
+    demand: Mapping[str, int] | None = None
+    unhealthy: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         servers = {s.name: s for s in self.snapshot.servers}
@@ -301,8 +326,20 @@ class PlannerInput:
         for name in sorted(self.cordoned):
             if name not in servers:
                 raise InvalidClusterError(f"cordoned server {_short(name)!r} is no server of the snapshot")
+        for name in sorted(self.unhealthy):
+            if name not in servers:
+                raise InvalidClusterError(f"unhealthy server {_short(name)!r} is no server of the snapshot")
+        for gpu_type, servers_needed in (self.demand or {}).items():
+            if not isinstance(servers_needed, int) or isinstance(servers_needed, bool) or servers_needed < 0:
+                raise InvalidClusterError(
+                    f"inferenceDemand.{_short(gpu_type)}: must be an integer number of servers >= 0, "
+                    f"got {servers_needed!r}"
+                )
         object.__setattr__(self, "held", dict(self.held))
         object.__setattr__(self, "cordoned", frozenset(self.cordoned))
+        object.__setattr__(self, "unhealthy", frozenset(self.unhealthy))
+        if self.demand is not None:
+            object.__setattr__(self, "demand", dict(sorted(self.demand.items())))
 
     def _used(self) -> dict[str, int]:
         """GPUs the jobs' workers use on each server."""
@@ -313,12 +350,12 @@ class PlannerInput:
         return used
 
     def allocation_held(self) -> dict[str, int]:
-        """The GPUs an allocation leaves alone on each server: those held, and on a cordoned server every GPU its
-        jobs' workers leave free (its workers stay; nothing new goes there)."""
+        """The GPUs an allocation leaves alone on each server: those held, and on a cordoned or unhealthy server every
+        GPU its jobs' workers leave free (its workers stay; nothing new goes there)."""
         held = dict(self.held)
         used = self._used()
         for server in self.snapshot.servers:
-            if server.name in self.cordoned:
+            if server.name in self.cordoned or server.name in self.unhealthy:
                 held[server.name] = max(held.get(server.name, 0), server.gpus - used.get(server.name, 0))
         return held
 
@@ -331,6 +368,11 @@ class PlannerInput:
             if s.name in self.cordoned and s.state in (LoanState.IDLE, LoanState.LOANED)
         }
         return frozenset(s.name for s in self.snapshot.servers if s.name not in out) if out else None
+
+    def unlendable(self) -> frozenset[str]:
+        """The servers a loan plan never lends: the unhealthy ones (lent, they would take no training work; the
+        operator keeps them as room for inference)."""
+        return self.unhealthy
 
 
 def _catalog_to_core(entries: Mapping[str, GpuTypeDocument]) -> GpuCatalog:

@@ -6,6 +6,7 @@ Every number is finite: JSON has no infinity, so a time that never comes is ``nu
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from lyra.core import AllocationPlan, ClusterSnapshot, LoanPlan, ReclaimPlan
@@ -53,6 +54,17 @@ def loan_plan_document(plan: LoanPlan) -> dict[str, Any]:
         "shortfall": plan.shortfall,
         "neededServers": plan.needed,
         "heldServers": plan.held,
+    }
+
+
+def loan_plans_document(plans: Mapping[str, tuple[int, LoanPlan]]) -> dict[str, Any]:
+    """The loan plan of each GPU type (as the operator balances its pool: each type alone), with the demand in
+    servers it was planned for, by GPU type name."""
+    return {
+        "gpuTypes": {
+            gpu_type: {"demandServers": demand, **loan_plan_document(plan)}
+            for gpu_type, (demand, plan) in sorted(plans.items())
+        }
     }
 
 

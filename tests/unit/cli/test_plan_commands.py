@@ -184,6 +184,103 @@ def test_loans(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan == {"lend": ["t4-5"], "reclaim": 0, "shortfall": 0, "neededServers": 1, "heldServers": 2}
 
 
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def two_type_pool(tmp_path: Path, **fields: Any) -> str:
+    """The example with two A100 inference servers beside its six T4 ones: a100-i0 idle, a100-i1 serving."""
+    document = json.loads(EXAMPLE.read_text())
+    document["servers"] += [
+        {"name": "a100-i0", "pool": "inference", "gpuType": A100, "gpus": 8, "state": "idle"},
+        {"name": "a100-i1", "pool": "inference", "gpuType": A100, "gpus": 8, "state": "serving"},
+    ]
+    path = tmp_path / "two-types.json"
+    path.write_text(json.dumps({**document, **fields}))
+    return str(path)
+
+
+def test_loans_balance_each_gpu_type_alone(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A T4 server is no room for A100 replicas: the operator balances each type's pool alone, and so does the
+    planner. The T4 pool holds 2 servers (t4-4 serving, t4-5 idle), the A100 pool 2 (a100-i1 serving, a100-i0 idle).
+    One number for both is refused; per type, T4 needing 1 lends t4-5 and A100 needing 2 lends nothing; with a
+    headroom of 1 (per type) T4 keeps t4-5 and A100 falls 1 short."""
+    snapshot = two_type_pool(tmp_path)
+    code, plan, err = run(capsys, "plan", "loans", "--snapshot", snapshot, "--demand", "1")
+    assert (code, plan) == (2, None)
+    assert f"the inference servers are of 2 GPU types ({A100}, Tesla-T4), each lent and reclaimed alone" in err
+    assert f"--demand {A100}=1" in err
+    code, plan, _ = run(
+        capsys, "plan", "loans", "--snapshot", snapshot, "--demand", "Tesla-T4=1", "--demand", f"{A100}=2"
+    )
+    assert code == 0
+    assert plan == {
+        "gpuTypes": {
+            A100: {"demandServers": 2, "lend": [], "reclaim": 0, "shortfall": 0, "neededServers": 2, "heldServers": 2},
+            "Tesla-T4": {
+                "demandServers": 1, "lend": ["t4-5"], "reclaim": 0, "shortfall": 0, "neededServers": 1, "heldServers": 2
+            },
+        }
+    }  # fmt: skip
+    code, plan, _ = run(
+        capsys, "plan", "loans", "--snapshot", snapshot, "--demand", "Tesla-T4=1", "--demand", f"{A100}=2",
+        "--headroom", "1",
+    )  # fmt: skip
+    assert code == 0
+    assert plan["gpuTypes"]["Tesla-T4"]["lend"] == []
+    assert (plan["gpuTypes"][A100]["neededServers"], plan["gpuTypes"][A100]["shortfall"]) == (3, 1)
+    code, plan, _ = run(capsys, "plan", "loans", "--snapshot", snapshot, "--demand", f"{A100}=0")
+    assert code == 0
+    assert list(plan["gpuTypes"]) == [A100], "only the types named are planned"
+    assert plan["gpuTypes"][A100]["lend"] == ["a100-i0"]
+
+
+def test_loans_never_lend_an_unhealthy_server(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The example's idle t4-5 is lent for a demand of 1 (above); unhealthy, it is kept (the operator lends no
+    unhealthy server: it would take no training work) and still counts as inference's room: held 2, nothing lent."""
+    document = json.loads(EXAMPLE.read_text())
+    for server in document["servers"]:
+        server["unhealthy"] = server["name"] == "t4-5"
+    path = tmp_path / "unhealthy.json"
+    path.write_text(json.dumps(document))
+    code, plan, _ = run(capsys, "plan", "loans", "--snapshot", str(path), "--demand", "1")
+    assert code == 0
+    assert plan == {"lend": [], "reclaim": 0, "shortfall": 0, "neededServers": 1, "heldServers": 2}
+
+
+def test_loans_plan_for_the_snapshots_inference_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Without --demand, the document's ``inferenceDemand`` (what ``--from-cluster`` reads off the services): T4
+    needs 3 of its 2 servers, so 1 loaned one is reclaimed; A100 is not named, so it needs none and lends a100-i0."""
+    snapshot = two_type_pool(tmp_path, inferenceDemand={"Tesla-T4": 3})
+    code, plan, _ = run(capsys, "plan", "loans", "--snapshot", snapshot)
+    assert code == 0
+    assert plan["gpuTypes"]["Tesla-T4"] == {
+        "demandServers": 3, "lend": [], "reclaim": 1, "shortfall": 0, "neededServers": 3, "heldServers": 2
+    }  # fmt: skip
+    assert plan["gpuTypes"][A100]["demandServers"] == 0
+    assert plan["gpuTypes"][A100]["lend"] == ["a100-i0"]
+    code, pooled, _ = run(capsys, "plan", "loans", "--snapshot", snapshot, "--demand", "Tesla-T4=3")
+    assert (code, list(pooled["gpuTypes"])) == (0, ["Tesla-T4"])
+    code, plan, err = run(capsys, "plan", "loans", "--snapshot", two_type_pool(tmp_path))
+    assert (code, plan) == (2, None)
+    assert "no demand: give --demand SERVERS (or GPU_TYPE=SERVERS per type)" in err
+    assert "carries no inferenceDemand" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--demand", "T4=1"], "--demand T4=...: no inference server is of GPU type 'T4' (they are of: Tesla-T4)"),
+        (["--demand", "Tesla-T4=1", "--demand", "Tesla-T4=2"], "--demand names GPU type 'Tesla-T4' twice"),
+        (["--demand", "1", "--demand", "Tesla-T4=1"], "give --demand once as SERVERS, or as GPU_TYPE=SERVERS"),
+        (["--demand", "1", "--demand", "2"], "give --demand once as SERVERS, or as GPU_TYPE=SERVERS"),
+    ],
+)
+def test_a_bad_demand_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, plan, err = run(capsys, "plan", "loans", "--snapshot", str(EXAMPLE), *argv)
+    assert (code, plan) == (2, None)
+    assert err.startswith(f"lyra plan loans: {message}")
+
+
 @pytest.mark.parametrize(
     "stdin",
     [io.StringIO(EXAMPLE.read_text()), io.TextIOWrapper(io.BytesIO(EXAMPLE.read_bytes()), encoding="utf-8")],
@@ -275,6 +372,8 @@ BAD_FLAGS = [
     (["reclaim", "--servers", "-1"], "argument --servers: expected a number >= 0, got -1"),
     (["reclaim", "--servers", "two"], "argument --servers: expected a whole number, got 'two'"),
     (["loans", "--demand", "1.5"], "argument --demand: expected a whole number, got '1.5'"),
+    (["loans", "--demand", "=2"], "argument --demand: expected GPU_TYPE=SERVERS, got '=2' (no GPU type before '=')"),
+    (["loans", "--demand", "Tesla-T4=-1"], "argument --demand: 'Tesla-T4=-1': expected a number >= 0, got -1"),
 ]
 
 

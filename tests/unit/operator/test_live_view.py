@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lyra.core import LoanState, allocate_workers
+from lyra.core import InferenceDemand, LoanState, allocate_workers, plan_loans
 from lyra.operator.decide import OperatorConfig, decide, live_view
 from lyra.operator.timestamps import format_time
+from lyra.snapshot import PlannerInput
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
 from .test_decide import foreign_gpu_pod
+from .test_health import kill_kubelet
 
 CONFIG = OperatorConfig(gang_timeout_s=60)
 LENDING = OperatorConfig(gang_timeout_s=60, lend_delay_s=10)
@@ -107,3 +109,44 @@ def test_cordoned_inference_servers_that_serve_no_replica_are_idle_or_loaned_nev
     view = live_view(cluster.world(), LENDING, allocating=False)
     assert view.snapshot.server(serving).state is LoanState.IDLE
     assert view.snapshot.server(loaned[0]).state is LoanState.LOANED
+
+
+def test_the_view_carries_what_inference_needs_of_each_gpu_type() -> None:
+    """``lyra plan loans --from-cluster`` balances each GPU type against what the services need, as the pass does:
+    chat's 10 one-GPU replicas fill 2 T4 servers of 8 GPUs (8 + 2); embed's 3 four-GPU replicas fill 2 A100 servers
+    (two a server). A type no service asks for needs 0 servers (here none: both are named)."""
+    cluster = FakeCluster(
+        [node(f"t{i}", "inference", T4) for i in range(4)] + [node(f"a{i}", "inference", A100) for i in range(3)],
+        now=1_000_000.0,
+    )
+    cluster.add_service(inference_service("chat", 10, gpuType=T4))
+    cluster.add_service(inference_service("embed", 3, 4, gpuType=A100))
+    view = live_view(cluster.world(), CONFIG, allocating=False)
+    assert view.demand == {T4: 2, A100: 2}
+    assert decide(cluster.world(), CONFIG).report.inference_servers_needed == view.demand
+    quiet = FakeCluster([node(f"t{i}", "inference", T4) for i in range(2)], now=1_000_000.0)
+    assert live_view(quiet.world(), CONFIG, allocating=False).demand == {T4: 0}
+
+
+def test_an_unhealthy_idle_server_is_room_for_inference_that_the_plan_never_lends() -> None:
+    """t1 stops reporting (within the grace): the view marks it unhealthy, and a loan plan on the view lends t0
+    alone (both idle, no replica needed), as the operator's passes do once the lend delay has passed. Unmarked, the
+    plan would lend both."""
+    config = OperatorConfig(gang_timeout_s=60, lend_delay_s=10, node_grace_s=300)
+    cluster = FakeCluster([node("t0", "inference", T4), node("t1", "inference", T4)], now=1_000_000.0)
+    cluster.add_service(inference_service("chat", 0))
+    kill_kubelet(cluster, "t1", since=cluster.now)
+    view = live_view(cluster.world(), config, allocating=False)
+    assert view.unhealthy == {"t1"}
+    given = PlannerInput(view.snapshot, view.held, view.cordoned, view.demand, view.unhealthy)
+    plan = plan_loans(
+        given.snapshot, InferenceDemand(view.demand[T4]), among=given.loan_cycle(), unlendable=given.unlendable()
+    )
+    assert (plan.lend, plan.held) == (("t0",), 2)
+    assert plan_loans(given.snapshot, InferenceDemand(0)).lend == ("t0", "t1")
+    for _ in range(3):
+        cluster.tick(config.lend_delay_s + 1)
+        for _ in range(4):
+            cluster.apply(decide(cluster.world(), config))
+            cluster.finish_terminations(except_on=frozenset({"t1"}))
+    assert (cluster.state("t0"), cluster.state("t1")) == ("loaned", "idle")

@@ -175,6 +175,53 @@ def test_cordoned_servers_are_read_and_round_trip() -> None:
         parse_planner_input(_with("servers.1.cordoned", "yes"))
 
 
+def test_inference_demand_is_read_checked_and_round_trips() -> None:
+    """``inferenceDemand``: servers inference needs per GPU type; absent is unknown (``None``), not zero."""
+    given = parse_planner_input(_with("inferenceDemand", {"Tesla-T4": 3, "NVIDIA-A100": 0}))
+    assert given.demand == {"NVIDIA-A100": 0, "Tesla-T4": 3}
+    exported = SnapshotDocument.from_core(given.snapshot, demand=given.demand).model_dump_json(by_alias=True)
+    assert json.loads(exported)["inferenceDemand"] == {"NVIDIA-A100": 0, "Tesla-T4": 3}
+    assert parse_planner_input(exported) == given
+    assert parse_planner_input(json.dumps(MINIMAL)).demand is None
+    assert parse_planner_input(_with("inferenceDemand", None)).demand is None
+
+
+@pytest.mark.parametrize(
+    ("demand", "message"),
+    [
+        ({"Tesla-T4": -1}, "inferenceDemand.Tesla-T4: Input should be greater than or equal to 0"),
+        ({"Tesla-T4": 1.5}, "inferenceDemand.Tesla-T4: Input should be a valid integer"),
+        ({"Tesla-T4": True}, "inferenceDemand.Tesla-T4: Input should be a valid integer"),
+        ({"Tesla-T4": 100_001}, "inferenceDemand.Tesla-T4: Input should be less than or equal to 100000"),
+        ({"": 1}, "inferenceDemand. (key): String should have at least 1 character"),
+        ([1], "inferenceDemand: Input should be a valid dictionary"),
+    ],
+)
+def test_a_bad_inference_demand_is_refused_naming_the_field(demand: Any, message: str) -> None:
+    with pytest.raises(SnapshotError) as caught:
+        parse_planner_input(_with("inferenceDemand", demand))
+    assert message in str(caught.value)
+
+
+def test_unhealthy_servers_are_read_round_trip_and_hold_their_free_gpus() -> None:
+    """``servers[].unhealthy``: like a cordoned server, it takes no new work (i0's 6 GPUs beside j's 2 are held);
+    unlike one, it stays in the loan cycle, as room for inference that is never lent."""
+    given = parse_planner_input(_with("servers.1.unhealthy", True))
+    assert given.unhealthy == {"i0"}
+    assert given.unlendable() == {"i0"}
+    assert given.allocation_held() == {"i0": 6}
+    assert given.loan_cycle() is None
+    exported = SnapshotDocument.from_core(given.snapshot, unhealthy=given.unhealthy).model_dump_json(by_alias=True)
+    assert [s["unhealthy"] for s in json.loads(exported)["servers"]] == [True, False]  # i0, t0
+    assert parse_planner_input(exported) == given
+    with pytest.raises(
+        SnapshotError, match=r"servers\[1\]\.unhealthy \(server 'i0'\): Input should be a valid boolean"
+    ):
+        parse_planner_input(_with("servers.1.unhealthy", 1))
+    with pytest.raises(InvalidClusterError, match="unhealthy server 'x' is no server of the snapshot"):
+        PlannerInput(given.snapshot, unhealthy=frozenset({"x"}))
+
+
 def test_a_cordoned_server_holds_what_its_workers_leave_free_and_an_idle_or_loaned_one_leaves_the_loan_cycle() -> None:
     """The operator's rules, applied by the planner: t0 (8 GPUs, no worker) and i0 (8 GPUs, 2 of j's) cordoned hold
     8 and 6 GPUs from an allocation (at least what ``heldGpus`` says); the loaned i0 leaves the loan cycle."""
@@ -196,6 +243,8 @@ def test_a_planner_input_built_in_code_is_checked_too() -> None:
         PlannerInput(snapshot, {"x": 1})
     with pytest.raises(InvalidClusterError, match="cordoned server 'x' is no server of the snapshot"):
         PlannerInput(snapshot, cordoned=frozenset({"x"}))
+    with pytest.raises(InvalidClusterError, match=r"inferenceDemand\.T4: must be an integer number of servers >= 0"):
+        PlannerInput(snapshot, demand={"T4": -2})
 
 
 def test_the_shipped_example_parses_and_round_trips() -> None:
