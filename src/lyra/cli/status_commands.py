@@ -1,6 +1,7 @@
-"""`lyra status`: the cluster as Lyra sees it, in three tables: servers per pool, GPU type and loan state (marked
-cordoned or unhealthy when they take no new work), with their GPUs and the GPUs bound pods hold there; the
-queue in admission order with the reason each job waits; running jobs with their workers, GPU type and servers.
+"""`lyra status`: the cluster as Lyra sees it, in four tables: servers per pool, GPU type and loan state (marked
+cordoned or unhealthy when they take no new work), with their GPUs and the GPUs bound pods hold there; per inference
+GPU type, the servers the InferenceServices need, those inference holds and those lent; the queue in admission order
+with the reason each job waits; running jobs with their workers, GPU type and servers.
 
 Read-only. Exit codes: 0 printed, 1 the cluster could not be read, 2 bad input.
 """
@@ -18,6 +19,7 @@ from lyra.cli.arguments import add_kubeconfig_argument
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
+    from lyra.core.model import ClusterSnapshot
     from lyra.operator.world import JobRecord, World
 
 
@@ -120,7 +122,10 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def render(world: World) -> str:
     from lyra.api.conditions import RUNNING
     from lyra.api.resources import JobPhase
-    from lyra.core.model import Pool
+    from lyra.core.model import LoanState, Pool
+    from lyra.operator.decide import live_view
+
+    view = live_view(world, allocating=False)
 
     in_use: Counter[str] = Counter()
     for pod in world.pods:
@@ -138,7 +143,19 @@ def render(world: World) -> str:
         counts[1] += node.gpus
         counts[2] += in_use[node.name]
     server_rows = [(pool, gpu, state, *counts) for (pool, gpu, state), counts in sorted(pools.items())]
-    queued = admission_order(world)
+    # Per inference GPU type: the servers the services need now (as a pass sizes them), those inference holds
+    # (serving, idle, or on their way back) and those lent to training.
+    inference = [n for n in world.nodes if n.pool is Pool.INFERENCE]
+    inference_rows = [
+        (
+            gpu_type,
+            view.demand.get(gpu_type, 0),
+            sum(1 for n in inference if n.gpu_type == gpu_type and n.state is not LoanState.LOANED),
+            sum(1 for n in inference if n.gpu_type == gpu_type and n.state is LoanState.LOANED),
+        )
+        for gpu_type in sorted({*view.demand, *(n.gpu_type for n in inference)})
+    ]
+    queued = admission_order(world, view.snapshot)
     queue_rows = []
     for position, job in enumerate(queued, start=1):
         reason = next((c.message for c in job.status.conditions if c.type == RUNNING), "not decided yet")
@@ -156,6 +173,10 @@ def render(world: World) -> str:
     parts = [
         table(("POOL", "GPU TYPE", "STATE", "SERVERS", "GPUS", "IN USE"), server_rows),
         "",
+        table(("INFERENCE", "SERVERS NEEDED", "HELD", "LENT"), inference_rows)
+        if inference_rows
+        else "inference: no inference server",
+        "",
         table(("QUEUE", "JOB", "BASE WORKERS", "GPU/WORKER", "WAITING BECAUSE"), queue_rows)
         if queue_rows
         else "queue: empty",
@@ -170,16 +191,15 @@ def render(world: World) -> str:
     return "\n".join(parts)
 
 
-def admission_order(world: World) -> list[JobRecord]:
+def admission_order(world: World, snapshot: ClusterSnapshot) -> list[JobRecord]:
     """The queued jobs in the order the operator's allocator admits them (:func:`lyra.core.ordering.admission_order`
-    over the snapshot a pass would decide on); queued jobs the snapshot leaves out (refused, held back) follow, by
-    name."""
+    over ``snapshot``, the one a pass would decide on); queued jobs the snapshot leaves out (refused, held back)
+    follow, by name."""
     from lyra.api.resources import JobPhase
     from lyra.core.ordering import admission_order as core_admission_order
-    from lyra.operator.decide import live_snapshot
 
     queued = {j.ref.key: j for j in world.jobs if j.status.phase is JobPhase.QUEUED}
-    ordered = [queued.pop(name) for name in core_admission_order(live_snapshot(world)) if name in queued]
+    ordered = [queued.pop(name) for name in core_admission_order(snapshot) if name in queued]
     return ordered + [queued[key] for key in sorted(queued)]
 
 

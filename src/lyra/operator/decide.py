@@ -112,7 +112,7 @@ def report_unreadable(world: World, changes: Changes) -> None:
 
 
 def live_snapshot(world: World, config: OperatorConfig | None = None) -> ClusterSnapshot:
-    """The core's snapshot of ``world`` as a pass's reclaims see it before deciding (``lyra status``'s queue)."""
+    """The core's snapshot of ``world`` as a pass's reclaims see it before deciding."""
     return live_view(world, config, allocating=False).snapshot
 
 

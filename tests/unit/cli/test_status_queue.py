@@ -5,7 +5,7 @@ from __future__ import annotations
 from lyra.cli.status_commands import render
 from lyra.operator.config import OperatorConfig
 from lyra.operator.decide import decide
-from tests.unit.operator.fake_cluster import A100, T4, FakeCluster, node, training_job
+from tests.unit.operator.fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
 
 
 def test_the_status_queue_is_the_admission_order() -> None:
@@ -47,3 +47,17 @@ def test_the_status_says_which_servers_take_no_new_work_and_the_gpus_in_use() ->
         ["-, cordoned", "1", "8", "0"],
         ["-, unhealthy", "1", "8", "0"],
     ]
+
+
+def test_the_status_shows_what_inference_needs_holds_and_lends_per_gpu_type() -> None:
+    """chat's 10 one-GPU replicas need 2 of the 4 T4 servers (8 GPUs each); the other 2 are lent. No service asks
+    for the A100 inference server: it needs none, and is lent too."""
+    cluster = FakeCluster([node(f"t{i}", "inference", T4) for i in range(4)] + [node("a0", "inference", A100)])
+    cluster.add_service(inference_service("chat", 10, gpuType=T4))
+    for _ in range(4):
+        cluster.apply(decide(cluster.world(), OperatorConfig(lend_delay_s=0)))
+        cluster.finish_terminations()
+    block = next(part for part in render(cluster.world()).split("\n\n") if part.startswith("INFERENCE"))
+    header, *rows = block.splitlines()
+    assert header.split() == ["INFERENCE", "SERVERS", "NEEDED", "HELD", "LENT"]
+    assert [row.split() for row in rows] == [[A100, "0", "0", "1"], [T4, "2", "2", "2"]]
