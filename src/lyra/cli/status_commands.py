@@ -146,11 +146,12 @@ def render(world: World) -> str:
     # Per inference GPU type: the servers the services need now (as a pass sizes them), those inference holds
     # (serving, idle, or on their way back) and those lent to training.
     inference = [n for n in world.nodes if n.pool is Pool.INFERENCE]
+    held_states = (LoanState.SERVING, LoanState.IDLE, LoanState.RECLAIMING)
     inference_rows = [
         (
             gpu_type,
             view.demand.get(gpu_type, 0),
-            sum(1 for n in inference if n.gpu_type == gpu_type and n.state is not LoanState.LOANED),
+            sum(1 for n in inference if n.gpu_type == gpu_type and n.state in held_states),
             sum(1 for n in inference if n.gpu_type == gpu_type and n.state is LoanState.LOANED),
         )
         for gpu_type in sorted({*view.demand, *(n.gpu_type for n in inference)})
