@@ -1,6 +1,7 @@
 """`lyra plan`: the admin's what-if planner. A snapshot document in, a plan as JSON out; nothing is changed.
 
-    lyra plan reclaim  --snapshot FILE --servers K [--strategy lyra|poster|least-gpus-used|random] [--seed N]
+    lyra plan reclaim  --snapshot FILE --servers K [--gpu-type TYPE] [--strategy lyra|poster|least-gpus-used|random]
+                       [--seed N]
     lyra plan allocate --snapshot FILE
     lyra plan migrate  --snapshot FILE --restart-cost SECONDS [--min-gain SECONDS]
     lyra plan loans    --snapshot FILE [--demand SERVERS | --demand GPU_TYPE=SERVERS ...] [--headroom SERVERS]
@@ -115,6 +116,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="reclaim strategy (default: lyra); the others exist for comparison",
     )
     reclaim.add_argument("--seed", type=int, default=0, help="seed of the 'random' strategy (default: 0)")
+    reclaim.add_argument(
+        "--gpu-type",
+        metavar="TYPE",
+        help="reclaim servers of this GPU type (the one the replicas need); required when the loaned servers are of "
+        "several types",
+    )
     reclaim.set_defaults(prog=reclaim.prog, run=_run_reclaim)
 
     allocate = verbs.add_parser(
@@ -280,16 +287,33 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
 @_guarded
 def _run_reclaim(args: argparse.Namespace) -> int:
-    from lyra.core import ReclaimStrategy, plan_reclaim
+    from lyra.core import LoanState, Pool, ReclaimStrategy, plan_reclaim
     from lyra.snapshot import reclaim_plan_document
 
     given = _load(args)
+    among = given.loan_cycle()
+    loaned_types = sorted(
+        {s.gpu_type for s in given.snapshot.servers_in(LoanState.LOANED) if among is None or s.name in among}
+    )
+    if args.gpu_type is not None:
+        inference_types = sorted({s.gpu_type for s in given.snapshot.servers if s.pool is Pool.INFERENCE})
+        if args.gpu_type not in inference_types:
+            raise _BadInputError(
+                f"--gpu-type {args.gpu_type[:80]}: no inference server is of that GPU type (they are of: "
+                f"{', '.join(inference_types) or 'none'})"
+            )
+    elif args.servers and len(loaned_types) > 1:
+        raise _BadInputError(
+            f"the loaned servers are of {len(loaned_types)} GPU types ({', '.join(loaned_types)}) and replicas need "
+            f"servers of one: give --gpu-type, e.g. --gpu-type {loaned_types[0]}"
+        )
     plan = plan_reclaim(
         given.snapshot,
         args.servers,
         strategy=ReclaimStrategy(args.strategy),
         seed=args.seed,
-        among=given.loan_cycle(),
+        gpu_type=args.gpu_type,
+        among=among,
     )
     return _emit(reclaim_plan_document(plan))
 

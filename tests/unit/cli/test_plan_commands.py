@@ -247,6 +247,35 @@ def test_loans_never_lend_an_unhealthy_server(capsys: pytest.CaptureFixture[str]
     assert plan == {"lend": [], "reclaim": 0, "shortfall": 0, "neededServers": 1, "heldServers": 2}
 
 
+def test_reclaim_chooses_among_the_loaned_servers_of_one_gpu_type(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """With an A100 inference server lent beside the four T4 ones, a reclaim must say which type the replicas need:
+    T4 picks t4-3 as before (the cheapest), A100 its only loaned server; without --gpu-type it is refused."""
+    document = json.loads(Path(two_type_pool(tmp_path)).read_text())
+    document["servers"].append({"name": "a100-i2", "pool": "inference", "gpuType": A100, "gpus": 8, "state": "loaned"})
+    path = tmp_path / "three-loaned-types.json"
+    path.write_text(json.dumps(document))
+    code, plan, err = run(capsys, "plan", "reclaim", "--snapshot", str(path), "--servers", "1")
+    assert (code, plan) == (2, None)
+    assert err.startswith(
+        f"lyra plan reclaim: the loaned servers are of 2 GPU types ({A100}, Tesla-T4) and replicas need servers of "
+        f"one: give --gpu-type, e.g. --gpu-type {A100}"
+    )
+    code, plan, _ = run(capsys, "plan", "reclaim", "--snapshot", str(path), "--servers", "1", "--gpu-type", "Tesla-T4")
+    assert (code, plan["servers"], plan["preempted"]) == (0, ["t4-3"], ["c"])
+    code, plan, _ = run(capsys, "plan", "reclaim", "--snapshot", str(path), "--servers", "1", "--gpu-type", A100)
+    assert (code, plan["servers"], plan["preempted"]) == (0, ["a100-i2"], [])
+    code, plan, err = run(capsys, "plan", "reclaim", "--snapshot", str(path), "--servers", "2", "--gpu-type", A100)
+    assert code == 2
+    assert f"cannot reclaim 2 {A100} servers: only 1 are loaned (a100-i2)" in err
+    code, plan, err = run(capsys, "plan", "reclaim", "--snapshot", str(path), "--servers", "1", "--gpu-type", "T4")
+    assert code == 2
+    assert "--gpu-type T4: no inference server is of that GPU type (they are of: " in err
+    code, plan, _ = run(capsys, "plan", "reclaim", "--snapshot", str(path), "--servers", "0")
+    assert (code, plan["servers"]) == (0, [])
+
+
 def test_loans_plan_for_the_snapshots_inference_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Without --demand, the document's ``inferenceDemand`` (what ``--from-cluster`` reads off the services): T4
     needs 3 of its 2 servers, so 1 loaned one is reclaimed; A100 is not named, so it needs none and lends a100-i0."""
