@@ -51,8 +51,9 @@ def plan_loans(
     for the lend delay and every serving one to run replicas): inference needs ``demand + headroom`` servers; idle
     servers up to the demand the serving ones leave are kept for it (the last in the lend order); of the others, the
     last ``headroom`` in the lend order are never lent (a spare server is an idle one, even where servers serving
-    replicas outnumber the demand). With
-    ``gpu_type``, only the inference servers of that GPU type are balanced (demand is then in servers of that
+    replicas outnumber the demand).
+
+    With ``gpu_type``, only the inference servers of that GPU type are balanced (demand is then in servers of that
     type); with ``among``, only those it names (the operator's loan cycle leaves out a cordoned server that serves
     no replica: it is neither lent, nor room for inference, nor reclaimed). An idle server in ``unlendable`` (an
     unhealthy one: it would take no training work) is never lent, but is room for inference all the same."""

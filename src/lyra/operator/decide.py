@@ -124,7 +124,7 @@ class LiveView:
     heard from, GPUs gone or misread, within the grace: a lost one is in no plan), and the servers inference needs
     now per GPU type, as the pass sizes the InferenceServices (every inference GPU type named, 0 if none). A
     cordoned inference server the loan cycle leaves out (it serves no replica) is ``idle`` in it, or ``loaned`` if
-    lent: never ``serving``."""
+    lent: never ``serving``; one it leaves out because pods Lyra does not manage hold its GPUs is not in it."""
 
     snapshot: ClusterSnapshot
     held: dict[str, int]
@@ -151,6 +151,22 @@ def live_view(world: World, config: OperatorConfig | None = None, *, allocating:
     if out_of_cycle:  # it serves nothing: idle, not room for inference (the operator does not count it either)
         servers = tuple(replace(s, state=LoanState.IDLE) if s.name in out_of_cycle else s for s in snapshot.servers)
         snapshot = replace(snapshot, servers=servers)
+    # The other inference servers the loan cycle leaves out (pods Lyra does not manage hold their GPUs, and they run
+    # no replica) are neither room for inference, nor lent, nor reclaimed, and take no training work: left out here
+    # too, unless a job's workers are still on one.
+    placed = {where for job in snapshot.jobs for where in job.placement}
+    foreign = {
+        s.name
+        for s in snapshot.servers
+        if s.state is LoanState.SERVING
+        and s.name not in loans.states
+        and s.name not in cordoned
+        and s.name not in placed
+        and loans.others_on.get(s.name)
+    }
+    if foreign:
+        snapshot = replace(snapshot, servers=tuple(s for s in snapshot.servers if s.name not in foreign))
+        held = {name: gpus for name, gpus in held.items() if name not in foreign}
     services = ServiceBook(world, changes, scheduler_name=config.scheduler_name, caps=config.inference_gpu_caps)
     unhealthy = frozenset(jobs.training.unhealthy_nodes) & {s.name for s in snapshot.servers}
     held = {name: gpus for name, gpus in held.items() if gpus}

@@ -150,3 +150,27 @@ def test_an_unhealthy_idle_server_is_room_for_inference_that_the_plan_never_lend
             cluster.apply(decide(cluster.world(), config))
             cluster.finish_terminations(except_on=frozenset({"t1"}))
     assert (cluster.state("t0"), cluster.state("t1")) == ("loaned", "idle")
+
+
+def test_an_inference_server_held_by_pods_lyra_does_not_manage_is_no_room_for_inference() -> None:
+    """Another team's pod holds t1's GPUs, and no replica runs there: the loan cycle leaves t1 out, so chat's one
+    server of demand keeps t0 (never lent). The view leaves t1 out too, so a loan plan on it lends nothing; shown as
+    serving, t1 would have counted as that server, and t0 would have been lent."""
+    config = OperatorConfig(gang_timeout_s=60, lend_delay_s=10)
+    cluster = FakeCluster([node("t0", "inference", T4), node("t1", "inference", T4)], now=1_000_000.0)
+    cluster.pods["other/theirs"] = foreign_gpu_pod("theirs", "t1", 2)
+    cluster.add_service(inference_service("chat", 1))
+    view = live_view(cluster.world(), config, allocating=False)
+    assert [s.name for s in view.snapshot.servers] == ["t0"]
+    assert view.demand == {T4: 1}
+    given = PlannerInput(view.snapshot, view.held, view.cordoned, view.demand, view.unhealthy)
+    plan = plan_loans(given.snapshot, InferenceDemand(1), among=given.loan_cycle(), unlendable=given.unlendable())
+    assert (plan.lend, plan.held) == ((), 1)
+    for _ in range(3):
+        cluster.tick(config.lend_delay_s + 1)
+        cluster.apply(decide(cluster.world(), config))
+        cluster.finish_terminations()
+    assert cluster.state("t0") != "loaned"
+    assert cluster.state("t1") != "loaned"
+    assert cluster.state("t0") == "serving", "kept for chat's replica"
+    assert [s.name for s in live_view(cluster.world(), config, allocating=True).snapshot.servers] == ["t0"]
