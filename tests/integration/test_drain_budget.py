@@ -1,0 +1,154 @@
+"""A PodDisruptionBudget an admin writes for an InferenceService's replicas (selected by the service's
+``status.selector``, docs/operations.md "Node maintenance") holds a drain back on a real control plane
+(kube-apiserver's Eviction API, kube-controller-manager's disruption and ReplicaSet controllers, KWOK), while the
+operator runs as the ServiceAccount of manifests/operator/rbac.yaml.
+
+Two replicas, a budget of one unavailable, both servers cordoned as ``kubectl drain`` cordons them: the first
+eviction is accepted, the second refused (429) while the first one's replacement cannot be placed; once the servers
+are uncordoned and the replacement is ready, the second eviction goes through. Lyra's replicas are Deployment pods
+with the service's labels, so the budget needs nothing from Lyra; this checks that nothing in Lyra defeats it.
+
+The cluster is the module's own: two T4 inference servers of 8 GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from lyra.api import names
+from lyra.localcluster import populate
+from lyra.localcluster.binaries import BinariesError
+from lyra.localcluster.controlplane import ClusterStartError, ControlPlane
+from lyra.localcluster.profile import parse_profile_text
+from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.waiting import wait_for
+from tests.operator_support import (
+    DEADLINE_S,
+    REPOSITORY,
+    T4,
+    Operator,
+    assert_check_clean,
+    create_service,
+    custom,
+    inference_service,
+    service_account_kubeconfig,
+    wait_quiet,
+)
+
+pytestmark = pytest.mark.integration
+
+PROFILE = f"""
+name: two-t4-servers
+nodeGroups:
+  - {{name: serve, pool: inference, count: 2, gpu: {{product: {T4}, count: 8}}, cpu: "96", memory: 384Gi, pods: 110}}
+"""
+
+
+@pytest.fixture(scope="module")
+def two_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    profile = parse_profile_text(PROFILE, "two T4 servers")
+    try:
+        with session_control_plane(
+            tmp_path_factory.mktemp("drain-budget"), profile=profile, crd_dir=REPOSITORY / "manifests" / "crds"
+        ) as control_plane:
+            yield control_plane
+    except (BinariesError, ClusterStartError) as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+def ready_replicas(core: client.CoreV1Api, namespace: str) -> list[client.V1Pod]:
+    """The service's replicas that run, are ready and are not being deleted, by name."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=chat").items
+    return sorted(
+        (
+            p
+            for p in pods
+            if p.metadata.deletion_timestamp is None
+            and p.status.phase == "Running"
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        ),
+        key=lambda p: p.metadata.name,
+    )
+
+
+def service_selector(api: client.ApiClient, namespace: str) -> dict[str, str]:
+    """``status.selector`` of the service (``kubectl get inferenceservice chat -o jsonpath='{.status.selector}'``),
+    as the labels a budget matches."""
+    service = custom(api).get_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat"
+    )
+    selector: str = (service.get("status") or {}).get("selector") or ""
+    return dict(term.split("=", 1) for term in selector.split(",") if term)
+
+
+def budget_allows(policy: client.PolicyV1Api, namespace: str, allowed: int, healthy: int) -> bool:
+    status = policy.read_namespaced_pod_disruption_budget("chat", namespace).status
+    return (
+        status is not None
+        and status.observed_generation is not None
+        and status.expected_pods == 2
+        and status.current_healthy == healthy
+        and status.disruptions_allowed == allowed
+    )
+
+
+def evict(core: client.CoreV1Api, namespace: str, pod: str) -> None:
+    """What ``kubectl drain`` asks for each pod: an Eviction (the API server checks the pod's budgets)."""
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
+    core.create_namespaced_pod_eviction(pod, namespace, body)
+
+
+def cordon(core: client.CoreV1Api, nodes: list[str], cordoned: bool) -> None:
+    for node in nodes:
+        core.patch_node(node, {"spec": {"unschedulable": cordoned}})
+
+
+@pytest.mark.timeout(300)  # its own control plane starts first
+def test_a_budget_on_the_services_selector_holds_a_drain_back(two_servers: ControlPlane, tmp_path: Path) -> None:
+    with populate.admin_api(two_servers.kubeconfig) as api, temporary_namespace(api, "drain-budget") as namespace:
+        core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+        nodes = sorted(n.metadata.name for n in core.list_node().items)
+        kubeconfig = service_account_kubeconfig(two_servers, api, tmp_path)
+        operator = Operator(kubeconfig, tmp_path / "operator.log")
+        create_service(api, namespace, inference_service("chat", replicas=2, gpus=1, gpu_type=T4))
+        operator.start()
+        try:
+            wait_for(lambda: len(ready_replicas(core, namespace)) == 2, DEADLINE_S, "2 replicas ready")
+            wait_for(lambda: service_selector(api, namespace), DEADLINE_S, "the service's status.selector")
+            labels = service_selector(api, namespace)
+            assert labels == {names.SERVICE_LABEL: "chat", names.ROLE_LABEL: names.ROLE_INFERENCE}
+            budget: dict[str, Any] = {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "chat"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+            }
+            policy.create_namespaced_pod_disruption_budget(namespace, budget)
+            wait_for(lambda: budget_allows(policy, namespace, 1, 2), DEADLINE_S, "the budget allowing 1 of 2")
+            cordon(core, nodes, True)  # `kubectl drain` cordons first; here every server, so no replacement lands
+            first, second = (p.metadata.name for p in ready_replicas(core, namespace))
+            evict(core, namespace, first)
+            with pytest.raises(ApiException) as refused:
+                evict(core, namespace, second)
+            assert refused.value.status == 429, refused.value
+            assert "disruption budget" in str(refused.value.body)
+            assert len(ready_replicas(core, namespace)) == 1, "the second replica still serves"
+            cordon(core, nodes, False)
+            wait_for(lambda: budget_allows(policy, namespace, 1, 2), DEADLINE_S, "the replacement ready")
+            evict(core, namespace, second)
+            wait_for(lambda: len(ready_replicas(core, namespace)) == 2, DEADLINE_S, "both replicas back")
+            wait_quiet(operator, DEADLINE_S)
+            assert_check_clean(kubeconfig)
+            assert "Forbidden" not in operator.log.read_text(), "the RBAC of manifests/operator is not enough"
+        except BaseException:
+            print(f"--- {operator.log.name} ---\n" + operator.tail())
+            raise
+        finally:
+            cordon(core, nodes, False)
+            operator.stop()
