@@ -9,16 +9,21 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 import yaml
 from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
-from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.binaries import BinariesError
+from lyra.localcluster.controlplane import ClusterStartError, ControlPlane
 from lyra.localcluster.kubeconfig import write_kubeconfig
+from lyra.localcluster.profile import parse_profile_text
+from lyra.localcluster.testing import session_control_plane
 from lyra.localcluster.waiting import wait_for
 
 T4 = "Tesla-T4"
@@ -356,3 +361,28 @@ def running_replicas(api: client.ApiClient, namespace: str, service: str) -> int
     """The service's replicas that run and are not being deleted."""
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}={service}")
     return sum(1 for p in pods.items if p.metadata.deletion_timestamp is None and p.status.phase == "Running")
+
+
+def t4_servers_profile(name: str, servers: int) -> str:
+    """A cluster profile of ``servers`` T4 inference servers of 8 GPUs and nothing else."""
+    return f"""
+name: {name}
+nodeGroups:
+  - {{name: serve, pool: inference, count: {servers}, gpu: {{product: {T4}, count: 8}}, cpu: "96", memory: 384Gi,
+     pods: 110}}
+"""
+
+
+def profile_control_plane(
+    tmp_path_factory: pytest.TempPathFactory, profile_text: str, what: str, directory: str
+) -> Iterator[ControlPlane]:
+    """A module's own control plane with the nodes of ``profile_text`` (a cluster profile, ``what`` it is) and
+    Lyra's CRDs, for a fixture to ``yield from``; one that cannot start fails the test with the reason."""
+    profile = parse_profile_text(profile_text, what)
+    try:
+        with session_control_plane(
+            tmp_path_factory.mktemp(directory), profile=profile, crd_dir=REPOSITORY / "manifests" / "crds"
+        ) as control_plane:
+            yield control_plane
+    except (BinariesError, ClusterStartError) as error:
+        pytest.fail(str(error), pytrace=False)

@@ -23,43 +23,31 @@ from kubernetes.client.rest import ApiException
 
 from lyra.api import names
 from lyra.localcluster import populate
-from lyra.localcluster.binaries import BinariesError
-from lyra.localcluster.controlplane import ClusterStartError, ControlPlane
-from lyra.localcluster.profile import parse_profile_text
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     DEADLINE_S,
-    REPOSITORY,
     T4,
     Operator,
     assert_check_clean,
     create_service,
     custom,
     inference_service,
+    profile_control_plane,
     service_account_kubeconfig,
+    t4_servers_profile,
     wait_quiet,
 )
 
 pytestmark = pytest.mark.integration
 
-PROFILE = f"""
-name: two-t4-servers
-nodeGroups:
-  - {{name: serve, pool: inference, count: 2, gpu: {{product: {T4}, count: 8}}, cpu: "96", memory: 384Gi, pods: 110}}
-"""
+PROFILE = t4_servers_profile("two-t4-servers", 2)
 
 
 @pytest.fixture(scope="module")
 def two_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    profile = parse_profile_text(PROFILE, "two T4 servers")
-    try:
-        with session_control_plane(
-            tmp_path_factory.mktemp("drain-budget"), profile=profile, crd_dir=REPOSITORY / "manifests" / "crds"
-        ) as control_plane:
-            yield control_plane
-    except (BinariesError, ClusterStartError) as error:
-        pytest.fail(str(error), pytrace=False)
+    yield from profile_control_plane(tmp_path_factory, PROFILE, "two T4 servers", "drain-budget")
 
 
 def ready_replicas(core: client.CoreV1Api, namespace: str) -> list[client.V1Pod]:

@@ -23,45 +23,33 @@ from kubernetes import client
 from lyra.api import names
 from lyra.core.ordering import lend_order
 from lyra.localcluster import populate
-from lyra.localcluster.binaries import BinariesError
-from lyra.localcluster.controlplane import ClusterStartError, ControlPlane
-from lyra.localcluster.profile import parse_profile_text
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from lyra.operator.services import replica_deletion_costs
 from tests.operator_support import (
     DEADLINE_S,
-    REPOSITORY,
     T4,
     Operator,
     assert_check_clean,
     create_service,
     inference_service,
     node_states,
+    profile_control_plane,
     scale_service,
     service_account_kubeconfig,
+    t4_servers_profile,
     wait_quiet,
 )
 
 pytestmark = pytest.mark.integration
 
-PROFILE = f"""
-name: four-t4-servers
-nodeGroups:
-  - {{name: serve, pool: inference, count: 4, gpu: {{product: {T4}, count: 8}}, cpu: "96", memory: 384Gi, pods: 110}}
-"""
+PROFILE = t4_servers_profile("four-t4-servers", 4)
 
 
 @pytest.fixture(scope="module")
 def four_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    profile = parse_profile_text(PROFILE, "four T4 servers")
-    try:
-        with session_control_plane(
-            tmp_path_factory.mktemp("scale-down"), profile=profile, crd_dir=REPOSITORY / "manifests" / "crds"
-        ) as control_plane:
-            yield control_plane
-    except (BinariesError, ClusterStartError) as error:
-        pytest.fail(str(error), pytrace=False)
+    yield from profile_control_plane(tmp_path_factory, PROFILE, "four T4 servers", "scale-down")
 
 
 class Server(NamedTuple):

@@ -19,21 +19,19 @@ from kubernetes import client
 
 from lyra.api import names
 from lyra.localcluster import populate
-from lyra.localcluster.binaries import BinariesError
-from lyra.localcluster.controlplane import ClusterStartError, ControlPlane
-from lyra.localcluster.profile import parse_profile_text
-from lyra.localcluster.testing import session_control_plane, temporary_namespace
+from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.testing import temporary_namespace
 from lyra.localcluster.waiting import wait_for
 from tests.operator_support import (
     A100,
     DEADLINE_S,
-    REPOSITORY,
     T4,
     Operator,
     assert_check_clean,
     create_service,
     custom,
     inference_service,
+    profile_control_plane,
     service_account_kubeconfig,
     wait_quiet,
 )
@@ -53,14 +51,7 @@ IMAGE_2 = "registry.invalid/server:2"
 
 @pytest.fixture(scope="module")
 def two_types(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    profile = parse_profile_text(PROFILE, "two inference types")
-    try:
-        with session_control_plane(
-            tmp_path_factory.mktemp("service-edits"), profile=profile, crd_dir=REPOSITORY / "manifests" / "crds"
-        ) as control_plane:
-            yield control_plane
-    except (BinariesError, ClusterStartError) as error:
-        pytest.fail(str(error), pytrace=False)
+    yield from profile_control_plane(tmp_path_factory, PROFILE, "two inference types", "service-edits")
 
 
 def replicas(api: client.ApiClient, namespace: str) -> list[client.V1Pod]:
