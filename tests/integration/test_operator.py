@@ -210,7 +210,8 @@ def test_live_what_if_plans_loans_for_what_the_services_need(
     """``lyra plan loans --from-cluster`` without ``--demand`` balances each inference GPU type against what the
     InferenceServices need, as the operator sizes them: a service of 2 replicas of 8 T4 GPUs (a whole T4 server
     each) adds 2 servers to the T4 demand, whatever else runs. The saved snapshot carries that demand
-    (``inferenceDemand``) and replays to the same plan."""
+    (``inferenceDemand``) and replays to the same plan. Given the operator's cap on the service's namespace (8 GPUs,
+    ``--inference-gpu-cap``), the what-if and ``lyra status`` size it to one server."""
     kubeconfig = str(cluster.kubeconfig)
 
     def plan(saved: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -226,6 +227,15 @@ def test_live_what_if_plans_loans_for_what_the_services_need(
     with temporary_namespace(api, "what-if-loans") as namespace:
         create_service(api, namespace, inference_service("whole-servers", replicas=2, gpus=8))
         after, document = plan(tmp_path / "after.json")
+        # Sized with the operator's cap on the namespace (8 GPUs: one replica), the service adds one server.
+        capped = lyra("plan", "loans", "--from-cluster", "--kubeconfig", kubeconfig, "--inference-gpu-cap",
+                      f"{namespace}=8")  # fmt: skip
+        assert capped.returncode == 0, capped.stderr
+        status = lyra("status", "--kubeconfig", kubeconfig, "--inference-gpu-cap", f"{namespace}=8")
+        assert status.returncode == 0, status.stderr
+    assert json.loads(capped.stdout)["gpuTypes"][T4]["demandServers"] == before["gpuTypes"][T4]["demandServers"] + 1
+    t4_row = next(line.split() for line in status.stdout.splitlines() if line.startswith(f"{T4} "))
+    assert t4_row[1] == str(before["gpuTypes"][T4]["demandServers"] + 1), status.stdout
     assert after["gpuTypes"][T4]["demandServers"] == before["gpuTypes"][T4]["demandServers"] + 2
     assert document["inferenceDemand"][T4] == after["gpuTypes"][T4]["demandServers"]
     replayed = lyra("plan", "loans", "--snapshot", str(tmp_path / "after.json"))

@@ -28,6 +28,7 @@ from lyra.cli.arguments import (
 )
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
+from lyra.cli.inference_gpu_cap_flag import add_inference_gpu_cap_argument, inference_gpu_caps
 
 if TYPE_CHECKING:
     from lyra.operator.leader import LeaseTiming
@@ -89,13 +90,10 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         default="",
         help="address the HTTP endpoints listen on: an IP address or a host name (default: every interface)",
     )
-    parser.add_argument(
-        "--inference-gpu-cap",
-        action="append",
-        default=[],
-        metavar="NAMESPACE=GPUS",
-        help="the GPUs a namespace's InferenceServices may claim together; services past it get fewer replicas and "
-        "Capped=True (repeatable; *=GPUS for every namespace not named, *=64 unless given; docs/security.md)",
+    add_inference_gpu_cap_argument(
+        parser,
+        purpose="the GPUs a namespace's InferenceServices may claim together; services past it get fewer replicas "
+        "and Capped=True",
     )
     parser.add_argument(
         "--max-priority",
@@ -150,10 +148,9 @@ def run_operator_command(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     from lyra.operator.priority_bounds import DEFAULT_MAX_PRIORITY, PriorityBounds
-    from lyra.operator.sizing import DEFAULT_INFERENCE_GPU_CAP, InferenceGpuCaps
 
     try:
-        caps = InferenceGpuCaps.parse(args.inference_gpu_cap, default=DEFAULT_INFERENCE_GPU_CAP)
+        caps = inference_gpu_caps(args.inference_gpu_cap)
     except ValueError as error:
         print(f"lyra operator: --inference-gpu-cap: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

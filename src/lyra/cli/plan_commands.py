@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from lyra.cli.arguments import non_negative_int
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
+from lyra.cli.inference_gpu_cap_flag import add_inference_gpu_cap_argument, inference_gpu_caps
 
 if TYPE_CHECKING:
     from lyra.snapshot import PlannerInput
@@ -103,6 +104,11 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
             "--save-snapshot", type=Path, metavar="FILE", help="with --from-cluster: also write the snapshot there"
         )
         add_gpu_catalog_argument(parser, also="with --from-cluster: ")
+        add_inference_gpu_cap_argument(
+            parser,
+            purpose="with --from-cluster: the operator's own caps (the chart's inferenceGpuCaps), so the services' "
+            "demand (inferenceDemand) is sized as its passes size it",
+        )
 
     reclaim = verbs.add_parser("reclaim", help="which loaned servers to return, with the fewest preemptions")
     snapshot_argument(reclaim)
@@ -204,6 +210,7 @@ def _read(source: str) -> str | bytes:
 
 def _from_cluster(args: argparse.Namespace) -> PlannerInput:
     import time
+    from dataclasses import replace
 
     from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
@@ -213,6 +220,10 @@ def _from_cluster(args: argparse.Namespace) -> PlannerInput:
     from lyra.operator.decide import OperatorConfig, live_view
     from lyra.snapshot import PlannerInput, SnapshotDocument
 
+    try:
+        caps = inference_gpu_caps(args.inference_gpu_cap)
+    except ValueError as error:
+        raise _BadInputError(f"--inference-gpu-cap: {error}") from None
     try:
         if args.save_snapshot is not None:  # before reading the cluster, which takes seconds at thousands of nodes
             check_file(args.save_snapshot, "--save-snapshot")
@@ -225,7 +236,9 @@ def _from_cluster(args: argparse.Namespace) -> PlannerInput:
         raise _ClusterError(f"cannot read the cluster: {describe_api_failure(error, api.configuration.host)}") from None
     finally:
         api.close()  # type: ignore[no-untyped-call]
-    config = OperatorConfig(gpus=args.gpu_catalog) if args.gpu_catalog is not None else None
+    config = OperatorConfig(inference_gpu_caps=caps)
+    if args.gpu_catalog is not None:
+        config = replace(config, gpus=args.gpu_catalog)
     live = live_view(world, config, allocating=args.verb in _ALLOCATING_VERBS)
     try:
         given = PlannerInput(live.snapshot, live.held, live.cordoned, live.demand, live.unhealthy)
@@ -256,6 +269,11 @@ def _load(args: argparse.Namespace) -> PlannerInput:
         raise _BadInputError("--kubeconfig and --save-snapshot go with --from-cluster")
     if args.gpu_catalog is not None:
         raise _BadInputError("--gpu-catalog goes with --from-cluster (a snapshot document carries its own gpuCatalog)")
+    if args.inference_gpu_cap:
+        raise _BadInputError(
+            "--inference-gpu-cap goes with --from-cluster (a snapshot document carries the demand it was sized to: "
+            "inferenceDemand)"
+        )
     data = _read(args.snapshot)
     try:
         return parse_planner_input(data)

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from lyra.cli.arguments import add_kubeconfig_argument
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from lyra.cli.inference_gpu_cap_flag import add_inference_gpu_cap_argument, inference_gpu_caps
 
 if TYPE_CHECKING:
     from lyra.core.model import ClusterSnapshot
+    from lyra.operator.sizing import InferenceGpuCaps
     from lyra.operator.world import JobRecord, World
 
 
@@ -31,6 +33,11 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         description="Show the cluster as Lyra's operator sees it (read-only).",
     )
     add_kubeconfig_argument(parser)
+    add_inference_gpu_cap_argument(
+        parser,
+        purpose="the operator's own caps (the chart's inferenceGpuCaps), so SERVERS NEEDED is sized as its passes "
+        "size it",
+    )
     parser.add_argument(
         "--shadow",
         metavar="URL",
@@ -119,13 +126,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
-def render(world: World) -> str:
+def render(world: World, caps: InferenceGpuCaps | None = None) -> str:
+    """The tables of `lyra status`; ``caps``: the operator's per-namespace inference GPU caps (none: uncapped)."""
     from lyra.api.conditions import RUNNING
     from lyra.api.resources import JobPhase
     from lyra.core.model import LoanState, Pool
-    from lyra.operator.decide import live_view
+    from lyra.operator.decide import OperatorConfig, live_view
 
-    view = live_view(world, allocating=False)
+    view = live_view(world, OperatorConfig(inference_gpu_caps=caps) if caps is not None else None, allocating=False)
 
     in_use: Counter[str] = Counter()
     for pod in world.pods:
@@ -237,8 +245,16 @@ def run_status(args: argparse.Namespace) -> int:
     from lyra.operator.commit import Cluster
 
     if args.shadow is not None:
+        if args.inference_gpu_cap:
+            print("lyra status: --inference-gpu-cap does not go with --shadow (the operator sized its plan)",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_BAD_INPUT
         return run_shadow(args.shadow)
-
+    try:
+        caps = inference_gpu_caps(args.inference_gpu_cap)
+    except ValueError as error:
+        print(f"lyra status: --inference-gpu-cap: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         api = api_client(args.kubeconfig, one_shot=True)
     except KubeconfigError as error:
@@ -252,5 +268,5 @@ def run_status(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     finally:
         api.close()  # type: ignore[no-untyped-call]
-    print(render(world))
+    print(render(world, caps))
     return EXIT_OK

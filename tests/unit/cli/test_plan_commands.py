@@ -444,3 +444,27 @@ def test_a_gpu_catalogue_goes_with_from_cluster_and_a_bad_one_is_refused(
     out, err = usage_error(capsys, "plan", "allocate", "--from-cluster", "--gpu-catalog", str(catalog))
     assert out == ""
     assert f"argument --gpu-catalog: {catalog}: gpuCatalog.Tesla-T4.speed: Input should be a valid number" in err
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["serve"], "--inference-gpu-cap: 'serve' is not NAMESPACE=GPUS (a whole number of GPUs)"),
+        (["serve=-1"], "--inference-gpu-cap: 'serve=-1' is not NAMESPACE=GPUS"),
+        (["serve=1", "serve=2"], "--inference-gpu-cap: a namespace is capped twice: serve"),
+        (["Serve=1"], "--inference-gpu-cap: 'Serve' is not a namespace name (nor * for all others)"),
+    ],
+)
+def test_inference_gpu_caps_go_with_from_cluster_and_bad_ones_are_refused_before_reading_it(
+    capsys: pytest.CaptureFixture[str], settings: list[str], message: str
+) -> None:
+    """The operator's caps size the services' demand as its passes do; a snapshot document carries its demand, so
+    they go with --from-cluster only; bad ones exit 2 before the cluster is read (no kubeconfig is looked for)."""
+    flags = [part for setting in settings for part in ("--inference-gpu-cap", setting)]
+    code, out, err = run(capsys, "plan", "loans", "--snapshot", str(EXAMPLE), "--demand", "1", *flags)
+    assert (code, out) == (2, None)
+    assert "--inference-gpu-cap goes with --from-cluster" in err
+    code, out, err = run(capsys, "plan", "loans", "--from-cluster", "--kubeconfig", "/nonexistent/kubeconfig", *flags)
+    assert (code, out) == (2, None)
+    assert err == f"lyra plan loans: {message}" + err.split(message, 1)[1]
+    assert "kubeconfig" not in err

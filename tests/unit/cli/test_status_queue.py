@@ -1,6 +1,11 @@
-"""`lyra status` lists the queue in the order the operator's allocator admits jobs."""
+"""`lyra status` lists the queue in the order the operator's allocator admits jobs, and what inference needs as the
+operator's passes size it."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 
 from lyra.cli.status_commands import render
 from lyra.operator.config import OperatorConfig
@@ -61,3 +66,23 @@ def test_the_status_shows_what_inference_needs_holds_and_lends_per_gpu_type() ->
     header, *rows = block.splitlines()
     assert header.split() == ["INFERENCE", "SERVERS", "NEEDED", "HELD", "LENT"]
     assert [row.split() for row in rows] == [[A100, "0", "0", "1"], [T4, "2", "2", "2"]]
+
+
+def test_status_takes_the_operators_caps_and_refuses_bad_ones(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Bad caps exit 2 with one line, before the cluster is read; caps with --shadow are refused (the operator in
+    shadow mode sized its own plan)."""
+    from lyra.cli import main
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("not read\n")
+    assert main(["status", "--kubeconfig", str(kubeconfig), "--inference-gpu-cap", "serve=x"]) == 2
+    assert capsys.readouterr().err == (
+        "lyra status: --inference-gpu-cap: 'serve=x' is not NAMESPACE=GPUS (a whole number of GPUs)\n"
+    )
+    shadow = ["status", "--shadow", "http://127.0.0.1:9", "--inference-gpu-cap", "serve=8"]
+    assert main(shadow) == 2
+    assert capsys.readouterr().err == (
+        "lyra status: --inference-gpu-cap does not go with --shadow (the operator sized its plan)\n"
+    )

@@ -154,3 +154,26 @@ def test_the_cap_of_a_namespace_not_named_is_the_wildcards_or_none() -> None:
     assert InferenceGpuCaps.parse(["serve=4", "*=2"]).cap_of("serve") == 4
     assert InferenceGpuCaps.parse(["serve=4", "*=2"]).cap_of("ml") == 2
     assert InferenceGpuCaps.parse(["serve=4"]).cap_of("ml") is None
+
+
+def test_the_what_if_and_the_status_size_the_services_with_the_operators_caps() -> None:
+    """``lyra plan --from-cluster`` and ``lyra status`` take the operator's caps (``--inference-gpu-cap``): sized
+    with them, the services need the servers the operator's passes settled on (``serversNeeded``); sized without,
+    they need more than the operator will ever keep."""
+    from lyra.cli.inference_gpu_cap_flag import inference_gpu_caps
+    from lyra.cli.status_commands import render
+    from lyra.operator.decide import live_view
+
+    cluster = cluster_of()
+    cluster.add_service(service_in("serve", "chat", 5, 8))
+    config = capped("serve=16")
+    settle(cluster, config)
+    world = cluster.world()
+    assert status_of(cluster, "serve/chat")["serversNeeded"] == 2
+    assert live_view(world, config, allocating=False).demand == {T4: 2}
+    assert live_view(world, CONFIG, allocating=False).demand == {T4: 5}, "uncapped: all five replicas"
+    caps = inference_gpu_caps(["serve=16"])
+    assert caps.cap_of("elsewhere") == 64, "a namespace not named: the operator's default"
+    needed = [line.split() for line in render(world, caps).splitlines() if line.startswith(T4 + " ")]
+    assert needed == [[T4, "2", "2", "4"]]
+    assert [line.split() for line in render(world).splitlines() if line.startswith(T4 + " ")] == [[T4, "5", "2", "4"]]
