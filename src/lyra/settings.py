@@ -24,6 +24,9 @@ SWITCH: Final = "switch"
 #: TrainingJobs are queued at (``--max-priority '*=0'``: tenants' jobs compete on their expected durations).
 DEFAULT_INFERENCE_GPU_CAP: Final = 64
 DEFAULT_MAX_PRIORITY: Final = 0
+#: How long an idle inference server stays idle before the operator lends it (``lyra operator --lend-delay``), and
+#: what ``lyra plan loans`` takes it to be unless told.
+DEFAULT_LEND_DELAY_S: Final = 60.0
 
 
 def setting(default: Any, *, flag: str, kind: str, help: str) -> Any:

@@ -27,10 +27,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from lyra.cli.arguments import non_negative_int
+from lyra.cli.arguments import non_negative_int, seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from lyra.cli.gpu_catalog_file import add_gpu_catalog_argument
 from lyra.cli.inference_gpu_cap_flag import add_inference_gpu_cap_argument, inference_gpu_caps
+from lyra.settings import DEFAULT_LEND_DELAY_S
 
 if TYPE_CHECKING:
     from lyra.snapshot import PlannerInput
@@ -172,6 +173,14 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="SERVERS",
         help="spare servers kept (per GPU type when the plan is per type; default: 0)",
     )
+    loans.add_argument(
+        "--lend-delay",
+        type=seconds,
+        default=DEFAULT_LEND_DELAY_S,
+        metavar="SECONDS",
+        help="the operator's --lend-delay: an idle server is lent once idle this long, by its idleSeconds in the "
+        f"snapshot (a server without one has been idle long enough; default: {DEFAULT_LEND_DELAY_S:g})",
+    )
     loans.set_defaults(prog=loans.prog, run=_run_loans)
 
     schema = verbs.add_parser("schema", help="print the JSON Schema of the snapshot document")
@@ -241,11 +250,18 @@ def _from_cluster(args: argparse.Namespace) -> PlannerInput:
         config = replace(config, gpus=args.gpu_catalog)
     live = live_view(world, config, allocating=args.verb in _ALLOCATING_VERBS)
     try:
-        given = PlannerInput(live.snapshot, live.held, live.cordoned, live.demand, live.unhealthy)
+        given = PlannerInput(live.snapshot, live.held, live.cordoned, live.demand, live.unhealthy, live.idle_seconds)
     except InvalidClusterError as error:  # pods on a node hold more GPUs than it reports: the operator sees it too
         raise _ClusterError(f"the cluster as read is inconsistent: {error}") from None
     if args.save_snapshot is not None:
-        document = SnapshotDocument.from_core(live.snapshot, live.held, live.cordoned, live.demand, live.unhealthy)
+        document = SnapshotDocument.from_core(
+            live.snapshot,
+            live.held,
+            live.cordoned,
+            demand=live.demand,
+            unhealthy=live.unhealthy,
+            idle_seconds=live.idle_seconds,
+        )
         text = document.model_dump_json(by_alias=True, indent=2)
         try:
             write_text(args.save_snapshot, text + "\n", "--save-snapshot")
@@ -395,7 +411,7 @@ def _run_loans(args: argparse.Namespace) -> int:
             InferenceDemand(pooled[0]),
             headroom=args.headroom,
             among=among,
-            unlendable=given.unlendable(),
+            unlendable=given.unlendable(args.lend_delay),
         )
         return _emit(loan_plan_document(plan))
     inference_types = {s.gpu_type for s in given.snapshot.servers if s.pool is Pool.INFERENCE}
@@ -421,7 +437,7 @@ def _run_loans(args: argparse.Namespace) -> int:
                 headroom=args.headroom,
                 gpu_type=gpu_type,
                 among=among,
-                unlendable=given.unlendable(),
+                unlendable=given.unlendable(args.lend_delay),
             ),
         )
         for gpu_type, servers in typed.items()

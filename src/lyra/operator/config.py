@@ -10,14 +10,14 @@ from lyra.core.allocation import DEFAULT_SEARCH_BUDGET
 from lyra.core.gpus import GpuCatalog
 from lyra.operator.priority_bounds import PriorityBounds
 from lyra.operator.sizing import InferenceGpuCaps
-from lyra.settings import COUNT, OPTIONAL_OBJECT_NAME, POSITIVE_COUNT, SECONDS, SWITCH, setting
+from lyra.settings import COUNT, DEFAULT_LEND_DELAY_S, OPTIONAL_OBJECT_NAME, POSITIVE_COUNT, SECONDS, SWITCH, setting
 
 
 @dataclass(frozen=True, slots=True)
 class OperatorConfig:
     headroom: int = setting(0, flag="--headroom", kind=COUNT, help="spare inference servers kept per GPU type")
     lend_delay_s: float = setting(
-        60.0,
+        DEFAULT_LEND_DELAY_S,
         flag="--lend-delay",
         kind=SECONDS,
         help="an idle inference server is lent only once it has been idle this long",

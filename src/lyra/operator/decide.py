@@ -124,13 +124,16 @@ class LiveView:
     heard from, GPUs gone or misread, within the grace: a lost one is in no plan), and the servers inference needs
     now per GPU type, as the pass sizes the InferenceServices (every inference GPU type named, 0 if none). A
     cordoned inference server the loan cycle leaves out (it serves no replica) is ``idle`` in it, or ``loaned`` if
-    lent: never ``serving``; one it leaves out because pods Lyra does not manage hold its GPUs is not in it."""
+    lent: never ``serving``; one it leaves out because pods Lyra does not manage hold its GPUs is not in it. Each
+    idle server of the loan cycle has been idle for ``idle_seconds`` (from its ``idle-since`` annotation; 0 without
+    one, as the cycle takes it to be idle from this pass on)."""
 
     snapshot: ClusterSnapshot
     held: dict[str, int]
     cordoned: frozenset[str]
     demand: dict[str, int]
     unhealthy: frozenset[str]
+    idle_seconds: dict[str, float]
 
 
 def live_view(world: World, config: OperatorConfig | None = None, *, allocating: bool) -> LiveView:
@@ -170,4 +173,10 @@ def live_view(world: World, config: OperatorConfig | None = None, *, allocating:
     services = ServiceBook(world, changes, scheduler_name=config.scheduler_name, caps=config.inference_gpu_caps)
     unhealthy = frozenset(jobs.training.unhealthy_nodes) & {s.name for s in snapshot.servers}
     held = {name: gpus for name, gpus in held.items() if gpus}
-    return LiveView(snapshot, held, cordoned, services.plan(), unhealthy)
+    shown = {s.name for s in snapshot.servers if s.state is LoanState.IDLE}
+    idle_seconds = {
+        s.name: max(world.now - s.idle_since, 0.0) if s.idle_since is not None else 0.0
+        for s in loans.servers
+        if s.state is LoanState.IDLE and s.name in shown
+    }
+    return LiveView(snapshot, held, cordoned, services.plan(), unhealthy, idle_seconds)

@@ -13,7 +13,8 @@ It is the wire format of :class:`lyra.core.model.ClusterSnapshot`, with camelCas
 
 ``remainingWork`` is in worker-seconds on a reference GPU (speed 1); a job with no workers is queued. ``heldGpus``
 (optional) counts GPUs on a server that work outside the document's jobs uses, and a server may say it is
-``cordoned`` or ``unhealthy``: the planner treats them as the operator does (:class:`PlannerInput`).
+``cordoned`` or ``unhealthy``, and an idle one for how long it has been idle (``idleSeconds``): the planner treats
+them as the operator does (:class:`PlannerInput`).
 ``inferenceDemand`` (optional) is what inference needs now, in servers per GPU type (``lyra plan loans`` balances
 each type against it). Unknown keys are rejected so a typo never passes silently. Every error names the offending
 field with its path, e.g. ``jobs[1].minWorkers (job 'bert')``, in the document's own camelCase terms.
@@ -92,11 +93,17 @@ class ServerDocument(_Strict):
     state: LoanState | None = None
     cordoned: Annotated[bool, Field(strict=True)] = False
     unhealthy: Annotated[bool, Field(strict=True)] = False
+    idle_seconds: Duration | None = Field(default=None, alias="idleSeconds")
 
     @model_validator(mode="after")
     def _state_matches_pool(self) -> ServerDocument:
         if self.pool is Pool.INFERENCE and self.state is None:
             raise ValueError("an inference server needs a state: serving, idle, loaned or reclaiming")
+        if self.idle_seconds is not None and (self.pool is not Pool.INFERENCE or self.state is not LoanState.IDLE):
+            raise ValueError(
+                f"idleSeconds: only an idle inference server has been idle for a time (this one is "
+                f"{self.pool} and {self.state or 'has no loan state'})"
+            )
         if self.pool is Pool.TRAINING and self.state not in (None, LoanState.SERVING):
             raise ValueError(
                 f"a training server has no loan state (it is never lent), got {self.state}; "
@@ -246,6 +253,7 @@ class SnapshotDocument(_Strict):
             frozenset(s.name for s in self.servers if s.cordoned),
             self.inference_demand,
             frozenset(s.name for s in self.servers if s.unhealthy),
+            {s.name: s.idle_seconds for s in self.servers if s.idle_seconds is not None},
         )
 
     @classmethod
@@ -254,12 +262,15 @@ class SnapshotDocument(_Strict):
         snapshot: ClusterSnapshot,
         held: Mapping[str, int] | None = None,
         cordoned: Collection[str] = (),
+        *,
         demand: Mapping[str, int] | None = None,
         unhealthy: Collection[str] = (),
+        idle_seconds: Mapping[str, float] | None = None,
     ) -> SnapshotDocument:
         """The document of ``snapshot``, with ``held`` (its servers' GPUs used outside its jobs) as ``heldGpus``, in
-        the servers' order and without zeros, the ``cordoned`` and ``unhealthy`` servers marked, and ``demand``
-        (servers inference needs per GPU type) as ``inferenceDemand``, by GPU type."""
+        the servers' order and without zeros, the ``cordoned`` and ``unhealthy`` servers marked, ``demand`` (servers
+        inference needs per GPU type) as ``inferenceDemand``, by GPU type, and each idle server's ``idleSeconds``."""
+        idle_seconds = idle_seconds or {}
         held = held or {}
         return cls(
             held_gpus={s.name: held[s.name] for s in snapshot.servers if held.get(s.name)},
@@ -273,6 +284,7 @@ class SnapshotDocument(_Strict):
                     state=s.state,
                     cordoned=s.name in cordoned,
                     unhealthy=s.name in unhealthy,
+                    idle_seconds=idle_seconds.get(s.name),
                 )
                 for s in snapshot.servers
             ],
@@ -296,7 +308,9 @@ class PlannerInput:
     cordoned or unhealthy server that its jobs' workers leave free (:meth:`allocation_held`); reclaims and loans
     leave out a cordoned inference server that is idle or loaned, as the operator's loan cycle does (it serves no
     replica: lent it would take no worker, counted as room it would leave replicas pending, reclaimed it would give
-    inference nothing; :meth:`loan_cycle`); loans never lend an unhealthy one (:meth:`unlendable`).
+    inference nothing; :meth:`loan_cycle`); loans never lend an unhealthy one, nor an idle one not yet idle for the
+    operator's lend delay (``idle_seconds``, how long each idle server has been idle; one it does not name has been
+    idle for longer than any delay; :meth:`unlendable`).
 
     Checked on creation: every held, cordoned or unhealthy server is in the snapshot, no server's held GPUs and its
     jobs' workers' GPUs together exceed the GPUs it has, and every demand is a count of servers
@@ -308,6 +322,7 @@ class PlannerInput:
     cordoned: frozenset[str] = frozenset()
     demand: Mapping[str, int] | None = None
     unhealthy: frozenset[str] = frozenset()
+    idle_seconds: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         servers = {s.name: s for s in self.snapshot.servers}
@@ -329,6 +344,14 @@ class PlannerInput:
         for name in sorted(self.unhealthy):
             if name not in servers:
                 raise InvalidClusterError(f"unhealthy server {_short(name)!r} is no server of the snapshot")
+        for name, seconds in sorted(self.idle_seconds.items()):
+            server = servers.get(name)
+            if server is None:
+                raise InvalidClusterError(f"idle server {_short(name)!r} is no server of the snapshot")
+            if server.state is not LoanState.IDLE:
+                raise InvalidClusterError(f"server {_short(name)!r} is not idle, and has no idle time")
+            if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 <= seconds < math.inf):
+                raise InvalidClusterError(f"servers.{_short(name)}.idleSeconds: must be seconds >= 0, got {seconds!r}")
         for gpu_type, servers_needed in (self.demand or {}).items():
             if not isinstance(servers_needed, int) or isinstance(servers_needed, bool) or servers_needed < 0:
                 raise InvalidClusterError(
@@ -338,6 +361,7 @@ class PlannerInput:
         object.__setattr__(self, "held", dict(self.held))
         object.__setattr__(self, "cordoned", frozenset(self.cordoned))
         object.__setattr__(self, "unhealthy", frozenset(self.unhealthy))
+        object.__setattr__(self, "idle_seconds", dict(sorted(self.idle_seconds.items())))
         if self.demand is not None:
             object.__setattr__(self, "demand", dict(sorted(self.demand.items())))
 
@@ -369,10 +393,12 @@ class PlannerInput:
         }
         return frozenset(s.name for s in self.snapshot.servers if s.name not in out) if out else None
 
-    def unlendable(self) -> frozenset[str]:
+    def unlendable(self, lend_delay_s: float = 0.0) -> frozenset[str]:
         """The servers a loan plan never lends: the unhealthy ones (lent, they would take no training work; the
-        operator keeps them as room for inference)."""
-        return self.unhealthy
+        operator keeps them as room for inference), and the idle ones idle for less than ``lend_delay_s`` (the
+        operator's ``--lend-delay``: they stay room for inference, and the headroom is kept among the others)."""
+        recent = {name for name, seconds in self.idle_seconds.items() if seconds < lend_delay_s}
+        return self.unhealthy | recent
 
 
 def _catalog_to_core(entries: Mapping[str, GpuTypeDocument]) -> GpuCatalog:

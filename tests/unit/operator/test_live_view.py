@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from lyra.core import InferenceDemand, LoanState, allocate_workers, plan_loans
 from lyra.operator.decide import OperatorConfig, decide, live_view
 from lyra.operator.timestamps import format_time
@@ -174,3 +176,38 @@ def test_an_inference_server_held_by_pods_lyra_does_not_manage_is_no_room_for_in
     assert cluster.state("t1") != "loaned"
     assert cluster.state("t0") == "serving", "kept for chat's replica"
     assert [s.name for s in live_view(cluster.world(), config, allocating=True).snapshot.servers] == ["t0"]
+
+
+def test_the_view_says_how_long_each_idle_server_has_been_idle_and_the_plan_waits_the_lend_delay() -> None:
+    """chat stops needing t1 and t2 at the same pass: the view says both have been idle since then (the
+    ``idle-since`` the pass wrote), and a loan plan with the operator's lend delay lends neither until the delay has
+    passed, then what the operator's next pass lends; without the delay it would have lent them at once. Each plan
+    is checked against the operator's own next pass."""
+    config = OperatorConfig(gang_timeout_s=60, lend_delay_s=100)
+    cluster = FakeCluster([node(f"t{i}", "inference", T4) for i in range(3)], now=1_000_000.0)
+    cluster.add_service(inference_service("chat", 24, gpus=1, gpuType=T4))
+    for _ in range(3):
+        cluster.apply(decide(cluster.world(), config))
+    assert [cluster.state(f"t{i}") for i in range(3)] == ["serving"] * 3
+    cluster.services["serve/chat"]["spec"]["replicas"] = 8
+    for _ in range(3):
+        cluster.apply(decide(cluster.world(), config))
+        cluster.finish_terminations()
+    idle = sorted(n for n in ("t0", "t1", "t2") if cluster.state(n) == "idle")
+    assert len(idle) == 2
+    for waited, idle_for, lent in ((40.0, 40.0, ()), (61.0, 101.0, tuple(idle))):
+        cluster.tick(waited)
+        view = live_view(cluster.world(), config, allocating=False)
+        assert view.idle_seconds == dict.fromkeys(idle, pytest.approx(idle_for))
+        given = PlannerInput(view.snapshot, view.held, view.cordoned, view.demand, view.unhealthy, view.idle_seconds)
+        plan = plan_loans(
+            given.snapshot,
+            InferenceDemand(view.demand[T4]),
+            among=given.loan_cycle(),
+            unlendable=given.unlendable(config.lend_delay_s),
+        )
+        assert plan.lend == lent
+        unwaited = plan_loans(given.snapshot, InferenceDemand(view.demand[T4]), unlendable=given.unlendable())
+        assert unwaited.lend == tuple(idle), "without the delay, both at once"
+        cluster.apply(decide(cluster.world(), config))
+        assert tuple(n for n in idle if cluster.state(n) == "loaned") == lent, "the operator's next pass"
