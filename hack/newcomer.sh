@@ -218,6 +218,11 @@ expect "4 T4 servers serving inference" 'sum(lyra_servers{state="serving", gpu_t
 expect "the reclaims the 32 replicas needed counted (4 T4 servers, less those not on loan before)" \
     "sum(lyra_reclaims_total) - (sum(lyra_reclaims_total @ $scaled_at) or vector(0))
      >= 4 - (sum(lyra_servers{gpu_type=\"Tesla-T4\", state!=\"loaned\"} @ $scaled_at) or vector(0))"
+budget=$(kubectl get poddisruptionbudget chat -o jsonpath='{.spec.maxUnavailable}' 2>/dev/null || true)
+if [[ $budget == 1 ]]; then echo "ok: the operator keeps chat's PodDisruptionBudget (maxUnavailable $budget)"; else
+    echo "FAILED: no PodDisruptionBudget chat with maxUnavailable 1 (the example's spec.disruptionBudget)" >&2
+    failures=$((failures + 1))
+fi
 plots=$(find out/report -name '*.png' | wc -l)
 if ((plots > 0)); then echo "ok: lyra report wrote $plots plots into out/report"; else
     echo "FAILED: lyra report wrote no plot into out/report" >&2

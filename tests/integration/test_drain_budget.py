@@ -1,12 +1,12 @@
-"""A PodDisruptionBudget an admin writes for an InferenceService's replicas (selected by the service's
-``status.selector``, docs/operations.md "Node maintenance") holds a drain back on a real control plane
-(kube-apiserver's Eviction API, kube-controller-manager's disruption and ReplicaSet controllers, KWOK), while the
-operator runs as the ServiceAccount of manifests/operator/rbac.yaml.
+"""The PodDisruptionBudget the operator keeps for an InferenceService that asks for one (``spec.disruptionBudget``,
+docs/operations.md "Node maintenance") holds a drain back on a real control plane (kube-apiserver's Eviction API,
+kube-controller-manager's disruption and ReplicaSet controllers, KWOK), the operator running as the ServiceAccount of
+manifests/operator/rbac.yaml.
 
-Two replicas, a budget of one unavailable, both servers cordoned as ``kubectl drain`` cordons them: the first
-eviction is accepted, the second refused (429) while the first one's replacement cannot be placed; once the servers
-are uncordoned and the replacement is ready, the second eviction goes through. Lyra's replicas are Deployment pods
-with the service's labels, so the budget needs nothing from Lyra; this checks that nothing in Lyra defeats it.
+Two replicas, ``maxUnavailable: 1``: the operator applies the budget, over the replicas the service's
+``status.selector`` names. Both servers cordoned as ``kubectl drain`` cordons them: the first eviction is accepted,
+the second refused (429) while the first one's replacement cannot be placed; once the servers are uncordoned and the
+replacement is ready, the second eviction goes through. The service stops asking: the budget is deleted.
 
 The cluster is the module's own: two T4 inference servers of 8 GPUs.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -76,7 +75,12 @@ def service_selector(api: client.ApiClient, namespace: str) -> dict[str, str]:
 
 
 def budget_allows(policy: client.PolicyV1Api, namespace: str, allowed: int, healthy: int) -> bool:
-    status = policy.read_namespaced_pod_disruption_budget("chat", namespace).status
+    try:
+        status = policy.read_namespaced_pod_disruption_budget("chat", namespace).status
+    except ApiException as error:
+        if error.status == 404:  # not applied yet
+            return False
+        raise
     return (
         status is not None
         and status.observed_generation is not None
@@ -98,27 +102,35 @@ def cordon(core: client.CoreV1Api, nodes: list[str], cordoned: bool) -> None:
 
 
 @pytest.mark.timeout(300)  # its own control plane starts first
-def test_a_budget_on_the_services_selector_holds_a_drain_back(two_servers: ControlPlane, tmp_path: Path) -> None:
+def budget_gone(policy: client.PolicyV1Api, namespace: str) -> bool:
+    try:
+        policy.read_namespaced_pod_disruption_budget("chat", namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
+def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_path: Path) -> None:
     with populate.admin_api(two_servers.kubeconfig) as api, temporary_namespace(api, "drain-budget") as namespace:
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
         nodes = sorted(n.metadata.name for n in core.list_node().items)
         kubeconfig = service_account_kubeconfig(two_servers, api, tmp_path)
         operator = Operator(kubeconfig, tmp_path / "operator.log")
-        create_service(api, namespace, inference_service("chat", replicas=2, gpus=1, gpu_type=T4))
+        service = inference_service("chat", replicas=2, gpus=1, gpu_type=T4)
+        service["spec"]["disruptionBudget"] = {"maxUnavailable": 1}
+        create_service(api, namespace, service)
         operator.start()
         try:
             wait_for(lambda: len(ready_replicas(core, namespace)) == 2, DEADLINE_S, "2 replicas ready")
             wait_for(lambda: service_selector(api, namespace), DEADLINE_S, "the service's status.selector")
             labels = service_selector(api, namespace)
             assert labels == {names.SERVICE_LABEL: "chat", names.ROLE_LABEL: names.ROLE_INFERENCE}
-            budget: dict[str, Any] = {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": "chat"},
-                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
-            }
-            policy.create_namespaced_pod_disruption_budget(namespace, budget)
             wait_for(lambda: budget_allows(policy, namespace, 1, 2), DEADLINE_S, "the budget allowing 1 of 2")
+            budget = policy.read_namespaced_pod_disruption_budget("chat", namespace)
+            assert budget.spec.selector.match_labels == labels, "the replicas the service's status.selector names"
+            assert [(o.kind, o.name) for o in budget.metadata.owner_references] == [("InferenceService", "chat")]
             cordon(core, nodes, True)  # `kubectl drain` cordons first; here every server, so no replacement lands
             first, second = (p.metadata.name for p in ready_replicas(core, namespace))
             evict(core, namespace, first)
@@ -131,6 +143,11 @@ def test_a_budget_on_the_services_selector_holds_a_drain_back(two_servers: Contr
             wait_for(lambda: budget_allows(policy, namespace, 1, 2), DEADLINE_S, "the replacement ready")
             evict(core, namespace, second)
             wait_for(lambda: len(ready_replicas(core, namespace)) == 2, DEADLINE_S, "both replicas back")
+            custom(api).patch_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat",
+                {"spec": {"disruptionBudget": None}},
+            )  # fmt: skip
+            wait_for(lambda: budget_gone(policy, namespace), DEADLINE_S, "the budget deleted")
             wait_quiet(operator, DEADLINE_S)
             assert_check_clean(kubeconfig)
             assert "Forbidden" not in operator.log.read_text(), "the RBAC of manifests/operator is not enough"

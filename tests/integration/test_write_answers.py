@@ -9,6 +9,7 @@ answers each kind of request the commit step makes with a PartialObjectMetadata 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -115,6 +116,15 @@ def test_each_write_the_commit_step_makes_is_answered_with_the_objects_metadata_
         "message": "m",
         "type": "Normal",
     }
+
+    def budget(max_unavailable: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "meta-serve", "namespace": namespace},
+            "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": "serve"}}},
+        }
+
     node = core.list_node().items[0].metadata.name
     writes = ApiWrites(kube_api)
     try:
@@ -133,6 +143,8 @@ def test_each_write_the_commit_step_makes_is_answered_with_the_objects_metadata_
                 names.GROUP, names.VERSION, namespace, names.TRAINING_JOB_PLURAL, "meta", {"status": {"message": "m"}}
             ),
             "delete pod": writes.delete_namespaced_pod("meta-w0", namespace, grace_period_seconds=30),
+            "apply budget": writes.apply_namespaced_pod_disruption_budget("meta-serve", namespace, budget(1)),
+            "apply budget again": writes.apply_namespaced_pod_disruption_budget("meta-serve", namespace, budget(2)),
         }
         versions = {}
         for what, answer in answers.items():
@@ -144,6 +156,14 @@ def test_each_write_the_commit_step_makes_is_answered_with_the_objects_metadata_
             assert front.group(1).decode() == body["metadata"]["resourceVersion"], what
             versions[what] = _version_in(answer)
         assert all(versions.values())
+        # Applied twice: created, then brought to the second body (server-side apply); deleted, then gone (404).
+        policy = client.PolicyV1Api(kube_api)
+        assert policy.read_namespaced_pod_disruption_budget("meta-serve", namespace).spec.max_unavailable == 2
+        assert int(versions["apply budget again"]) > int(versions["apply budget"])
+        writes.delete_namespaced_pod_disruption_budget("meta-serve", namespace)
+        with pytest.raises(ApiException) as deleted:
+            writes.delete_namespaced_pod_disruption_budget("meta-serve", namespace)
+        assert deleted.value.status == 404
         assert int(versions["patch pod"]) > int(versions["create pod"])
         read = json.loads(answers["read pod"].data)["metadata"]
         assert read["ownerReferences"] == [reference]  # what a 409 on a create is checked against

@@ -57,6 +57,8 @@ SCALED: Final = "Scaled"
 #: The service's rendered pod template changed (its template, gpuType, or what the operator derives): the Deployment's
 #: template is written and the Deployment rolls the replicas.
 TEMPLATE_CHANGED: Final = "TemplateChanged"
+#: The service's PodDisruptionBudget is applied with another maxUnavailable, or deleted (spec.disruptionBudget).
+DISRUPTION_BUDGET: Final = "DisruptionBudget"
 #: Every replica that needed a reclaim's servers runs (the Event says how long they waited).
 RECLAIM_SERVED: Final = "ReclaimServed"
 

@@ -35,6 +35,12 @@ IDLE_SINCE_ANNOTATION: Final = f"{GROUP}/idle-since"
 #: template with everything the operator derives: GPUs, GPU-type affinity, tolerations, scheduler name). A service
 #: whose rendered template hashes otherwise (or a Deployment without it) has its Deployment's template written.
 TEMPLATE_HASH_ANNOTATION: Final = f"{GROUP}/template-hash"
+#: On an InferenceService's Deployment: the ``maxUnavailable`` of the PodDisruptionBudget the operator last applied
+#: for the service (``spec.disruptionBudget``), absent when it keeps none. A service whose budget says otherwise has its
+#: PodDisruptionBudget applied (or deleted) and this annotation written after it.
+DISRUPTION_BUDGET_ANNOTATION: Final = f"{GROUP}/disruption-budget"
+#: The kind of the budget the operator keeps per InferenceService that asks for one (named after the service).
+DISRUPTION_BUDGET_KIND: Final = "PodDisruptionBudget"
 #: The ReplicaSet controller deletes a Deployment's replicas with the lowest cost first (Kubernetes' own key; the
 #: operator writes it on inference replicas: :mod:`lyra.operator.services`, "Which replicas a scale-down deletes").
 POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
@@ -85,6 +91,8 @@ CONDITION_TRUE: Final = "True"
 MERGE_PATCH: Final = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
+#: Server-side apply: creates the object or brings the fields this field manager owns to the body (JSON is YAML).
+APPLY_PATCH: Final = "application/apply-patch+yaml"
 #: What the operator's writes ask back: only the written object's metadata (its resourceVersion, uid and owners are
 #: all a write's answer is read for), as ``meta.k8s.io/v1`` PartialObjectMetadata; a server that cannot transform
 #: answers the whole object as JSON. Errors come back as a Status either way.

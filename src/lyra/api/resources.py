@@ -348,6 +348,18 @@ class LoadSizing(_Wire):
     )
 
 
+class DisruptionBudget(_Wire):
+    """A PodDisruptionBudget the operator keeps for the service's replicas: how many may be evicted at once."""
+
+    max_unavailable: int = Field(
+        ge=1,
+        le=MAX_WORKERS,
+        description="Replicas that may be unavailable at once during voluntary disruptions (kubectl drain, the "
+        "cluster autoscaler): evictions past it are refused until replacements are ready. At least 1, so that no "
+        "service can hold a node's maintenance back for good.",
+    )
+
+
 class InferenceServiceSpec(_Wire):
     replicas: int = Field(ge=0, le=MAX_WORKERS, description="Desired replicas (the scale subresource sets it).")
     gpus_per_replica: int = Field(ge=1, le=MAX_GPUS_PER_SERVER)
@@ -356,6 +368,11 @@ class InferenceServiceSpec(_Wire):
     gpu_type: str | None = Field(default=None, max_length=MAX_NAME, description="GPU product the replicas need.")
     template: PodTemplate
     sizing: LoadSizing | None = None
+    disruption_budget: DisruptionBudget | None = Field(
+        default=None,
+        description="A PodDisruptionBudget for the replicas, kept by the operator (named after the service); "
+        "without it, none (a drain may evict every replica of a server at once).",
+    )
 
     @model_validator(mode="after")
     def _replicas_in_range(self) -> InferenceServiceSpec:

@@ -5,7 +5,9 @@ The order is what makes a crash at any point harmless (docs/architecture.md, "Re
 workers, planned placement) is written before its pods are created or deleted, so the next pass completes whatever
 a crash interrupted; a job's headless Service exists before the workers whose DNS names it gives; Events come
 last. An inference replica's deletion cost is written before its Deployment is scaled, so a scale-down in the same
-pass deletes by it. Every action is idempotent: creating what exists or deleting what is gone is success.
+pass deletes by it. A service's PodDisruptionBudget is applied after its Deployment exists, which then records it
+(a crash in between applies it again). Every action is idempotent: creating what exists or deleting what is gone is
+success.
 """
 
 from __future__ import annotations
@@ -108,6 +110,19 @@ class ApplyDeployment:
 
 
 @dataclass(frozen=True, slots=True)
+class ApplyDisruptionBudget:
+    """Bring an InferenceService's PodDisruptionBudget (``ref``, named after it) to ``manifest`` (server-side apply:
+    created if missing), or delete it (``manifest`` ``None``); then record ``max_unavailable`` ("" for none) on the
+    service's Deployment (``names.DISRUPTION_BUDGET_ANNOTATION``), so the next pass knows it is done. Its own subject:
+    a budget the API refuses holds back neither the service's replicas nor its status."""
+
+    ref: ObjectRef
+    service: ObjectRef
+    manifest: Mapping[str, Any] | None
+    max_unavailable: str
+
+
+@dataclass(frozen=True, slots=True)
 class Emit:
     """A Kubernetes Event on ``ref`` (type Normal or Warning)."""
 
@@ -126,6 +141,7 @@ Action = (
     | CreateService
     | CreatePod
     | ApplyDeployment
+    | ApplyDisruptionBudget
     | Emit
 )
 
@@ -139,6 +155,7 @@ ACTION_ORDER: tuple[type, ...] = (
     CreateService,
     CreatePod,
     ApplyDeployment,
+    ApplyDisruptionBudget,
     Emit,
 )
 

@@ -42,6 +42,7 @@ from lyra.api import conditions, names
 from lyra.operator.actions import (
     Action,
     ApplyDeployment,
+    ApplyDisruptionBudget,
     CreatePod,
     CreateService,
     Decision,
@@ -137,6 +138,7 @@ class Cluster:
         self.server: str | None = api.configuration.host
         self.core: ApiWrites = self.writes
         self.apps: ApiWrites = self.writes
+        self.policy: ApiWrites = self.writes
         self.custom: ApiWrites = self.writes
         self.backoff = backoff or Backoff()
         self._posted: dict[tuple[str, str], float] = {}  # node left out, why -> when its Event was posted
@@ -464,15 +466,41 @@ class Cluster:
                 if action.roll:
                     log.info("Deployment %s: pod template written (it rolls the replicas)", action.ref.key)
             return _version_in(response)
+        elif isinstance(action, ApplyDisruptionBudget):
+            return self._disruption_budget(action, raw)
         elif isinstance(action, Emit):
             self._event(action, now)
         return ""
+
+    def _disruption_budget(self, action: ApplyDisruptionBudget, raw: dict[str, Any]) -> str:
+        """Apply or delete the budget (one that is gone already is deleted), then record it on the Deployment."""
+        ref = action.ref
+        if action.manifest is not None:
+            self.policy.apply_namespaced_pod_disruption_budget(ref.name, ref.namespace, action.manifest, **raw)
+        else:
+            try:
+                self.policy.delete_namespaced_pod_disruption_budget(ref.name, ref.namespace, **raw)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+        record = {names.DISRUPTION_BUDGET_ANNOTATION: action.max_unavailable or None}
+        response = self.apps.patch_namespaced_deployment(
+            action.service.name, action.service.namespace, {"metadata": {"annotations": record}}, **raw
+        )
+        log.info("PodDisruptionBudget %s: maxUnavailable %s", ref.key, action.max_unavailable or "none (deleted)")
+        return _version_in(response)
 
     def _event(self, action: Emit, now: float) -> None:
         self._fenced(action)
         ref = action.ref
         namespace = ref.namespace or "default"
-        api_version = "v1" if ref.kind in ("Node", "Pod") else names.API_VERSION
+        api_version = (
+            "v1"
+            if ref.kind in ("Node", "Pod")
+            else "policy/v1"
+            if ref.kind == names.DISRUPTION_BUDGET_KIND
+            else names.API_VERSION
+        )
         stamp = format_time(now)
         body = {
             "metadata": {"generateName": f"{ref.name[:200]}.", "namespace": namespace},
@@ -539,7 +567,7 @@ def _written_kind(action: Action) -> str:
         return "Node"
     if isinstance(action, CreatePod | DeletePod | SetPodRole | SetDeletionCost):
         return "Pod"
-    if isinstance(action, ApplyDeployment):
+    if isinstance(action, ApplyDeployment | ApplyDisruptionBudget):  # the budget's last write records it there
         return "Deployment"
     return action.ref.kind if isinstance(action, PatchStatus) else ""
 

@@ -40,6 +40,7 @@ from lyra.api import names
 from lyra.operator.actions import (
     Action,
     ApplyDeployment,
+    ApplyDisruptionBudget,
     CreatePod,
     CreateService,
     DeletePod,
@@ -183,6 +184,9 @@ def describe(action: Action) -> str:
     if isinstance(action, ApplyDeployment):
         doing = "creating" if action.create else "writing the pod template of" if action.roll else "scaling"
         return f"{doing} Deployment {action.ref.key}"
+    if isinstance(action, ApplyDisruptionBudget):
+        doing = "applying" if action.manifest is not None else "deleting"
+        return f"{doing} PodDisruptionBudget {action.ref.key}"
     assert isinstance(action, Emit)
     return f"posting Event {action.reason} on {action.ref.kind} {action.ref.key}"
 

@@ -384,6 +384,24 @@ def deployment(
     }
 
 
+def disruption_budget(*, namespace: str, service: str, service_uid: str, max_unavailable: int) -> dict[str, Any]:
+    """The PodDisruptionBudget of an InferenceService's replicas (``spec.disruptionBudget``), named after the service
+    and owned by it (the garbage collector deletes it with the service): it selects the replicas as the Deployment
+    does, and lets at most ``max_unavailable`` of them be evicted at once."""
+    selector = {names.SERVICE_LABEL: service, names.ROLE_LABEL: names.ROLE_INFERENCE}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": names.DISRUPTION_BUDGET_KIND,
+        "metadata": {
+            "name": service,
+            "namespace": namespace,
+            "labels": selector,
+            "ownerReferences": [_owner(names.INFERENCE_SERVICE_KIND, service, service_uid)],
+        },
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": selector}},
+    }
+
+
 def template_hash(pod_template: Mapping[str, Any]) -> str:
     """The hash a Deployment records of the pod template the operator rendered for it (SHA-256 of its canonical JSON,
     16 hex digits). The operator compares it with the hash of what it would render now, never with the live

@@ -149,7 +149,8 @@ ACTIONS = MetricSpec(
     "lyra_actions_total",
     COUNTER,
     "Actions a pass committed, by kind (SetNodeState, PatchStatus, DeletePod, SetPodRole, SetDeletionCost, "
-    "CreatePod, ApplyDeployment, Emit) and outcome (applied, refused, deferred, held, skipped)",
+    "CreatePod, CreateService, ApplyDeployment, ApplyDisruptionBudget, Emit) and outcome (applied, refused, "
+    "deferred, held, skipped)",
     ("kind", "outcome"),
 )
 WATCH_LISTS = MetricSpec(

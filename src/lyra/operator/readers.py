@@ -356,6 +356,11 @@ def _read_service(
             deployment.metadata.annotations.get(names.TEMPLATE_HASH_ANNOTATION, "") if deployment is not None else ""
         ),
         deployment_version=deployment.metadata.resource_version if deployment is not None else "",
+        deployment_budget=(
+            deployment.metadata.annotations.get(names.DISRUPTION_BUDGET_ANNOTATION, "")
+            if deployment is not None
+            else ""
+        ),
     )
 
 

@@ -38,7 +38,7 @@ from lyra.api import names
 from lyra.apiserver_failures import describe_api_failure
 from lyra.core.gpus import MemoryDisagreement
 from lyra.operator import heap
-from lyra.operator.actions import ApplyDeployment, Decision, PatchStatus, SetNodeState
+from lyra.operator.actions import ApplyDeployment, ApplyDisruptionBudget, Decision, PatchStatus, SetNodeState
 from lyra.operator.api_errors import count_api_errors, count_write_errors
 from lyra.operator.caches import WATCH_LAYERS, ClusterCaches, PassCaches
 from lyra.operator.commit import Cluster
@@ -95,6 +95,9 @@ def describe(decision: Decision) -> list[str]:
             what = "create" if action.create else "pod template and replicas" if action.roll else "replicas"
             replicas = action.manifest["spec"]["replicas"]
             lines.append(f"ApplyDeployment {action.ref.kind} {action.ref.key} {what} ({replicas} replicas)")
+        elif isinstance(action, ApplyDisruptionBudget):
+            what = f"maxUnavailable {action.max_unavailable}" if action.manifest is not None else "delete"
+            lines.append(f"ApplyDisruptionBudget {action.ref.kind} {action.ref.key} {what}")
         else:
             detail = getattr(action, "reason", "")
             message = getattr(action, "message", "")

@@ -20,6 +20,13 @@ take their replicas in name order until the cap is spent: a service cut short ge
 Warning Event when it becomes capped; a service within the cap carries ``Capped=False``, and a namespace without a cap
 no such condition.
 
+**A PodDisruptionBudget per service that asks for one** (``spec.disruptionBudget.maxUnavailable``): named after the
+service, owned by it, selecting its replicas. The operator does not watch budgets: the Deployment records the
+``maxUnavailable`` last applied (``lyra.dev/disruption-budget``), and a pass whose service asks otherwise applies the
+budget (server-side apply, so a missing one is created) or deletes it, then writes the record, with an Event
+``DisruptionBudget``. A budget deleted or edited by hand is not put back until the service's budget changes, as for
+the Deployment's own edits.
+
 **Which replicas a scale-down deletes.** The ReplicaSet controller deletes a Deployment's replicas with the lowest
 ``controller.kubernetes.io/pod-deletion-cost`` first (after unbound, unready and not-running ones); left alone it
 spreads, taking replicas from the servers that hold the most, so that every server keeps a few and none is freed to
@@ -47,7 +54,13 @@ from lyra.core.model import Pool
 from lyra.core.ordering import lend_order
 from lyra.core.placement import PodRole
 from lyra.operator import manifests
-from lyra.operator.actions import ApplyDeployment, PatchStatus, ReclaimWaitReport, SetDeletionCost
+from lyra.operator.actions import (
+    ApplyDeployment,
+    ApplyDisruptionBudget,
+    PatchStatus,
+    ReclaimWaitReport,
+    SetDeletionCost,
+)
 from lyra.operator.changes import Changes, changed_fields
 from lyra.operator.conditions import set_applied, set_condition
 from lyra.operator.isolation import Undecidable, decide_alone, key_of
@@ -60,7 +73,7 @@ from lyra.operator.sizing import (
 )
 from lyra.operator.templates import template_problem
 from lyra.operator.timestamps import format_time_ms, parse_time
-from lyra.operator.world import PodRecord, ServiceRecord, World
+from lyra.operator.world import ObjectRef, PodRecord, ServiceRecord, World
 
 log = logging.getLogger("lyra.operator")
 
@@ -144,6 +157,7 @@ class ServiceBook:
         needed_alone = servers_needed({gpu_type: {service.spec.gpus_per_replica: replicas}}, server_gpus)
         self.service_status(service, replicas, gpu_type, needed_alone[gpu_type], None, wanted=wanted)
         self.deployment(service, replicas, built)
+        self.disruption_budget(service)
         self.deletion_costs(service)
         return gpu_type, replicas
 
@@ -244,6 +258,32 @@ class ServiceBook:
                 conditions.TEMPLATE_CHANGED,
                 f"the replicas' pod template changed (template hash {was} -> {wanted}): the Deployment rolls them",
             )
+
+    def disruption_budget(self, service: ServiceRecord) -> None:
+        """Apply the service's PodDisruptionBudget, or delete the one the operator kept for it, where its Deployment
+        records another ``maxUnavailable`` than ``spec.disruptionBudget`` asks (module docstring)."""
+        budget = service.spec.disruption_budget
+        wanted = "" if budget is None else str(budget.max_unavailable)
+        if wanted == service.deployment_budget:
+            return
+        ref = ObjectRef(names.DISRUPTION_BUDGET_KIND, service.ref.namespace, service.ref.name)
+        manifest = (
+            None
+            if budget is None
+            else manifests.disruption_budget(
+                namespace=service.ref.namespace,
+                service=service.ref.name,
+                service_uid=service.ref.uid,
+                max_unavailable=budget.max_unavailable,
+            )
+        )
+        self.changes.actions.append(ApplyDisruptionBudget(ref, service.ref, manifest, wanted))
+        was = service.deployment_budget or "none"
+        self.changes.emit(
+            service.ref,
+            conditions.DISRUPTION_BUDGET,
+            f"PodDisruptionBudget {service.ref.name}: maxUnavailable {was} -> {wanted or 'none (deleted)'}",
+        )
 
     def deletion_costs(self, service: ServiceRecord) -> None:
         """Write the deletion cost of each of the service's replicas whose cost differs from the rule's (module

@@ -181,6 +181,9 @@ class ServiceRecord:
     #: conditional on it).
     deployment_template_hash: str = ""
     deployment_version: str = ""
+    #: The ``maxUnavailable`` of the PodDisruptionBudget the operator last applied for the service, as the Deployment
+    #: records it (``names.DISRUPTION_BUDGET_ANNOTATION``; "" for none).
+    deployment_budget: str = ""
 
 
 @dataclass(frozen=True, slots=True)

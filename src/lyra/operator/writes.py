@@ -43,7 +43,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
 
-from lyra.api.names import MERGE_PATCH, METADATA_ANSWER, STRATEGIC_MERGE_PATCH
+from lyra.api.names import APPLY_PATCH, MERGE_PATCH, METADATA_ANSWER, OPERATOR_NAME, STRATEGIC_MERGE_PATCH
 from lyra.operator.http_answers import read_answer
 from lyra.operator.leader import LeadershipLostError
 
@@ -218,6 +218,15 @@ class ApiWrites:
     def patch_namespaced_deployment(self, name: str, namespace: str, body: object, **_: Any) -> Answer:
         path = f"/apis/apps/v1/namespaces/{_q(namespace)}/deployments/{_q(name)}"
         return self._call("PATCH", path, body, STRATEGIC_MERGE_PATCH)
+
+    def apply_namespaced_pod_disruption_budget(self, name: str, namespace: str, body: object, **_: Any) -> Answer:
+        """Server-side apply, as the operator's field manager (forced: the fields are the operator's to keep)."""
+        path = f"/apis/policy/v1/namespaces/{_q(namespace)}/poddisruptionbudgets/{_q(name)}"
+        query = f"?fieldManager={_q(OPERATOR_NAME)}&force=true"
+        return self._call("PATCH", path + query, body, APPLY_PATCH)
+
+    def delete_namespaced_pod_disruption_budget(self, name: str, namespace: str, **_: Any) -> Answer:
+        return self._call("DELETE", f"/apis/policy/v1/namespaces/{_q(namespace)}/poddisruptionbudgets/{_q(name)}")
 
     def patch_namespaced_custom_object_status(  # noqa: PLR0917 - the kubernetes client's signature
         self,

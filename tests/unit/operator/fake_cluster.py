@@ -14,6 +14,7 @@ from typing import Any
 
 from lyra.operator.actions import (
     ApplyDeployment,
+    ApplyDisruptionBudget,
     CreatePod,
     CreateService,
     Decision,
@@ -119,6 +120,7 @@ class FakeCluster:
         self.services: dict[str, dict[str, Any]] = {}
         self.deployments: dict[str, dict[str, Any]] = {}
         self.headless: dict[str, dict[str, Any]] = {}  # Services, by namespace/name
+        self.budgets: dict[str, dict[str, Any]] = {}  # PodDisruptionBudgets, by namespace/name
         #: The template each replica was made from (what a ReplicaSet's pod-template-hash says), by pod key.
         self.made_from: dict[str, dict[str, Any]] = {}
         self.events: list[Emit] = []
@@ -223,6 +225,19 @@ class FakeCluster:
             self.headless.setdefault(action.ref.key, copy.deepcopy(dict(action.manifest)))
         elif isinstance(action, ApplyDeployment):
             self._deploy(action)
+        elif isinstance(action, ApplyDisruptionBudget):
+            if action.manifest is not None:
+                self.budgets[action.ref.key] = copy.deepcopy(dict(action.manifest))
+            else:
+                self.budgets.pop(action.ref.key, None)
+            deployment = self.deployments.get(action.service.key)
+            if deployment is not None:  # the record, as a merge patch writes it (removed when "")
+                annotations = deployment["metadata"].setdefault("annotations", {})
+                annotations.pop("lyra.dev/disruption-budget", None)
+                if action.max_unavailable:
+                    annotations["lyra.dev/disruption-budget"] = action.max_unavailable
+                self.versions += 1
+                deployment["metadata"]["resourceVersion"] = str(self.versions)
         elif isinstance(action, Emit):
             self.events.append(action)
 

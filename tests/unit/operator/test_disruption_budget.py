@@ -1,0 +1,138 @@
+"""A PodDisruptionBudget per InferenceService that asks for one (``spec.disruptionBudget``): applied when the service
+asks, brought to a new ``maxUnavailable``, deleted when it stops asking; recorded on the Deployment so that a pass
+with nothing to change writes nothing; and a budget the API refuses holds back neither the replicas nor the status.
+
+Each expectation is worked out here from the replicas the in-memory cluster made (their labels), not from the code
+that renders the budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lyra.operator.actions import ApplyDisruptionBudget
+from lyra.operator.decide import OperatorConfig, decide
+from lyra.operator.runner import describe
+
+from .fake_cluster import T4, FakeCluster, inference_service, node
+from .test_decide import settle
+from .test_isolation import Fault, FaultyCluster
+
+CONFIG = OperatorConfig(lend_delay_s=30, reclaim_deadline_s=100, gang_timeout_s=60)
+RECORD = "lyra.dev/disruption-budget"
+
+
+def servers() -> FakeCluster:
+    return FakeCluster([node(f"t{i}", "inference", T4) for i in range(4)])
+
+
+def with_budget(name: str, replicas: int, max_unavailable: int | None) -> dict[str, Any]:
+    body = inference_service(name, replicas, 8, gpuType=T4)
+    if max_unavailable is not None:
+        body["spec"]["disruptionBudget"] = {"maxUnavailable": max_unavailable}
+    return body
+
+
+def selects(budget: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in budget["spec"]["selector"]["matchLabels"].items())
+
+
+def test_a_service_that_asks_gets_a_budget_over_exactly_its_replicas_and_a_quiet_pass_writes_nothing() -> None:
+    cluster = servers()
+    cluster.add_service(with_budget("chat", 3, 1))
+    cluster.add_service(with_budget("other", 1, None))
+    settle(cluster, config=CONFIG)
+    assert set(cluster.budgets) == {"serve/chat"}, "only the service that asks has one"
+    budget = cluster.budgets["serve/chat"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    replicas = {k: p["metadata"]["labels"] for k, p in cluster.pods.items()}
+    assert sorted(k for k, labels in replicas.items() if selects(budget, labels)) == [
+        "serve/chat-r0", "serve/chat-r1", "serve/chat-r2"
+    ]  # fmt: skip
+    assert [(o["kind"], o["name"], o["uid"], o["controller"]) for o in budget["metadata"]["ownerReferences"]] == [
+        ("InferenceService", "chat", "uid-chat", True)
+    ], "the garbage collector deletes it with the service"
+    assert cluster.deployments["serve/chat"]["metadata"]["annotations"][RECORD] == "1"
+    assert RECORD not in cluster.deployments["serve/other"]["metadata"].get("annotations", {})
+    assert [e.message for e in cluster.events if e.reason == "DisruptionBudget"] == [
+        "PodDisruptionBudget chat: maxUnavailable none -> 1"
+    ]
+    assert decide(cluster.world(), CONFIG).is_noop
+
+
+def test_the_budget_follows_the_spec_and_goes_when_the_service_stops_asking() -> None:
+    cluster = servers()
+    cluster.add_service(with_budget("chat", 3, 1))
+    settle(cluster, config=CONFIG)
+    cluster.services["serve/chat"]["spec"]["disruptionBudget"] = {"maxUnavailable": 2}
+    decision = decide(cluster.world(), CONFIG)
+    applied = [a for a in decision.actions if isinstance(a, ApplyDisruptionBudget)]
+    assert [(a.ref.kind, a.ref.key, a.max_unavailable) for a in applied] == [("PodDisruptionBudget", "serve/chat", "2")]
+    assert "ApplyDisruptionBudget PodDisruptionBudget serve/chat maxUnavailable 2" in describe(decision)
+    settle(cluster, config=CONFIG)
+    assert cluster.budgets["serve/chat"]["spec"]["maxUnavailable"] == 2
+    assert len(cluster.pods) == 3, "the replicas are untouched"
+    del cluster.services["serve/chat"]["spec"]["disruptionBudget"]
+    settle(cluster, config=CONFIG)
+    assert cluster.budgets == {}
+    assert RECORD not in cluster.deployments["serve/chat"]["metadata"].get("annotations", {})
+    assert [e.message for e in cluster.events if e.reason == "DisruptionBudget"][-1] == (
+        "PodDisruptionBudget chat: maxUnavailable 2 -> none (deleted)"
+    )
+
+
+def test_a_pass_that_stopped_between_the_budget_and_its_record_applies_it_again() -> None:
+    """The record is written after the budget: a restart in between finds no record and applies the budget again
+    (server-side apply: the same budget), then records it."""
+    cluster = servers()
+    cluster.add_service(with_budget("chat", 2, 1))
+    settle(cluster, config=CONFIG)
+    del cluster.deployments["serve/chat"]["metadata"]["annotations"][RECORD]
+    again = [a for a in decide(cluster.world(), CONFIG).actions if isinstance(a, ApplyDisruptionBudget)]
+    assert [a.max_unavailable for a in again] == ["1"]
+    settle(cluster, config=CONFIG)
+    assert cluster.deployments["serve/chat"]["metadata"]["annotations"][RECORD] == "1"
+
+
+def test_a_refused_budget_holds_back_neither_the_replicas_nor_the_status_and_is_retried() -> None:
+    """An install whose operator may not write budgets (403): the service is deployed and Ready all the same, the
+    refusal is reported on the budget, and the budget is applied once the API takes it."""
+    fake = servers()
+    fake.add_service(with_budget("chat", 2, 1))
+    forbidden = Fault(
+        lambda a: isinstance(a, ApplyDisruptionBudget),
+        403,
+        "Forbidden",
+        'poddisruptionbudgets.policy "chat" is forbidden: User "system:serviceaccount:lyra-system:lyra-operator" '
+        "cannot patch resource",
+    )
+    cluster = FaultyCluster(fake=fake, faults=[forbidden])
+    for _ in range(4):
+        cluster.run(CONFIG)
+        fake.tick(1)
+    assert fake.deployments["serve/chat"]["spec"]["replicas"] == 2
+    ready = next(c for c in fake.services["serve/chat"]["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    assert fake.budgets == {}
+    refusals = [e for e in fake.events if e.reason == "ApplyFailed"]
+    assert refusals
+    assert {(e.ref.kind, e.ref.key) for e in refusals} == {("PodDisruptionBudget", "serve/chat")}
+    assert "applying PodDisruptionBudget serve/chat failed: 403 Forbidden" in refusals[0].message
+    cluster.faults.clear()
+    fake.tick(600)  # past the longest backoff
+    for _ in range(3):
+        cluster.run(CONFIG)
+        fake.tick(1)
+    assert fake.budgets["serve/chat"]["spec"]["maxUnavailable"] == 1
+
+
+def test_a_budget_that_would_refuse_every_eviction_is_refused_with_the_field_named() -> None:
+    """``maxUnavailable: 0`` would let a tenant hold a node's drain back for good: the service is stopped alone
+    (InvalidSpec naming the field), gets no Deployment and no budget, and the other service is served."""
+    cluster = servers()
+    cluster.add_service(with_budget("chat", 2, 0))
+    cluster.add_service(with_budget("other", 1, 1))
+    settle(cluster, config=CONFIG)
+    assert set(cluster.budgets) == {"serve/other"}
+    assert "serve/chat" not in cluster.deployments
+    problems = [e.message for e in cluster.events if e.ref.name == "chat" and e.type == "Warning"]
+    assert any("disruptionBudget.maxUnavailable" in m for m in problems), problems
