@@ -279,7 +279,7 @@ class Cluster:
             log.warning("%s failed: %s", describe(action), reason)
             return REFUSED
         gone = error.status == 404 and (
-            isinstance(action, PatchStatus | SetNodeState)
+            isinstance(action, PatchStatus | SetNodeState | ApplyDisruptionBudget)  # a budget's: its Deployment
             or (isinstance(action, ApplyDeployment) and not action.create)
         )
         if gone or (

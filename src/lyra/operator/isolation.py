@@ -3,7 +3,8 @@ writes the API refuses.
 
 Every action has a *subject*, the object a failure is reported on: a node for its state; a TrainingJob or
 InferenceService for its status, its Deployment, a job's Service and its pods' deletions, role labels and
-creations; a pod that no job or service owns for itself. :mod:`lyra.operator.commit` applies a decision object by
+creations; a pod that no job or service owns for itself; a service's PodDisruptionBudget for itself (a refused
+budget holds back neither the replicas nor the status). :mod:`lyra.operator.commit` applies a decision object by
 object: when the API refuses
 one action (a ResourceQuota's 403, an admission webhook's denial, a 422, a 500, a namespace being deleted), that
 subject's later actions in the pass are skipped and every other subject's actions still go through. Only two orders

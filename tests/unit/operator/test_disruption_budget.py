@@ -136,3 +136,19 @@ def test_a_budget_that_would_refuse_every_eviction_is_refused_with_the_field_nam
     assert "serve/chat" not in cluster.deployments
     problems = [e.message for e in cluster.events if e.ref.name == "chat" and e.type == "Warning"]
     assert any("disruptionBudget.maxUnavailable" in m for m in problems), problems
+
+
+def test_a_budget_whose_deployment_is_gone_waits_for_the_next_pass_without_backoff() -> None:
+    """The record goes on the Deployment; if it is gone meanwhile (404), the budget is no failure of its own: no
+    Warning, no backoff, and the next pass applies it again."""
+    fake = servers()
+    fake.add_service(with_budget("chat", 2, 1))
+    gone = Fault(lambda a: isinstance(a, ApplyDisruptionBudget), 404, "NotFound", 'deployments.apps "chat" not found')
+    cluster = FaultyCluster(fake=fake, faults=[gone])
+    outcome = cluster.run(CONFIG)
+    assert outcome.failed == 0
+    assert not [e for e in fake.events if e.reason == "ApplyFailed"]
+    cluster.faults.clear()
+    fake.tick(1)
+    cluster.run(CONFIG)
+    assert fake.budgets["serve/chat"]["spec"]["maxUnavailable"] == 1
