@@ -124,11 +124,18 @@ def two_schedulers(system: System, directory: Path) -> Iterator[tuple[Scheduler,
 
 
 def replicas_wait(api: client.ApiClient, namespace: str) -> bool:
-    """The reclaim has begun and some of the service's replicas are Pending, waiting for their servers."""
-    if "reclaiming" not in node_states(api).values():
-        return False
+    """The reclaim has begun and some of the service's replicas wait for their servers: Pending while a server is
+    reclaiming, or not yet bound while the service's ``status.reclaim`` says they wait for one (the operator keeps it
+    until they all run). The second lasts longer: the servers can be back within a second, between two polls on a
+    loaded machine."""
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=chat").items
-    return any(pod.status.phase == "Pending" for pod in pods)
+    if "reclaiming" in node_states(api).values() and any(pod.status.phase == "Pending" for pod in pods):
+        return True
+    chat = custom(api).get_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat"
+    )
+    recorded = bool((chat.get("status") or {}).get("reclaim"))
+    return recorded and any(not pod.spec.node_name for pod in pods)
 
 
 def reclaim_killing_a_leader(system: System, namespace: str, kill: Any, leader_name: str) -> tuple[float, float, float]:
