@@ -494,13 +494,7 @@ class Cluster:
         self._fenced(action)
         ref = action.ref
         namespace = ref.namespace or "default"
-        api_version = (
-            "v1"
-            if ref.kind in ("Node", "Pod")
-            else "policy/v1"
-            if ref.kind == names.DISRUPTION_BUDGET_KIND
-            else names.API_VERSION
-        )
+        api_version = _EVENT_API_VERSIONS.get(ref.kind, names.API_VERSION)
         stamp = format_time(now)
         body = {
             "metadata": {"generateName": f"{ref.name[:200]}.", "namespace": namespace},
@@ -559,6 +553,10 @@ def deployment_patch(action: ApplyDeployment) -> dict[str, Any]:
         },
         "spec": {"replicas": spec["replicas"], "template": {**spec["template"], "$patch": "replace"}},
     }
+
+
+#: The API version of the objects Events are posted on, by kind (Lyra's own resources otherwise).
+_EVENT_API_VERSIONS = {"Node": "v1", "Pod": "v1", names.DISRUPTION_BUDGET_KIND: "policy/v1"}
 
 
 def _written_kind(action: Action) -> str:

@@ -24,8 +24,8 @@ no such condition.
 service, owned by it, selecting its replicas. The operator does not watch budgets: the Deployment records the
 ``maxUnavailable`` last applied (``lyra.dev/disruption-budget``), and a pass whose service asks otherwise applies the
 budget (server-side apply, so a missing one is created) or deletes it, then writes the record, with an Event
-``DisruptionBudget``. A budget deleted or edited by hand is not put back until the service's budget changes, as for
-the Deployment's own edits.
+``DisruptionBudget`` on the budget (not while its write is refused or held back). A budget deleted or edited by
+hand is not put back until the service's budget changes, as for the Deployment's own edits.
 
 **Which replicas a scale-down deletes.** The ReplicaSet controller deletes a Deployment's replicas with the lowest
 ``controller.kubernetes.io/pod-deletion-cost`` first (after unbound, unready and not-running ones); left alone it
@@ -278,9 +278,12 @@ class ServiceBook:
             )
         )
         self.changes.actions.append(ApplyDisruptionBudget(ref, service.ref, manifest, wanted))
+        refused = self.changes.failures.get(key_of(ref))
+        if refused is not None and self.changes.now < refused.retry_at:
+            return  # held back: the write is not tried in this pass, so nothing is said
         was = service.deployment_budget or "none"
-        self.changes.emit(
-            service.ref,
+        self.changes.emit(  # on the budget, the write's subject: an Event after a refused write is not posted
+            ref,
             conditions.DISRUPTION_BUDGET,
             f"PodDisruptionBudget {service.ref.name}: maxUnavailable {was} -> {wanted or 'none (deleted)'}",
         )

@@ -117,12 +117,15 @@ def test_a_refused_budget_holds_back_neither_the_replicas_nor_the_status_and_is_
     assert refusals
     assert {(e.ref.kind, e.ref.key) for e in refusals} == {("PodDisruptionBudget", "serve/chat")}
     assert "applying PodDisruptionBudget serve/chat failed: 403 Forbidden" in refusals[0].message
+    assert not [e for e in fake.events if e.reason == "DisruptionBudget"], "no Event says a change that did not happen"
     cluster.faults.clear()
     fake.tick(600)  # past the longest backoff
     for _ in range(3):
         cluster.run(CONFIG)
         fake.tick(1)
     assert fake.budgets["serve/chat"]["spec"]["maxUnavailable"] == 1
+    said = [(e.ref.kind, e.ref.key) for e in fake.events if e.reason == "DisruptionBudget"]
+    assert said == [("PodDisruptionBudget", "serve/chat")], "once, on the budget, when it is applied"
 
 
 def test_a_budget_that_would_refuse_every_eviction_is_refused_with_the_field_named() -> None:
