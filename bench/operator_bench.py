@@ -127,7 +127,7 @@ def cluster_objects(seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
                 pods = [p for p in pods if p["metadata"]["labels"].get("lyra.dev/job") != name]
         jobs.append({"metadata": {"name": name, "namespace": "ml", "uid": name, "generation": 1,
                                   "creationTimestamp": STAMP}, "spec": spec, "status": status})  # fmt: skip
-    return {"nodes": nodes, "pods": pods, "jobs": jobs, "services": services, "deployments": deployments}
+    return {"nodes": nodes, "pods": pods, "jobs": jobs, "services": services, "deployments": deployments, "budgets": []}
 
 
 def world() -> World:

@@ -281,7 +281,14 @@ def cluster(nodes: int, seed: int = SEED, pods_per_node: int = PODS_PER_NODE) ->
         host = hosts[i % len(hosts)]
         kind = "daemon" if i < 2 * len(hosts) else "web"
         pods.append(kubelet_pod("platform", f"{kind}-{i:06d}", {"tier": kind}, host, 0))
-    return {"nodes": node_objects, "pods": pods, "jobs": jobs, "services": services, "deployments": deployments}
+    return {
+        "nodes": node_objects,
+        "pods": pods,
+        "jobs": jobs,
+        "services": services,
+        "deployments": deployments,
+        "budgets": [],
+    }
 
 
 class IdleSource:
@@ -347,6 +354,7 @@ def world_of(caches: Mapping[str, WatchCache], readings: Readings | None = None)
         jobs=snapshot["jobs"],
         services=snapshot["services"],
         deployments=snapshot["deployments"],
+        budgets=snapshot["budgets"],
         readings=readings,
     )
 

@@ -41,7 +41,7 @@ from tests.operator_support import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-def test_check_is_clean_on_a_lending_cluster_and_finds_a_removed_taint(
+def test_check_is_clean_on_a_lending_cluster_and_finds_a_removed_taint_and_budget(
     cluster: ControlPlane, api: client.ApiClient, tmp_path: Path
 ) -> None:
     operator = Operator(service_account_kubeconfig(cluster, api, tmp_path), tmp_path / "operator.log")
@@ -56,7 +56,9 @@ def test_check_is_clean_on_a_lending_cluster_and_finds_a_removed_taint(
 
 
 def _story(api: client.ApiClient, kubeconfig: Path, namespace: str, operator: Operator) -> None:
-    create_service(api, namespace, inference_service("chat", replicas=2, gpus=2, min_replicas=1, max_replicas=8))
+    service = inference_service("chat", replicas=2, gpus=2, min_replicas=1, max_replicas=8)
+    service["spec"]["disruptionBudget"] = {"maxUnavailable": 1}
+    create_service(api, namespace, service)
     create_job(api, namespace, "elastic", minWorkers=2, maxWorkers=4, gpusPerWorker=8, gpuTypes=[T4])
     operator.start()
 
@@ -78,22 +80,30 @@ def _story(api: client.ApiClient, kubeconfig: Path, namespace: str, operator: Op
     node = client.CoreV1Api(api).read_node(lent)
     kept = [t for t in node.spec.taints or [] if t.key != names.STATE_TAINT]
     client.CoreV1Api(api).patch_node(lent, {"spec": {"taints": [_taint(t) for t in kept]}})
+    client.PolicyV1Api(api).delete_namespaced_pod_disruption_budget("chat", namespace)
     code, report = lyra_check(kubeconfig)
     assert code == EXIT_VIOLATIONS
     assert not report["clean"]
-    assert [(v["invariant"], v["kind"], v["name"]) for v in report["violations"]] == [("node-state", "Node", lent)]
-    assert "no lyra.dev/state taint" in report["violations"][0]["message"]
+    assert [(v["invariant"], v["kind"], v["name"]) for v in report["violations"]] == [
+        ("disruption-budget", names.INFERENCE_SERVICE_KIND, "chat"),
+        ("node-state", "Node", lent),
+    ]
+    assert "no lyra.dev/state taint" in report["violations"][1]["message"]
     human = subprocess.run(
         [sys.executable, "-m", "lyra", "check", "--kubeconfig", str(kubeconfig)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert human.returncode == EXIT_VIOLATIONS
+    counted = report["checked"]
     assert human.stdout.splitlines() == [
-        f"1 violation ({report['checked']['nodes']} nodes, 6 Lyra pods, 1 TrainingJob checked):",
-        f"  node-state  Node {lent}: no lyra.dev/state taint (the label says 'loaned')",
+        f"2 violations ({counted['nodes']} nodes, 6 Lyra pods, 1 TrainingJob, {counted['inferenceServices']} "
+        "InferenceService" + ("" if counted["inferenceServices"] == 1 else "s") + " checked):",
+        f"  disruption-budget  InferenceService {namespace}/chat: asks for maxUnavailable 1, and there is no "
+        "PodDisruptionBudget chat",
+        f"  node-state         Node {lent}: no lyra.dev/state taint (the label says 'loaned')",
     ]
 
-    operator.start()  # the operator puts the taint back: the label says loaned
+    operator.start()  # the operator puts the taint back (the label says loaned) and the budget
 
     def tainted() -> bool:
         taints = client.CoreV1Api(api).read_node(lent).spec.taints or []

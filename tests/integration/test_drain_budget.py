@@ -6,13 +6,17 @@ manifests/operator/rbac.yaml.
 Two replicas, ``maxUnavailable: 1``: the operator applies the budget, over the replicas the service's
 ``status.selector`` names. Both servers cordoned as ``kubectl drain`` cordons them: the first eviction is accepted,
 the second refused (429) while the first one's replacement cannot be placed; once the servers are uncordoned and the
-replacement is ready, the second eviction goes through. The service stops asking: the budget is deleted.
+replacement is ready, the second eviction goes through. The budget deleted by hand, then edited by hand, is put back
+by the operator each time (the times printed with ``-s``), with an Event saying what it was. The service stops asking:
+the budget is deleted, once (one Event).
 
 The cluster is the module's own: two T4 inference servers of 8 GPUs.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,7 +105,6 @@ def cordon(core: client.CoreV1Api, nodes: list[str], cordoned: bool) -> None:
         core.patch_node(node, {"spec": {"unschedulable": cordoned}})
 
 
-@pytest.mark.timeout(300)  # its own control plane starts first
 def budget_gone(policy: client.PolicyV1Api, namespace: str) -> bool:
     try:
         policy.read_namespaced_pod_disruption_budget("chat", namespace)
@@ -112,6 +115,23 @@ def budget_gone(policy: client.PolicyV1Api, namespace: str) -> bool:
     return False
 
 
+def budget_says(policy: client.PolicyV1Api, namespace: str, max_unavailable: int) -> bool:
+    try:
+        budget = policy.read_namespaced_pod_disruption_budget("chat", namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return budget.metadata.deletion_timestamp is None and budget.spec.max_unavailable == max_unavailable
+
+
+def budget_events(core: client.CoreV1Api, namespace: str) -> Counter[str]:
+    """The ``DisruptionBudget`` Events on the budget, by message (Events made within a second have no order)."""
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.kind=PodDisruptionBudget").items
+    return Counter(e.message for e in events if e.reason == "DisruptionBudget")
+
+
+@pytest.mark.timeout(300)  # its own control plane starts first
 def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_path: Path) -> None:
     with populate.admin_api(two_servers.kubeconfig) as api, temporary_namespace(api, "drain-budget") as namespace:
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
@@ -143,12 +163,28 @@ def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_p
             wait_for(lambda: budget_allows(policy, namespace, 1, 2), DEADLINE_S, "the replacement ready")
             evict(core, namespace, second)
             wait_for(lambda: len(ready_replicas(core, namespace)) == 2, DEADLINE_S, "both replicas back")
+            # Deleted by hand, then edited by hand (as `kubectl delete pdb` and `kubectl edit pdb` do): put back.
+            policy.delete_namespaced_pod_disruption_budget("chat", namespace)
+            started = time.monotonic()
+            wait_for(lambda: budget_says(policy, namespace, 1), DEADLINE_S, "the deleted budget put back")
+            print(f"\nbudget deleted by hand: back in {time.monotonic() - started:.2f} s")
+            policy.patch_namespaced_pod_disruption_budget("chat", namespace, {"spec": {"maxUnavailable": 2}})
+            started = time.monotonic()
+            wait_for(lambda: budget_says(policy, namespace, 1), DEADLINE_S, "the edited budget brought back")
+            print(f"budget edited by hand: brought back in {time.monotonic() - started:.2f} s")
+            applied = {  # the first apply, the budget put back, and brought back
+                "PodDisruptionBudget chat: none -> maxUnavailable 1": 2,
+                "PodDisruptionBudget chat: maxUnavailable 2 -> maxUnavailable 1": 1,
+            }
+            wait_for(lambda: budget_events(core, namespace) == applied, DEADLINE_S, "the Events saying what it was")
             custom(api).patch_namespaced_custom_object(
                 names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat",
                 {"spec": {"disruptionBudget": None}},
             )  # fmt: skip
             wait_for(lambda: budget_gone(policy, namespace), DEADLINE_S, "the budget deleted")
             wait_quiet(operator, DEADLINE_S)
+            said = budget_events(core, namespace)
+            assert said == {**applied, "PodDisruptionBudget chat: maxUnavailable 1 -> none (deleted)": 1}, said
             assert_check_clean(kubeconfig)
             assert "Forbidden" not in operator.log.read_text(), "the RBAC of manifests/operator is not enough"
         except BaseException:

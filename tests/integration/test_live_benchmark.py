@@ -61,7 +61,9 @@ def test_the_live_benchmark_small_no_pass_lists_and_the_caches_miss_no_event(tmp
     first_pages = [uri for uri in result.first_lists if "continue=" not in uri]
     assert len(first_pages) == len(KINDS), f"one list per kind (and its pages): {result.first_lists}"
     assert all("limit=" in uri for uri in result.first_lists), f"the first lists are paginated: {result.first_lists}"
-    assert result.watched == {"nodes", "pods", "trainingjobs", "inferenceservices", "deployments"}
+    assert result.watched == {
+        "nodes", "pods", "trainingjobs", "inferenceservices", "deployments", "poddisruptionbudgets"
+    }  # fmt: skip
     assert not result.cache_differences, f"the operator's caches differ from a fresh list: {result.cache_differences}"
     assert result.converged, "the cluster did not converge, or the operator made no passes after"
     assert not result.steady_writes, f"steady passes wrote: {result.steady_writes}"

@@ -126,4 +126,5 @@ def test_the_shadow_cluster_role_only_reads() -> None:
     verbs = {verb for rule in rules for verb in rule["verbs"]}
     assert verbs == {"get", "list", "watch"}
     resources = {resource for rule in rules for resource in rule["resources"]}
-    assert {"nodes", "pods", names.TRAINING_JOB_PLURAL, names.INFERENCE_SERVICE_PLURAL, "deployments"} <= resources
+    read = {"nodes", "pods", names.TRAINING_JOB_PLURAL, names.INFERENCE_SERVICE_PLURAL, "deployments"}
+    assert read | {"poddisruptionbudgets"} <= resources

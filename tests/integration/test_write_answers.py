@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lyra.api import names
 from lyra.localcluster.controlplane import ControlPlane
+from lyra.localcluster.waiting import wait_for
 from lyra.operator.commit import _VERSION_UP_FRONT, _version_in
 from lyra.operator.http_answers import read_answer
 from lyra.operator.writes import ApiWrites
@@ -117,11 +118,11 @@ def test_each_write_the_commit_step_makes_is_answered_with_the_objects_metadata_
         "type": "Normal",
     }
 
-    def budget(max_unavailable: int) -> dict[str, Any]:
+    def budget(max_unavailable: int, name: str = "meta-serve") -> dict[str, Any]:
         return {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
-            "metadata": {"name": "meta-serve", "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": "serve"}}},
         }
 
@@ -160,7 +161,21 @@ def test_each_write_the_commit_step_makes_is_answered_with_the_objects_metadata_
         policy = client.PolicyV1Api(kube_api)
         assert policy.read_namespaced_pod_disruption_budget("meta-serve", namespace).spec.max_unavailable == 2
         assert int(versions["apply budget again"]) > int(versions["apply budget"])
-        writes.delete_namespaced_pod_disruption_budget("meta-serve", namespace)
+        # A plain deletion is answered with a Status and no version (nothing the watch could be waited for by);
+        # a foreground one, as the operator deletes, with the budget marked for deletion at a later version, which
+        # the garbage collector then removes.
+        writes.apply_namespaced_pod_disruption_budget("meta-plain", namespace, budget(1, "meta-plain"))
+        plain = json.loads(writes.delete_namespaced_pod_disruption_budget("meta-plain", namespace).data)
+        assert plain["kind"] == "Status", plain
+        assert not plain.get("metadata", {}).get("resourceVersion"), plain
+        foreground = writes.delete_namespaced_pod_disruption_budget(
+            "meta-serve", namespace, body={"propagationPolicy": "Foreground"}
+        )
+        marked = json.loads(foreground.data)["metadata"]
+        assert marked["deletionTimestamp"], marked
+        assert "foregroundDeletion" in marked["finalizers"], marked
+        assert int(_version_in(foreground)) > int(versions["apply budget again"])
+        wait_for(lambda: not policy.list_namespaced_pod_disruption_budget(namespace).items, 30, "the budgets gone")
         with pytest.raises(ApiException) as deleted:
             writes.delete_namespaced_pod_disruption_budget("meta-serve", namespace)
         assert deleted.value.status == 404

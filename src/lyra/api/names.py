@@ -35,10 +35,6 @@ IDLE_SINCE_ANNOTATION: Final = f"{GROUP}/idle-since"
 #: template with everything the operator derives: GPUs, GPU-type affinity, tolerations, scheduler name). A service
 #: whose rendered template hashes otherwise (or a Deployment without it) has its Deployment's template written.
 TEMPLATE_HASH_ANNOTATION: Final = f"{GROUP}/template-hash"
-#: On an InferenceService's Deployment: the ``maxUnavailable`` of the PodDisruptionBudget the operator last applied
-#: for the service (``spec.disruptionBudget``), absent when it keeps none. A service whose budget says otherwise has its
-#: PodDisruptionBudget applied (or deleted) and this annotation written after it.
-DISRUPTION_BUDGET_ANNOTATION: Final = f"{GROUP}/disruption-budget"
 #: The kind of the budget the operator keeps per InferenceService that asks for one (named after the service).
 DISRUPTION_BUDGET_KIND: Final = "PodDisruptionBudget"
 #: The ReplicaSet controller deletes a Deployment's replicas with the lowest cost first (Kubernetes' own key; the

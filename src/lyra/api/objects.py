@@ -181,3 +181,23 @@ class Deployment(_Kube):
     metadata: OwnedMeta
     spec: DeploymentSpec = Field(default_factory=DeploymentSpec)
     status: DeploymentStatus = Field(default_factory=DeploymentStatus)
+
+
+class LabelSelector(_Kube):
+    match_labels: dict[str, LabelValue] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: list[dict[str, object]] = Field(default_factory=list, alias="matchExpressions")
+
+
+class DisruptionBudgetSpec(_Kube):
+    """What a PodDisruptionBudget allows (an int or a percentage each, as Kubernetes' IntOrString)."""
+
+    max_unavailable: int | str | None = Field(default=None, alias="maxUnavailable")
+    min_available: int | str | None = Field(default=None, alias="minAvailable")
+    selector: LabelSelector = Field(default_factory=LabelSelector)
+
+
+class DisruptionBudget(_Kube):
+    """A PodDisruptionBudget, as the operator reads the ones it keeps for InferenceServices."""
+
+    metadata: OwnedMeta
+    spec: DisruptionBudgetSpec = Field(default_factory=DisruptionBudgetSpec)

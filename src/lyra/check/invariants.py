@@ -27,6 +27,11 @@ stable identifier (:class:`Invariant`):
     job's name (a worker stripped of them, or relabelled, by its namespace: the operator writes them back).
 ``reclaim-deadline``
     No node is ``reclaiming`` longer than the reclaim deadline since ``lyra.dev/reclaim-started`` (nor without it).
+``disruption-budget``
+    An InferenceService with ``spec.disruptionBudget.maxUnavailable`` has a PodDisruptionBudget of its name, not
+    being deleted, owned by it (its UID), with that ``maxUnavailable``, no ``minAvailable``, and a selector of
+    exactly its replicas' two labels (``lyra.dev/service`` its name, ``lyra.dev/role`` inference); a service without
+    the field owns no budget. A service being deleted is not judged.
 
 Pods are judged by their owner, never by the labels a tenant may edit on its own pods: a *worker* is a pod whose
 controller reference is a TrainingJob (``lyra.dev``), labelled or not; an *inference replica* is a pod labelled
@@ -74,6 +79,7 @@ class Invariant(enum.StrEnum):
     JOB_ACCOUNTED = "job-accounted"
     WORKER_LABELS = "worker-labels"
     RECLAIM_DEADLINE = "reclaim-deadline"
+    DISRUPTION_BUDGET = "disruption-budget"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,7 @@ class Report:
     pods: int
     jobs: int
     violations: tuple[Violation, ...]
+    services: int = 0
 
     @property
     def clean(self) -> bool:
@@ -255,8 +262,11 @@ def check(
     jobs: Iterable[Mapping[str, Any]],
     now: float,
     limits: Limits | None = None,
+    services: Iterable[Mapping[str, Any]] = (),
+    budgets: Iterable[Mapping[str, Any]] = (),
 ) -> Report:
-    """Check every invariant (module docstring) over listed nodes, Lyra's pods and TrainingJobs at time ``now``."""
+    """Check every invariant (module docstring) over listed nodes, Lyra's pods, TrainingJobs, InferenceServices and
+    PodDisruptionBudgets at time ``now``."""
     limits = limits if limits is not None else Limits()
     raw_nodes = [_mapping(n) for n in nodes]
     raw_pods = [_mapping(p) for p in pods]
@@ -288,8 +298,58 @@ def check(
                 continue  # being removed (garbage collection of a deleted job's workers)
             why = f"is owned by TrainingJob {job!r}, which does not exist"
             found.append(_on_pod(Invariant.JOB_ACCOUNTED, pod, f"worker {why}"))
+    raw_services = [_mapping(s) for s in services]
+    _check_budgets(raw_services, [_mapping(b) for b in budgets], found)
     violations = sorted(set(found), key=lambda v: (v.invariant.value, v.kind, v.namespace, v.name, v.message))
-    return Report(nodes=len(raw_nodes), pods=len(read_pods), jobs=len(raw_jobs), violations=tuple(violations))
+    return Report(
+        nodes=len(raw_nodes),
+        pods=len(read_pods),
+        jobs=len(raw_jobs),
+        violations=tuple(violations),
+        services=len(raw_services),
+    )
+
+
+def _check_budgets(
+    services: Sequence[Mapping[str, Any]], budgets: Sequence[Mapping[str, Any]], found: list[Violation]
+) -> None:
+    """Each service's PodDisruptionBudget is the one its ``spec.disruptionBudget`` asks for, or it owns none."""
+    by_key = {(_meta(b, "namespace"), _meta(b, "name")): b for b in budgets}
+    for service in services:
+        namespace, name, uid = _meta(service, "namespace"), _meta(service, "name"), _meta(service, "uid")
+        if _mapping(service.get("metadata")).get("deletionTimestamp"):
+            continue
+        asked = _mapping(_mapping(service.get("spec")).get("disruptionBudget")).get("maxUnavailable")
+        budget = by_key.get((namespace, name))
+        if budget is not None and _mapping(budget.get("metadata")).get("deletionTimestamp"):
+            budget = None  # being deleted: as good as gone
+        owners = _sequence(_mapping(budget.get("metadata") if budget else None).get("ownerReferences"))
+        owned = any(
+            _text(_mapping(o).get("kind")) == names.INFERENCE_SERVICE_KIND and _text(_mapping(o).get("uid")) == uid
+            for o in owners
+        )
+
+        def violation(message: str, namespace: str = namespace, name: str = name) -> None:
+            found.append(Violation(Invariant.DISRUPTION_BUDGET, names.INFERENCE_SERVICE_KIND, namespace, name, message))
+
+        if isinstance(asked, bool) or not isinstance(asked, int):
+            if budget is not None and owned:
+                violation(f"asks for no disruption budget, yet PodDisruptionBudget {name}, which it owns, exists")
+            continue
+        if budget is None:
+            violation(f"asks for maxUnavailable {asked}, and there is no PodDisruptionBudget {name}")
+            continue
+        spec = _mapping(budget.get("spec"))
+        wrong = [] if owned else ["is not owned by it"]
+        if spec.get("maxUnavailable") != asked or isinstance(spec.get("maxUnavailable"), bool):
+            wrong.append(f"has maxUnavailable {spec.get('maxUnavailable')!r}")
+        if "minAvailable" in spec:
+            wrong.append(f"has minAvailable {spec.get('minAvailable')!r}")
+        replicas = {names.SERVICE_LABEL: name, names.ROLE_LABEL: names.ROLE_INFERENCE}
+        if _mapping(spec.get("selector")) != {"matchLabels": replicas}:
+            wrong.append(f"selects {dict(_mapping(spec.get('selector')))}, not exactly the replicas' labels")
+        if wrong:
+            violation(f"asks for maxUnavailable {asked}, and PodDisruptionBudget {name} {'; '.join(wrong)}")
 
 
 def _check_labels(pod: _Pod, job: str, found: list[Violation]) -> None:

@@ -73,11 +73,13 @@ def _raw(response: Any) -> Mapping[str, Any]:
 
 
 def check_cluster(api: client.ApiClient, now: float, limits: Limits) -> Report:
-    """List the cluster's nodes, pods and TrainingJobs as raw JSON, and check them (Lyra's pods, told by owner)."""
+    """List the cluster's nodes, pods, TrainingJobs, InferenceServices and PodDisruptionBudgets as raw JSON, and check
+    them (Lyra's pods, told by owner)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
+    policy = client.PolicyV1Api(api)
 
     def more(token: str | None) -> dict[str, Any]:
         return {"limit": PAGE, **({"_continue": token} if token else {})}
@@ -90,15 +92,27 @@ def check_cluster(api: client.ApiClient, now: float, limits: Limits) -> Report:
         # labels (the check judges such a worker, and leaves a tenant's pod labelled as Lyra's alone).
         return _raw(core.list_pod_for_all_namespaces(_preload_content=False, **more(token)))
 
-    def job_page(token: str | None) -> Mapping[str, Any]:
-        return _raw(
-            custom.list_cluster_custom_object(
-                names.GROUP, names.VERSION, names.TRAINING_JOB_PLURAL, _preload_content=False, **more(token)
+    def custom_page(plural: str) -> Callable[[str | None], Mapping[str, Any]]:
+        def page(token: str | None) -> Mapping[str, Any]:
+            return _raw(
+                custom.list_cluster_custom_object(
+                    names.GROUP, names.VERSION, plural, _preload_content=False, **more(token)
+                )
             )
-        )
+
+        return page
+
+    def budget_page(token: str | None) -> Mapping[str, Any]:
+        return _raw(policy.list_pod_disruption_budget_for_all_namespaces(_preload_content=False, **more(token)))
 
     return check(
-        nodes=list(_pages(node_page)), pods=list(_pages(pod_page)), jobs=list(_pages(job_page)), now=now, limits=limits
+        nodes=list(_pages(node_page)),
+        pods=list(_pages(pod_page)),
+        jobs=list(_pages(custom_page(names.TRAINING_JOB_PLURAL))),
+        services=list(_pages(custom_page(names.INFERENCE_SERVICE_PLURAL))),
+        budgets=list(_pages(budget_page)),
+        now=now,
+        limits=limits,
     )
 
 
@@ -106,7 +120,12 @@ def render(report: Report) -> str:
     """The report for people: one summary line, then one line per violation."""
     checked = ", ".join(
         _counted(n, what)
-        for n, what in ((report.nodes, "node"), (report.pods, "Lyra pod"), (report.jobs, "TrainingJob"))
+        for n, what in (
+            (report.nodes, "node"),
+            (report.pods, "Lyra pod"),
+            (report.jobs, "TrainingJob"),
+            (report.services, "InferenceService"),
+        )
     )
     if report.clean:
         return f"clean: {checked} checked"

@@ -28,6 +28,7 @@ class CheckedCounts(_Out):
     nodes: int
     pods: int
     training_jobs: int
+    inference_services: int
 
 
 class CheckReport(_Out):
@@ -47,7 +48,9 @@ def report_of(report: Report, now: float, limits: Limits) -> CheckReport:
         checked_at=datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         gang_timeout_seconds=limits.gang_timeout_s,
         reclaim_deadline_seconds=limits.reclaim_deadline_s,
-        checked=CheckedCounts(nodes=report.nodes, pods=report.pods, training_jobs=report.jobs),
+        checked=CheckedCounts(
+            nodes=report.nodes, pods=report.pods, training_jobs=report.jobs, inference_services=report.services
+        ),
         violations=[
             ViolationOut(invariant=v.invariant, kind=v.kind, namespace=v.namespace, name=v.name, message=v.message)
             for v in report.violations

@@ -18,6 +18,9 @@ managed fields and images. What is kept, per kind:
 * Lyra's Deployments (server-side selector on the service label): ``spec.replicas`` and the replica counts and
   conditions of ``status`` (not the pod template: the operator compares the template hash annotation it wrote,
   ``lyra.dev/template-hash``, kept with Lyra's annotations);
+* the PodDisruptionBudgets Lyra keeps for InferenceServices (server-side selector on the service label): ``spec``
+  maxUnavailable, minAvailable and selector (not ``status``: its counts change with every replica's readiness, and
+  the operator does not read them);
 * TrainingJobs and InferenceServices: everything but managed fields (they are Lyra's own, and small).
 """
 
@@ -159,6 +162,13 @@ def slim_deployment(raw: Mapping[str, Any]) -> JsonObject:
     }
 
 
+def slim_budget(raw: Mapping[str, Any]) -> JsonObject:
+    return {
+        "metadata": _metadata(raw),
+        "spec": _picked(section(raw, "spec"), ("maxUnavailable", "minAvailable", "selector")),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     """A kind of object to watch. ``list_function`` picks the client's list call for it (the same call lists,
@@ -204,4 +214,10 @@ DEPLOYMENTS = Kind(
     lambda api: client.AppsV1Api(api).list_deployment_for_all_namespaces,
     label_selector=names.SERVICE_LABEL,
     slim=slim_deployment,
+)
+DISRUPTION_BUDGETS = Kind(
+    "poddisruptionbudgets",
+    lambda api: client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
+    label_selector=names.SERVICE_LABEL,
+    slim=slim_budget,
 )

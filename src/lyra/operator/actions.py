@@ -5,9 +5,8 @@ The order is what makes a crash at any point harmless (docs/architecture.md, "Re
 workers, planned placement) is written before its pods are created or deleted, so the next pass completes whatever
 a crash interrupted; a job's headless Service exists before the workers whose DNS names it gives; Events come
 last. An inference replica's deletion cost is written before its Deployment is scaled, so a scale-down in the same
-pass deletes by it. A service's PodDisruptionBudget is applied after its Deployment exists, which then records it
-(a crash in between applies it again). Every action is idempotent: creating what exists or deleting what is gone is
-success.
+pass deletes by it. A service's PodDisruptionBudget is applied after its Deployment. Every action is idempotent:
+creating what exists or deleting what is gone is success.
 """
 
 from __future__ import annotations
@@ -112,9 +111,9 @@ class ApplyDeployment:
 @dataclass(frozen=True, slots=True)
 class ApplyDisruptionBudget:
     """Bring an InferenceService's PodDisruptionBudget (``ref``, named after it) to ``manifest`` (server-side apply:
-    created if missing), or delete it (``manifest`` ``None``); then record ``max_unavailable`` ("" for none) on the
-    service's Deployment (``names.DISRUPTION_BUDGET_ANNOTATION``), so the next pass knows it is done. Its own subject:
-    a budget the API refuses holds back neither the service's replicas nor its status."""
+    created if missing, the operator's fields forced), or delete it (``manifest`` ``None``); ``max_unavailable`` is
+    the value applied ("" for none). Its own subject: a budget the API refuses holds back neither the service's
+    replicas nor its status."""
 
     ref: ObjectRef
     service: ObjectRef

@@ -1,9 +1,9 @@
 """The operator's watch caches: the objects a pass reads, kept current by list-and-watch (:mod:`lyra.kubewatch`),
 so that no pass lists the cluster.
 
-Five caches: pool nodes, pods (only those that ask for GPUs or carry Lyra's labels are kept), TrainingJobs,
-InferenceServices and Lyra's Deployments. The runner starts them, makes no pass before every one has listed once
-(``/readyz`` says so meanwhile), and wakes its loop on every change they see.
+Six caches: pool nodes, pods (only those that ask for GPUs or carry Lyra's labels are kept), TrainingJobs,
+InferenceServices, and Lyra's Deployments and PodDisruptionBudgets. The runner starts them, makes no pass before every
+one has listed once (``/readyz`` says so meanwhile), and wakes its loop on every change they see.
 
 **Reading one's own writes.** A pass may start before the watch has delivered the previous pass's writes; deciding
 on such a view would, for example, create a pod again or write a status over one it has already replaced. So every
@@ -36,7 +36,16 @@ from lyra.api.convert import node_gpu_type, node_pool
 from lyra.core.model import Pool
 from lyra.kubewatch import ApiSource, Source, WatchCache, list_all
 from lyra.kubewatch.cache import key_of, reached
-from lyra.kubewatch.kinds import DEPLOYMENTS, INFERENCE_SERVICES, NODES, PODS, TRAINING_JOBS, JsonObject, Kind
+from lyra.kubewatch.kinds import (
+    DEPLOYMENTS,
+    DISRUPTION_BUDGETS,
+    INFERENCE_SERVICES,
+    NODES,
+    PODS,
+    TRAINING_JOBS,
+    JsonObject,
+    Kind,
+)
 
 #: How long a pass waits for a cache to see its previous writes before the cache reopens its watch.
 CATCH_UP_S = 5.0
@@ -53,6 +62,7 @@ KINDS: Mapping[str, Kind] = {
     "jobs": TRAINING_JOBS,
     "services": INFERENCE_SERVICES,
     "deployments": DEPLOYMENTS,
+    "budgets": DISRUPTION_BUDGETS,
 }
 _BY_RESOURCE_KIND = {
     "Node": "nodes",
@@ -60,6 +70,7 @@ _BY_RESOURCE_KIND = {
     names.TRAINING_JOB_KIND: "jobs",
     names.INFERENCE_SERVICE_KIND: "services",
     "Deployment": "deployments",
+    names.DISRUPTION_BUDGET_KIND: "budgets",
 }
 
 
@@ -122,7 +133,7 @@ def list_once(api: client.ApiClient) -> dict[str, list[JsonObject]]:
 
 
 class ClusterCaches:
-    """The five caches a pass reads, and the versions of the operator's own writes they must reach first."""
+    """The six caches a pass reads, and the versions of the operator's own writes they must reach first."""
 
     def __init__(
         self,

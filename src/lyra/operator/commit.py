@@ -170,6 +170,7 @@ class Cluster:
             jobs=objects["jobs"],
             services=objects["services"],
             deployments=objects["deployments"],
+            budgets=objects["budgets"],
             memory=self.health,
             readings=self.readings,
         )
@@ -279,7 +280,7 @@ class Cluster:
             log.warning("%s failed: %s", describe(action), reason)
             return REFUSED
         gone = error.status == 404 and (
-            isinstance(action, PatchStatus | SetNodeState | ApplyDisruptionBudget)  # a budget's: its Deployment
+            isinstance(action, PatchStatus | SetNodeState | ApplyDisruptionBudget)  # a budget's: its namespace
             or (isinstance(action, ApplyDeployment) and not action.create)
         )
         if gone or (
@@ -473,22 +474,28 @@ class Cluster:
         return ""
 
     def _disruption_budget(self, action: ApplyDisruptionBudget, raw: dict[str, Any]) -> str:
-        """Apply or delete the budget (one that is gone already is deleted), then record it on the Deployment."""
+        """Apply or delete the budget (one that is gone already is deleted); the version its write was answered with.
+
+        The deletion is a foreground one: the API server answers a plain deletion of a budget with a Status that
+        carries no resourceVersion, so the next pass could not wait for its watch to deliver it, and might read the
+        budget again and delete it twice. A foreground deletion marks the budget (``deletionTimestamp``, the
+        garbage collector's finalizer) and answers with it, at the version the watch brings; the reader takes a
+        budget being deleted for none, and the garbage collector, finding nothing it owns, removes it."""
         ref = action.ref
-        if action.manifest is not None:
-            self.policy.apply_namespaced_pod_disruption_budget(ref.name, ref.namespace, action.manifest, **raw)
-        else:
-            try:
-                self.policy.delete_namespaced_pod_disruption_budget(ref.name, ref.namespace, **raw)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-        record = {names.DISRUPTION_BUDGET_ANNOTATION: action.max_unavailable or None}
-        response = self.apps.patch_namespaced_deployment(
-            action.service.name, action.service.namespace, {"metadata": {"annotations": record}}, **raw
-        )
         log.info("PodDisruptionBudget %s: maxUnavailable %s", ref.key, action.max_unavailable or "none (deleted)")
-        return _version_in(response)
+        if action.manifest is not None:
+            return _version_in(
+                self.policy.apply_namespaced_pod_disruption_budget(ref.name, ref.namespace, action.manifest, **raw)
+            )
+        try:
+            answer = self.policy.delete_namespaced_pod_disruption_budget(
+                ref.name, ref.namespace, body={"propagationPolicy": "Foreground"}, **raw
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            return ""
+        return _version_in(answer)
 
     def _event(self, action: Emit, now: float) -> None:
         self._fenced(action)
@@ -565,8 +572,10 @@ def _written_kind(action: Action) -> str:
         return "Node"
     if isinstance(action, CreatePod | DeletePod | SetPodRole | SetDeletionCost):
         return "Pod"
-    if isinstance(action, ApplyDeployment | ApplyDisruptionBudget):  # the budget's last write records it there
+    if isinstance(action, ApplyDeployment):
         return "Deployment"
+    if isinstance(action, ApplyDisruptionBudget):
+        return names.DISRUPTION_BUDGET_KIND
     return action.ref.kind if isinstance(action, PatchStatus) else ""
 
 

@@ -1,6 +1,6 @@
 """The operator's watch caches on kopf (``lyra operator --watch-layer kopf``): kopf's indexes are the caches.
 
-The same five kinds as :mod:`lyra.operator.caches` (:data:`~lyra.operator.caches.KINDS`, with their server-side
+The same six kinds as :mod:`lyra.operator.caches` (:data:`~lyra.operator.caches.KINDS`, with their server-side
 label selectors, their client-side ``keep`` and their ``slim``), watched by kopf in a thread of its own, with its own
 event loop, embedded (``kopf.operator`` with a stop flag): one ``@kopf.index`` per kind keeps each kept object,
 slimmed, under its ``namespace/name``; one ``@kopf.on.event`` per kind counts the events, follows the highest
@@ -52,6 +52,7 @@ RESOURCES: Mapping[str, tuple[str, str]] = {
     "jobs": (names.API_VERSION, names.TRAINING_JOB_PLURAL),
     "services": (names.API_VERSION, names.INFERENCE_SERVICE_PLURAL),
     "deployments": ("apps/v1", "deployments"),
+    "budgets": ("policy/v1", "poddisruptionbudgets"),
 }
 #: How long the layer waits for kopf's thread to stop.
 STOP_TIMEOUT_S = 5.0
@@ -116,7 +117,7 @@ class KopfKindCache:
 
 
 class KopfCaches:
-    """The five kinds a pass reads, as kopf indexes kept by kopf's watches in a thread of their own (see the module
+    """The six kinds a pass reads, as kopf indexes kept by kopf's watches in a thread of their own (see the module
     docstring); the interface of :class:`lyra.operator.caches.ClusterCaches`."""
 
     def __init__(

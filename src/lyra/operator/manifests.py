@@ -325,7 +325,7 @@ def deployment(
 ) -> dict[str, Any]:
     """The Deployment that runs an InferenceService's replicas (``scheduler_name``: as for :func:`worker_pod`)."""
     labels, annotations, spec = _tenant_part(template)
-    selector = _replica_labels(service)
+    selector = replica_labels(service)
     labels |= selector
     containers = [dict(c) for c in spec.get("containers") or []]
     if containers:
@@ -388,7 +388,7 @@ def disruption_budget(*, namespace: str, service: str, service_uid: str, max_una
     """The PodDisruptionBudget of an InferenceService's replicas (``spec.disruptionBudget``), named after the service
     and owned by it (the garbage collector deletes it with the service): it selects the replicas as the Deployment
     does, and lets at most ``max_unavailable`` of them be evicted at once."""
-    selector = _replica_labels(service)
+    selector = replica_labels(service)
     return {
         "apiVersion": "policy/v1",
         "kind": names.DISRUPTION_BUDGET_KIND,
@@ -464,7 +464,7 @@ def _own_namespace_terms(affinity: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _replica_labels(service: str) -> dict[str, str]:
+def replica_labels(service: str) -> dict[str, str]:
     """The labels every replica of a service carries, and that its Deployment and budget select it by."""
     return {names.SERVICE_LABEL: service, names.ROLE_LABEL: names.ROLE_INFERENCE}
 

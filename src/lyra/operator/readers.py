@@ -19,13 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lyra.api import names
 from lyra.api.convert import gpus_requested, node_capacity_gpus, node_gpu_memory_mib, node_gpus, pod_role
-from lyra.api.objects import Deployment, ObjectMeta, ObservedNode, ObservedPod
+from lyra.api.objects import Deployment, DisruptionBudget, ObjectMeta, ObservedNode, ObservedPod
 from lyra.api.resources import InferenceServiceSpec, InferenceServiceStatus, TrainingJobSpec, TrainingJobStatus
 from lyra.core.model import MAX_GPUS_PER_SERVER, LoanState, Pool
 from lyra.core.placement import PodRole
+from lyra.operator.manifests import replica_labels
 from lyra.operator.node_health import HealthMemory, NodeReading, OccupiedNodes, node_ref, with_health
 from lyra.operator.timestamps import parse_time
 from lyra.operator.world import (
+    FoundBudget,
     JobRecord,
     MisreadNode,
     NodeRecord,
@@ -102,7 +104,7 @@ class ObjectReadings(Generic[_Read]):
 class Readings:
     """The readings of the last pass, per kind read object by object (:class:`ObjectReadings`): nodes (all but their
     health, which depends on the time and :class:`HealthMemory`), GPU pods and TrainingJobs. InferenceServices are
-    read afresh (a handful, and each reads its Deployment too)."""
+    read afresh (a handful, and each reads its Deployment and PodDisruptionBudget too)."""
 
     def __init__(self) -> None:
         self.nodes: ObjectReadings[NodeReading] = ObjectReadings()
@@ -118,6 +120,7 @@ def read_world(
     jobs: Iterable[Mapping[str, Any]],
     services: Iterable[Mapping[str, Any]],
     deployments: Iterable[Mapping[str, Any]] = (),
+    budgets: Iterable[Mapping[str, Any]] = (),
     memory: HealthMemory | None = None,
     readings: Readings | None = None,
 ) -> World:
@@ -165,7 +168,16 @@ def read_world(
         if controller is not None and service_uids.get(key) and controller.uid != service_uids[key]:
             continue  # an earlier service's of the same name, which the garbage collector removes
         by_deployment[key] = deployment
-    service_records = [r for r in (_read_service(raw, by_deployment, unreadable) for raw in services) if r is not None]
+    by_budget: dict[str, DisruptionBudget] = {}
+    for raw in budgets:
+        try:
+            found = DisruptionBudget.model_validate(raw)
+        except ValidationError:
+            continue  # a budget the operator cannot read is not one it wrote: the pass applies its own over it
+        by_budget[f"{found.metadata.namespace}/{found.metadata.name}"] = found
+    service_records = [
+        r for r in (_read_service(raw, by_deployment, by_budget, unreadable) for raw in services) if r is not None
+    ]
     return World(
         now=now,
         nodes=tuple(sorted(node_records, key=lambda n: n.name)),
@@ -332,7 +344,10 @@ def _read_job(raw: Mapping[str, Any]) -> tuple[JobRecord | None, Unreadable | No
 
 
 def _read_service(
-    raw: Mapping[str, Any], deployments: Mapping[str, Deployment], unreadable: list[Unreadable]
+    raw: Mapping[str, Any],
+    deployments: Mapping[str, Deployment],
+    budgets: Mapping[str, DisruptionBudget],
+    unreadable: list[Unreadable],
 ) -> ServiceRecord | None:
     try:
         service = _InferenceServiceObject.model_validate(raw)
@@ -356,12 +371,32 @@ def _read_service(
             deployment.metadata.annotations.get(names.TEMPLATE_HASH_ANNOTATION, "") if deployment is not None else ""
         ),
         deployment_version=deployment.metadata.resource_version if deployment is not None else "",
-        deployment_budget=(
-            deployment.metadata.annotations.get(names.DISRUPTION_BUDGET_ANNOTATION, "")
-            if deployment is not None
-            else ""
-        ),
+        budget=_found_budget(budgets.get(ref.key), ref),
     )
+
+
+def _found_budget(budget: DisruptionBudget | None, service: ObjectRef) -> FoundBudget | None:
+    """The service's budget as the pass compares it with the one it wants (:class:`FoundBudget`)."""
+    if budget is None or budget.metadata.deletion_timestamp is not None:
+        return None  # one being deleted is as good as gone (the garbage collector removes it)
+    spec = budget.spec
+    owned = bool(service.uid) and any(
+        o.kind == names.INFERENCE_SERVICE_KIND and o.uid == service.uid for o in budget.metadata.owner_references
+    )
+    kept = spec.max_unavailable if isinstance(spec.max_unavailable, int) else None
+    differs = [
+        *([] if owned else ["not owned by the service"]),
+        *(
+            []
+            if spec.selector.match_labels == replica_labels(service.name) and not spec.selector.match_expressions
+            else ["another selector"]
+        ),
+        *([] if spec.min_available is None else [f"minAvailable {spec.min_available}"]),
+    ]
+    shown = f"maxUnavailable {spec.max_unavailable if spec.max_unavailable is not None else 'none'}"
+    if differs:
+        return FoundBudget(kept="", owned=owned, shown=f"{shown} ({', '.join(differs)})")
+    return FoundBudget(kept="" if kept is None else str(kept), owned=owned, shown=shown)
 
 
 def worker_index(name: str, labels: Mapping[str, str]) -> int | None:

@@ -21,11 +21,14 @@ Warning Event when it becomes capped; a service within the cap carries ``Capped=
 no such condition.
 
 **A PodDisruptionBudget per service that asks for one** (``spec.disruptionBudget.maxUnavailable``): named after the
-service, owned by it, selecting its replicas. The operator does not watch budgets: the Deployment records the
-``maxUnavailable`` last applied (``lyra.dev/disruption-budget``), and a pass whose service asks otherwise applies the
-budget (server-side apply, so a missing one is created) or deletes it, then writes the record, with an Event
-``DisruptionBudget`` on the budget (not while its write is refused or held back). A budget deleted or edited by
-hand is not put back until the service's budget changes, as for the Deployment's own edits.
+service, owned by it, selecting its replicas by their labels. The operator watches the budgets that carry the service
+label (:mod:`lyra.operator.caches`), and a pass whose service's budget is missing or differs from the one it writes
+(another ``maxUnavailable``, selector or owner, or a ``minAvailable``: :class:`~lyra.operator.world.FoundBudget`)
+applies it by server-side apply, the operator's fields forced (a budget deleted or edited by hand is put back on the
+next pass); a service that no longer asks for one has the budget it owns deleted (never one it does not own). Each
+write has an Event ``DisruptionBudget`` on the budget, saying what it was and what it becomes (not while its write is
+refused or held back). A ``minAvailable`` added by hand cannot be taken off by the apply: the API refuses a budget with
+both, so the write backs off with a Warning Event until someone removes it.
 
 **Which replicas a scale-down deletes.** The ReplicaSet controller deletes a Deployment's replicas with the lowest
 ``controller.kubernetes.io/pod-deletion-cost`` first (after unbound, unready and not-running ones); left alone it
@@ -260,11 +263,14 @@ class ServiceBook:
             )
 
     def disruption_budget(self, service: ServiceRecord) -> None:
-        """Apply the service's PodDisruptionBudget, or delete the one the operator kept for it, where its Deployment
-        records another ``maxUnavailable`` than ``spec.disruptionBudget`` asks (module docstring)."""
+        """Apply the service's PodDisruptionBudget where the one found is missing or not the one the operator writes
+        for ``spec.disruptionBudget``, or delete the one the service owns when it asks for none (module docstring)."""
         budget = service.spec.disruption_budget
         wanted = "" if budget is None else str(budget.max_unavailable)
-        if wanted == service.deployment_budget:
+        found = service.budget
+        if budget is None and (found is None or not found.owned):
+            return
+        if budget is not None and found is not None and found.kept == wanted:
             return
         ref = ObjectRef(names.DISRUPTION_BUDGET_KIND, service.ref.namespace, service.ref.name)
         manifest = (
@@ -281,11 +287,12 @@ class ServiceBook:
         refused = self.changes.failures.get(key_of(ref))
         if refused is not None and self.changes.now < refused.retry_at:
             return  # held back: the write is not tried in this pass, so nothing is said
-        was = service.deployment_budget or "none"
+        was = "none" if found is None else found.shown
         self.changes.emit(  # on the budget, the write's subject: an Event after a refused write is not posted
             ref,
             conditions.DISRUPTION_BUDGET,
-            f"PodDisruptionBudget {service.ref.name}: maxUnavailable {was} -> {wanted or 'none (deleted)'}",
+            f"PodDisruptionBudget {service.ref.name}: {was} -> "
+            + (f"maxUnavailable {wanted}" if wanted else "none (deleted)"),
         )
 
     def deletion_costs(self, service: ServiceRecord) -> None:

@@ -181,9 +181,21 @@ class ServiceRecord:
     #: conditional on it).
     deployment_template_hash: str = ""
     deployment_version: str = ""
-    #: The ``maxUnavailable`` of the PodDisruptionBudget the operator last applied for the service, as the Deployment
-    #: records it (``names.DISRUPTION_BUDGET_ANNOTATION``; "" for none).
-    deployment_budget: str = ""
+    #: The PodDisruptionBudget named after the service, carrying the service label (the budgets the operator keeps
+    #: are read by that label), as the cluster has it; ``None``: there is none, or it is being deleted.
+    budget: FoundBudget | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FoundBudget:
+    """A service's PodDisruptionBudget as read. ``kept``: its ``maxUnavailable`` when the budget is exactly what the
+    operator writes for that value (owned by the service, selecting the service's replicas by their labels alone, no
+    ``minAvailable``), else ""; ``owned``: the service owns it (the operator deletes no other); ``shown``: what it
+    says, for Events (``maxUnavailable 2``, or how it differs from what the operator writes)."""
+
+    kept: str
+    owned: bool
+    shown: str
 
 
 @dataclass(frozen=True, slots=True)

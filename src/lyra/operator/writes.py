@@ -225,8 +225,11 @@ class ApiWrites:
         query = f"?fieldManager={_q(OPERATOR_NAME)}&force=true"
         return self._call("PATCH", path + query, body, APPLY_PATCH)
 
-    def delete_namespaced_pod_disruption_budget(self, name: str, namespace: str, **_: Any) -> Answer:
-        return self._call("DELETE", f"/apis/policy/v1/namespaces/{_q(namespace)}/poddisruptionbudgets/{_q(name)}")
+    def delete_namespaced_pod_disruption_budget(
+        self, name: str, namespace: str, body: object = None, **_: Any
+    ) -> Answer:
+        path = f"/apis/policy/v1/namespaces/{_q(namespace)}/poddisruptionbudgets/{_q(name)}"
+        return self._call("DELETE", path, body)
 
     def patch_namespaced_custom_object_status(  # noqa: PLR0917 - the kubernetes client's signature
         self,

@@ -15,6 +15,7 @@ from lyra.check.invariants import (
     DEFAULT_RECLAIM_DEADLINE_S,
     Invariant,
     Limits,
+    Report,
     check,
 )
 from lyra.core.model import LoanState
@@ -113,18 +114,61 @@ def clean_cluster() -> Objects:
                 "status": {"phase": "Queued"},
             },
         ],
+        "services": [
+            {
+                "metadata": {"name": "chat", "namespace": NAMESPACE, "uid": "uid-chat"},
+                "spec": {"gpusPerReplica": 8, "disruptionBudget": {"maxUnavailable": 1}},
+            },
+            {"metadata": {"name": "plain", "namespace": NAMESPACE, "uid": "uid-plain"}, "spec": {"gpusPerReplica": 8}},
+        ],
+        "budgets": [
+            {
+                "metadata": {
+                    "name": "chat",
+                    "namespace": NAMESPACE,
+                    "labels": {names.SERVICE_LABEL: "chat", names.ROLE_LABEL: names.ROLE_INFERENCE},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": names.API_VERSION,
+                            "kind": names.INFERENCE_SERVICE_KIND,
+                            "name": "chat",
+                            "uid": "uid-chat",
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "maxUnavailable": 1,
+                    "selector": {"matchLabels": {names.ROLE_LABEL: names.ROLE_INFERENCE, names.SERVICE_LABEL: "chat"}},
+                },
+            },
+            # An admin's own budget for a service that asks for none: not the operator's, not judged.
+            {"metadata": {"name": "plain", "namespace": NAMESPACE}, "spec": {"minAvailable": 1}},
+        ],
     }
 
 
+def checked(objects: Objects, limits: Limits | None = None) -> Report:
+    return check(
+        nodes=objects["nodes"],
+        pods=objects["pods"],
+        jobs=objects["jobs"],
+        services=objects["services"],
+        budgets=objects["budgets"],
+        now=NOW,
+        limits=limits,
+    )
+
+
 def run(objects: Objects, limits: Limits | None = None) -> list[tuple[str, str, str]]:
-    report = check(nodes=objects["nodes"], pods=objects["pods"], jobs=objects["jobs"], now=NOW, limits=limits)
-    return [(v.invariant.value, v.kind, v.key) for v in report.violations]
+    return [(v.invariant.value, v.kind, v.key) for v in checked(objects, limits).violations]
 
 
 def test_a_clean_cluster_has_no_violation() -> None:
     objects = clean_cluster()
-    report = check(nodes=objects["nodes"], pods=objects["pods"], jobs=objects["jobs"], now=NOW)
+    report = checked(objects)
     assert report.clean, report.violations
+    assert report.services == 2
     assert (report.nodes, report.pods, report.jobs) == (7, 5, 2)
 
 
@@ -157,6 +201,7 @@ def _strip(pod: dict[str, Any]) -> None:
 
 POD = "Pod"
 NODE = "Node"
+SERVICE = names.INFERENCE_SERVICE_KIND
 JOB = names.TRAINING_JOB_KIND
 W = f"{NAMESPACE}/train-w"
 
@@ -205,7 +250,41 @@ SCENARIOS: list[tuple[str, Callable[[Objects], None], tuple[str, str, str]]] = [
      ("reclaim-deadline", NODE, "t4-reclaiming")),
     ("a node reclaiming without its start time", lambda o: _named(o, "nodes", "t4-reclaiming")["metadata"].update(
         annotations={}), ("reclaim-deadline", NODE, "t4-reclaiming")),
+    ("a service's budget deleted", lambda o: o["budgets"].pop(0), ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
+    ("a service's budget being deleted", lambda o: o["budgets"][0]["metadata"].update(deletionTimestamp=at(1)),
+     ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
+    ("a budget's maxUnavailable edited", lambda o: o["budgets"][0]["spec"].update(maxUnavailable=2),
+     ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
+    ("a budget as a percentage", lambda o: o["budgets"][0]["spec"].update(maxUnavailable="50%"),
+     ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
+    ("a budget with a minAvailable", lambda o: o["budgets"][0]["spec"].update(minAvailable=1),
+     ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
+    ("a budget selecting every replica", lambda o: o["budgets"][0]["spec"]["selector"]["matchLabels"].pop(
+        names.SERVICE_LABEL), ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
+    ("a budget narrowed by an expression", lambda o: o["budgets"][0]["spec"]["selector"].update(
+        matchExpressions=[{"key": "tier", "operator": "Exists"}]), ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
+    ("a budget owned by an earlier service", lambda o: o["budgets"][0]["metadata"]["ownerReferences"][0].update(
+        uid="uid-earlier"), ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
+    ("a budget left after the service stopped asking", lambda o: _named(o, "services", "chat")["spec"].pop(
+        "disruptionBudget"), ("disruption-budget", SERVICE, f"{NAMESPACE}/chat")),
 ]  # fmt: skip
+
+
+def test_a_service_being_deleted_and_a_budget_of_no_service_are_not_judged() -> None:
+    objects = clean_cluster()
+    _named(objects, "services", "chat")["metadata"]["deletionTimestamp"] = at(1)
+    objects["budgets"].pop(0)
+    objects["budgets"].append(copy.deepcopy(clean_cluster()["budgets"][0]) | {"metadata": {"name": "gone"}})
+    assert run(objects) == []
+
+
+def test_a_budget_violation_says_what_differs() -> None:
+    objects = clean_cluster()
+    objects["budgets"][0]["spec"].update(maxUnavailable=3, minAvailable=1)
+    [violation] = checked(objects).violations
+    assert violation.message == (
+        "asks for maxUnavailable 1, and PodDisruptionBudget chat has maxUnavailable 3; has minAvailable 1"
+    )
 
 
 @pytest.mark.parametrize(("change", "expected"), [(s[1], s[2]) for s in SCENARIOS], ids=[s[0] for s in SCENARIOS])

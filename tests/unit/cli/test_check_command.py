@@ -67,7 +67,7 @@ def test_a_violation_exits_3_and_is_printed(
     assert seen == [Limits(gang_timeout_s=60, reclaim_deadline_s=90)]
     out = capsys.readouterr().out
     assert out.splitlines() == [
-        "1 violation (12 nodes, 30 Lyra pods, 2 TrainingJobs checked):",
+        "1 violation (12 nodes, 30 Lyra pods, 2 TrainingJobs, 0 InferenceServices checked):",
         "  node-state  Node t4-3: no lyra.dev/state taint (the label says 'loaned')",
     ]
 
@@ -82,7 +82,7 @@ def test_json_has_stable_field_names(
         "clean", "checkedAt", "gangTimeoutSeconds", "reclaimDeadlineSeconds", "checked", "violations",
     }  # fmt: skip
     assert document["clean"] is False
-    assert document["checked"] == {"nodes": 12, "pods": 30, "trainingJobs": 2}
+    assert document["checked"] == {"nodes": 12, "pods": 30, "trainingJobs": 2, "inferenceServices": 0}
     assert document["violations"] == [
         {"invariant": "node-state", "kind": "Node", "namespace": "", "name": "t4-3", "message": VIOLATION.message}
     ]
@@ -93,6 +93,6 @@ def test_a_clean_cluster_exits_0(
 ) -> None:
     monkeypatch.setattr(check_commands, "check_cluster", _listed(Report(12, 30, 1, ()), []))
     assert main(["check", "--kubeconfig", str(kubeconfig)]) == 0
-    assert capsys.readouterr().out == "clean: 12 nodes, 30 Lyra pods, 1 TrainingJob checked\n"
+    assert capsys.readouterr().out == "clean: 12 nodes, 30 Lyra pods, 1 TrainingJob, 0 InferenceServices checked\n"
     assert main(["check", "--kubeconfig", str(kubeconfig), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["clean"] is True

@@ -145,6 +145,7 @@ class FakeCluster:
             jobs=self.jobs.values(),
             services=self.services.values(),
             deployments=self.deployments.values(),
+            budgets=[b for b in self.budgets.values() if "lyra.dev/service" in b["metadata"].get("labels", {})],
             memory=self.memory,
         )
 
@@ -226,18 +227,21 @@ class FakeCluster:
         elif isinstance(action, ApplyDeployment):
             self._deploy(action)
         elif isinstance(action, ApplyDisruptionBudget):
-            if action.manifest is not None:
-                self.budgets[action.ref.key] = copy.deepcopy(dict(action.manifest))
-            else:
+            if action.manifest is None:
                 self.budgets.pop(action.ref.key, None)
-            deployment = self.deployments.get(action.service.key)
-            if deployment is not None:  # the record, as a merge patch writes it (removed when "")
-                annotations = deployment["metadata"].setdefault("annotations", {})
-                annotations.pop("lyra.dev/disruption-budget", None)
-                if action.max_unavailable:
-                    annotations["lyra.dev/disruption-budget"] = action.max_unavailable
+            else:  # as a forced server-side apply: the fields it sets are its; others' stay (a minAvailable)
+                applied = copy.deepcopy(dict(action.manifest))
+                budget = self.budgets.setdefault(action.ref.key, {"metadata": {}, "spec": {}})
+                meta = budget["metadata"]
+                meta.update({k: v for k, v in applied["metadata"].items() if k not in ("labels", "ownerReferences")})
+                meta["labels"] = {**meta.get("labels", {}), **applied["metadata"]["labels"]}
+                owners = {
+                    o["uid"]: o for o in [*meta.get("ownerReferences", []), *applied["metadata"]["ownerReferences"]]
+                }
+                meta["ownerReferences"] = list(owners.values())
+                budget["spec"].update(applied["spec"])  # the selector is atomic: replaced whole
                 self.versions += 1
-                deployment["metadata"]["resourceVersion"] = str(self.versions)
+                meta["resourceVersion"] = str(self.versions)
         elif isinstance(action, Emit):
             self.events.append(action)
 

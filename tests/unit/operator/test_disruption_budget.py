@@ -1,6 +1,7 @@
 """A PodDisruptionBudget per InferenceService that asks for one (``spec.disruptionBudget``): applied when the service
-asks, brought to a new ``maxUnavailable``, deleted when it stops asking; recorded on the Deployment so that a pass
-with nothing to change writes nothing; and a budget the API refuses holds back neither the replicas nor the status.
+asks, brought to a new ``maxUnavailable``, deleted when it stops asking; put back when deleted or edited by hand (the
+operator reads the budgets it keeps), a pass with nothing to change writes nothing; a budget the service does not own
+is never deleted; and a budget the API refuses holds back neither the replicas nor the status.
 
 Each expectation is worked out here from the replicas the in-memory cluster made (their labels), not from the code
 that renders the budget."""
@@ -18,7 +19,6 @@ from .test_decide import settle
 from .test_isolation import Fault, FaultyCluster
 
 CONFIG = OperatorConfig(lend_delay_s=30, reclaim_deadline_s=100, gang_timeout_s=60)
-RECORD = "lyra.dev/disruption-budget"
 
 
 def servers() -> FakeCluster:
@@ -51,10 +51,8 @@ def test_a_service_that_asks_gets_a_budget_over_exactly_its_replicas_and_a_quiet
     assert [(o["kind"], o["name"], o["uid"], o["controller"]) for o in budget["metadata"]["ownerReferences"]] == [
         ("InferenceService", "chat", "uid-chat", True)
     ], "the garbage collector deletes it with the service"
-    assert cluster.deployments["serve/chat"]["metadata"]["annotations"][RECORD] == "1"
-    assert RECORD not in cluster.deployments["serve/other"]["metadata"].get("annotations", {})
     assert [e.message for e in cluster.events if e.reason == "DisruptionBudget"] == [
-        "PodDisruptionBudget chat: maxUnavailable none -> 1"
+        "PodDisruptionBudget chat: none -> maxUnavailable 1"
     ]
     assert decide(cluster.world(), CONFIG).is_noop
 
@@ -74,23 +72,76 @@ def test_the_budget_follows_the_spec_and_goes_when_the_service_stops_asking() ->
     del cluster.services["serve/chat"]["spec"]["disruptionBudget"]
     settle(cluster, config=CONFIG)
     assert cluster.budgets == {}
-    assert RECORD not in cluster.deployments["serve/chat"]["metadata"].get("annotations", {})
     assert [e.message for e in cluster.events if e.reason == "DisruptionBudget"][-1] == (
         "PodDisruptionBudget chat: maxUnavailable 2 -> none (deleted)"
     )
 
 
-def test_a_pass_that_stopped_between_the_budget_and_its_record_applies_it_again() -> None:
-    """The record is written after the budget: a restart in between finds no record and applies the budget again
-    (server-side apply: the same budget), then records it."""
+def budget_events(cluster: FakeCluster) -> list[str]:
+    return [e.message for e in cluster.events if e.reason == "DisruptionBudget"]
+
+
+def test_a_budget_deleted_by_hand_is_put_back_by_the_next_pass() -> None:
     cluster = servers()
     cluster.add_service(with_budget("chat", 2, 1))
     settle(cluster, config=CONFIG)
-    del cluster.deployments["serve/chat"]["metadata"]["annotations"][RECORD]
+    del cluster.budgets["serve/chat"]
     again = [a for a in decide(cluster.world(), CONFIG).actions if isinstance(a, ApplyDisruptionBudget)]
     assert [a.max_unavailable for a in again] == ["1"]
     settle(cluster, config=CONFIG)
-    assert cluster.deployments["serve/chat"]["metadata"]["annotations"][RECORD] == "1"
+    assert cluster.budgets["serve/chat"]["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {"lyra.dev/service": "chat", "lyra.dev/role": "inference"}},
+    }
+    assert budget_events(cluster)[-1] == "PodDisruptionBudget chat: none -> maxUnavailable 1"
+    assert decide(cluster.world(), CONFIG).is_noop
+
+
+def test_a_budget_edited_by_hand_is_brought_back_and_the_event_says_what_it_was() -> None:
+    """Each edit a tenant or an admin can make with ``kubectl edit``: another ``maxUnavailable``, a percentage, a
+    selector that takes in other pods, the owner reference dropped. The next pass applies the budget again."""
+    edits: list[tuple[dict[str, Any], str]] = [
+        ({"maxUnavailable": 3}, "maxUnavailable 3"),
+        ({"maxUnavailable": "50%"}, "maxUnavailable 50%"),
+        ({"selector": {"matchLabels": {"lyra.dev/role": "inference"}}}, "maxUnavailable 1 (another selector)"),
+        (
+            {"selector": {"matchLabels": {"lyra.dev/service": "chat", "lyra.dev/role": "inference"},
+                          "matchExpressions": [{"key": "tier", "operator": "Exists"}]}},
+            "maxUnavailable 1 (another selector)",
+        ),
+        ({"metadata": {"ownerReferences": []}}, "maxUnavailable 1 (not owned by the service)"),
+    ]  # fmt: skip
+    for edit, shown in edits:
+        cluster = servers()
+        cluster.add_service(with_budget("chat", 2, 1))
+        settle(cluster, config=CONFIG)
+        before = dict(cluster.budgets["serve/chat"]["spec"])
+        budget = cluster.budgets["serve/chat"]
+        if "metadata" in edit:
+            budget["metadata"].update(edit["metadata"])
+        else:
+            budget["spec"].update(edit)
+        settle(cluster, config=CONFIG)
+        assert cluster.budgets["serve/chat"]["spec"] == before, edit
+        assert [o["uid"] for o in cluster.budgets["serve/chat"]["metadata"]["ownerReferences"]] == ["uid-chat"]
+        assert budget_events(cluster)[-1] == f"PodDisruptionBudget chat: {shown} -> maxUnavailable 1", edit
+        assert decide(cluster.world(), CONFIG).is_noop, edit
+
+
+def test_a_budget_the_service_does_not_own_is_left_alone_when_it_asks_for_none() -> None:
+    """A budget an admin wrote with the service's name and label, before the field existed or for a service that
+    asks for none, is the admin's: the operator deletes only a budget the service owns."""
+    cluster = servers()
+    cluster.add_service(with_budget("chat", 2, None))
+    settle(cluster, config=CONFIG)
+    cluster.budgets["serve/chat"] = {
+        "metadata": {"name": "chat", "namespace": "serve", "labels": {"lyra.dev/service": "chat"}},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"lyra.dev/service": "chat"}}},
+    }
+    assert decide(cluster.world(), CONFIG).is_noop
+    settle(cluster, config=CONFIG)
+    assert cluster.budgets["serve/chat"]["spec"]["minAvailable"] == 1
+    assert budget_events(cluster) == []
 
 
 def test_a_refused_budget_holds_back_neither_the_replicas_nor_the_status_and_is_retried() -> None:
@@ -141,12 +192,12 @@ def test_a_budget_that_would_refuse_every_eviction_is_refused_with_the_field_nam
     assert any("disruptionBudget.maxUnavailable" in m for m in problems), problems
 
 
-def test_a_budget_whose_deployment_is_gone_waits_for_the_next_pass_without_backoff() -> None:
-    """The record goes on the Deployment; if it is gone meanwhile (404), the budget is no failure of its own: no
-    Warning, no backoff, and the next pass applies it again."""
+def test_a_budget_whose_namespace_is_going_away_waits_for_the_next_pass_without_backoff() -> None:
+    """An apply answered 404 (the namespace is being deleted) is no failure of the budget's own: no Warning, no
+    backoff, and the next pass applies it again."""
     fake = servers()
     fake.add_service(with_budget("chat", 2, 1))
-    gone = Fault(lambda a: isinstance(a, ApplyDisruptionBudget), 404, "NotFound", 'deployments.apps "chat" not found')
+    gone = Fault(lambda a: isinstance(a, ApplyDisruptionBudget), 404, "NotFound", 'namespaces "serve" not found')
     cluster = FaultyCluster(fake=fake, faults=[gone])
     outcome = cluster.run(CONFIG)
     assert outcome.failed == 0
