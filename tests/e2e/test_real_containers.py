@@ -14,6 +14,9 @@ workers checkpoint to ``<job>-w<index>.json`` in a directory this test owns (a h
 5. Drain: ``kubectl drain`` of the A100 server under the example job as written (cordoned, its pods evicted through
    the Eviction API): its workers checkpoint on SIGTERM, the job is re-queued and waits with no pod while the server
    is cordoned, and resumes from its checkpoints once it is uncordoned.
+6. The service's PodDisruptionBudget (``maxUnavailable: 1``) on real replicas: at 2 replicas, a server under one is
+   drained; the eviction of the other replica is refused (429) until the first one's replacement, on the server the
+   operator reclaims for it, is Ready by its own readiness probe, and accepted after.
 
 Asserted from what the containers wrote: each stopped worker's checkpoint says ``sigterm`` and was written inside its
 grace period (between its pod's deletion and ``deletionTimestamp``, which the API server sets to the deletion's time
@@ -31,13 +34,14 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from lyra.api import names
 from lyra.images import build
@@ -84,6 +88,7 @@ UID, GID = (int(part) for part in recipe.USER.split(":"))
 def service_body() -> dict[str, Any]:
     body: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo-replica-inferenceservice.yaml").read_text())
     body["spec"].update(replicas=1, minReplicas=1, maxReplicas=T4_SERVERS, gpusPerReplica=GPUS)
+    body["spec"]["disruptionBudget"] = {"maxUnavailable": 1}
     return body
 
 
@@ -283,6 +288,7 @@ def test_workers_checkpoint_inside_their_grace_and_resume_replicas_ready_by_thei
         try:
             _story(api, namespace, operator, checkpoints)
             _drain(api, namespace, checkpoints)
+            _drain_under_the_budget(api, namespace)
             assert_check_clean(system.cluster.kubeconfig)  # converged: both jobs running, the replica Ready
         except BaseException:
             system.print_logs()
@@ -399,3 +405,86 @@ def _drain(api: client.ApiClient, namespace: str, checkpoints: Path) -> None:
         assert_resumed(
             api, namespace, checkpoints / f"{A100_JOB}-w{index}.json", f"{A100_JOB}-w{index}", checkpoint.step
         )
+
+
+def replicas_now(api: client.ApiClient, namespace: str) -> list[client.V1Pod]:
+    """The service's replicas not being deleted, by name."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=demo-serve")
+    return sorted((p for p in pods.items if p.metadata.deletion_timestamp is None), key=lambda p: p.metadata.name)
+
+
+def ready_since(pod: client.V1Pod) -> datetime | None:
+    """When the pod's Ready condition last turned True (its readiness probe's first success), ``None`` if not Ready."""
+    return next(
+        (c.last_transition_time for c in pod.status.conditions or [] if c.type == "Ready" and c.status == "True"),
+        None,
+    )
+
+
+def _drain_under_the_budget(api: client.ApiClient, namespace: str) -> None:
+    """6. Two replicas Ready by their probes under the service's budget (``maxUnavailable: 1``, applied by the
+    operator). The server under the first is drained: cordoned, its replica evicted. The second replica's eviction is
+    tried every POLL_S: refused (429) while the first one's replacement is not Ready, and accepted once it is; the
+    replacement runs on the server the operator took back from the training job (neither drained nor the second's)."""
+    core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+    scale_service(api, namespace, "demo-serve", 2)
+
+    def two_ready_and_allowed() -> bool:
+        budget = policy.read_namespaced_pod_disruption_budget("demo-serve", namespace)
+        status = budget.status
+        return (
+            ready_replicas(api, namespace) == 2
+            and budget.spec.max_unavailable == 1
+            and status is not None
+            and status.current_healthy == 2
+            and status.disruptions_allowed == 1
+        )
+
+    wait_for(two_ready_and_allowed, 3 * DEADLINE_S, "2 replicas Ready under the budget, one disruption allowed",
+             retry_on=(ApiException,))  # fmt: skip
+    first, second = replicas_now(api, namespace)
+    drained = first.spec.node_name
+
+    def evict(pod: client.V1Pod) -> None:
+        meta = client.V1ObjectMeta(name=pod.metadata.name, namespace=namespace)
+        core.create_namespaced_pod_eviction(pod.metadata.name, namespace, client.V1Eviction(metadata=meta))
+
+    refused = 0
+
+    def second_evicted() -> bool:
+        nonlocal refused
+        try:
+            evict(second)
+        except ApiException as error:
+            if error.status != 429:
+                raise
+            refused += 1
+            return False
+        return True
+
+    core.patch_node(drained, {"spec": {"unschedulable": True}})
+    try:
+        evict(first)
+        wait_for(second_evicted, 3 * DEADLINE_S, "the second replica's eviction accepted", interval=POLL_S,
+                 max_interval=POLL_S)  # fmt: skip
+        accepted = datetime.now(tz=UTC)
+        # The first one's replacement is the one Ready: the second's has no server yet (the drained one is cordoned,
+        # the second's own is held until the second is gone, the third runs the first's replacement).
+        [replacement] = [
+            p for p in replicas_now(api, namespace)
+            if p.metadata.name not in (first.metadata.name, second.metadata.name) and ready_since(p) is not None
+        ]  # fmt: skip
+        became_ready = ready_since(replacement)
+        assert became_ready is not None
+        # lastTransitionTime has whole seconds: Ready at most a second after it says, and before the acceptance
+        assert became_ready <= accepted, (became_ready, accepted)
+        assert refused >= 1, "the second eviction was never refused: the budget held nothing back"
+        assert replacement.spec.node_name not in (drained, second.spec.node_name), replacement.spec.node_name
+        print(
+            f"budget: the second eviction refused {refused} times, accepted "
+            f"{(accepted - became_ready).total_seconds():.1f}s after the replacement's Ready "
+            f"(on {replacement.spec.node_name}, reclaimed from training)"
+        )
+    finally:
+        core.patch_node(drained, {"spec": {"unschedulable": False}})
+    wait_for(lambda: ready_replicas(api, namespace) == 2, 3 * DEADLINE_S, "2 replicas Ready again")

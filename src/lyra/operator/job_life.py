@@ -140,7 +140,9 @@ class JobLives:
                 self.training.changes.delete(pod, spec.preemption.grace_period_seconds, conditions.JOB_FINISHED)
             return
         failed = [p for p in job.pods if p.phase == names.POD_FAILED and not p.terminating and not p.disruption]
-        succeeded = [p for p in job.pods if p.phase == names.POD_SUCCEEDED]
+        # A worker completes its job only by finishing by itself: one that exits 0 on the SIGTERM of its deletion or
+        # of an eviction (a worker that checkpoints and stops) is lost to the job, as any deleted or disrupted one.
+        succeeded = [p for p in job.pods if p.phase == names.POD_SUCCEEDED and not p.terminating and not p.disruption]
         if status.phase is JobPhase.RUNNING and failed:
             self.stop_job(job, JobPhase.FAILED, conditions.WORKER_FAILED, f"worker {failed[0].ref.name} failed")
         elif status.phase is JobPhase.RUNNING and succeeded and not job.live:

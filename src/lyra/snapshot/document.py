@@ -312,9 +312,10 @@ class PlannerInput:
     operator's lend delay (``idle_seconds``, how long each idle server has been idle; one it does not name has been
     idle for longer than any delay; :meth:`unlendable`).
 
-    Checked on creation: every held, cordoned or unhealthy server is in the snapshot, no server's held GPUs and its
-    jobs' workers' GPUs together exceed the GPUs it has, and every demand is a count of servers
-    (:class:`InvalidClusterError`, in the document's terms). A demand may name a GPU type no inference server has:
+    Checked on creation: every held, cordoned, unhealthy or idle-timed server is in the snapshot, no server's held GPUs
+    and its jobs' workers' GPUs together exceed the GPUs it has, only idle servers have an idle time and each is a
+    finite number of seconds >= 0, and every demand is a count of servers (:class:`InvalidClusterError`, in the
+    document's terms). A demand may name a GPU type no inference server has:
     inference then falls short of it by as many servers."""
 
     snapshot: ClusterSnapshot

@@ -290,10 +290,13 @@ def drain(cluster: FakeCluster, name: str) -> None:
     cordon(cluster, name)
     for pod in cluster.pods.values():
         if pod["spec"].get("nodeName") == name:
-            pod["metadata"]["deletionTimestamp"] = format_time(cluster.now)
-            pod["status"]["conditions"] = [
-                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
-            ]
+            evict(cluster, pod)
+
+
+def evict(cluster: FakeCluster, pod: dict[str, Any]) -> None:
+    """The Eviction API on one pod: the ``DisruptionTarget`` condition, and the pod deleted with its grace."""
+    pod["metadata"]["deletionTimestamp"] = format_time(cluster.now)
+    pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]
 
 
 def test_a_cordoned_training_node_keeps_its_workers_and_takes_no_new_ones() -> None:
@@ -356,6 +359,37 @@ def test_a_drain_that_takes_a_base_worker_requeues_the_job_without_failing_it() 
     assert status["preemptions"] == 1
     assert cluster.workers("gang") == [], "it waits, queued, with no pod that could not be placed"
     cordon(cluster, "a1", cordoned=False)
+    settle(cluster)
+    assert cluster.job_status("gang")["phase"] == "Running"
+
+
+def test_workers_that_exit_0_on_the_sigterm_of_a_drain_are_lost_not_completed() -> None:
+    """Seen on real nodes: ``kubectl drain`` evicted a job's two workers (base and flexible) on one server. A pass saw
+    the base one evicted and scaled the job in; the next saw the base one ``Succeeded`` (it checkpointed on SIGTERM
+    and exited 0) and the other terminating, no live worker left, and took the job for completed. Only a worker that
+    finishes by itself completes its job: one that ends while being deleted, or after a disruption, is lost to it."""
+    cluster = FakeCluster([node("a0", "training", A100)])
+    cluster.add_job(training_job("gang", 1, 2, gpusPerWorker=4))
+    settle(cluster)
+    workers = {p["metadata"]["labels"]["lyra.dev/role"]: p for p in cluster.workers("gang")}
+    assert sorted(workers) == ["base", "flexible"]
+    cordon(cluster, "a0")
+    evict(cluster, workers["base"])
+    cluster.apply(decide(cluster.world(), CONFIG))
+    assert cluster.job_status("gang")["scaleIns"] == 1, "the flexible worker goes on as the base"
+    evict(cluster, workers["flexible"])
+    workers["base"]["status"]["phase"] = "Succeeded"  # checkpointed and exited 0 inside its grace
+    decision = decide(cluster.world(), CONFIG)
+    assert decision.report.preempted == {"ml/gang": "disruption"}
+    cluster.apply(decision)
+    status = cluster.job_status("gang")
+    assert (status["phase"], status["preemptions"]) == ("Queued", 1), status
+    workers["flexible"]["status"]["phase"] = "Succeeded"
+    cluster.finish_terminations()
+    settle(cluster)
+    assert cluster.job_status("gang")["phase"] == "Queued", "it waits for the cordoned server, with no pod"
+    assert cluster.workers("gang") == []
+    cordon(cluster, "a0", cordoned=False)
     settle(cluster)
     assert cluster.job_status("gang")["phase"] == "Running"
 
