@@ -116,7 +116,6 @@ class ApplyDisruptionBudget:
     replicas nor its status."""
 
     ref: ObjectRef
-    service: ObjectRef
     manifest: Mapping[str, Any] | None
     max_unavailable: str
 

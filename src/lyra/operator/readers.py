@@ -383,20 +383,18 @@ def _found_budget(budget: DisruptionBudget | None, service: ObjectRef) -> FoundB
     owned = bool(service.uid) and any(
         o.kind == names.INFERENCE_SERVICE_KIND and o.uid == service.uid for o in budget.metadata.owner_references
     )
-    kept = spec.max_unavailable if isinstance(spec.max_unavailable, int) else None
-    differs = [
-        *([] if owned else ["not owned by the service"]),
-        *(
-            []
-            if spec.selector.match_labels == replica_labels(service.name) and not spec.selector.match_expressions
-            else ["another selector"]
-        ),
-        *([] if spec.min_available is None else [f"minAvailable {spec.min_available}"]),
-    ]
+    differs = []
+    if not owned:
+        differs.append("not owned by the service")
+    if spec.selector.match_labels != replica_labels(service.name) or spec.selector.match_expressions:
+        differs.append("another selector")
+    if spec.min_available is not None:
+        differs.append(f"minAvailable {spec.min_available}")
     shown = f"maxUnavailable {spec.max_unavailable if spec.max_unavailable is not None else 'none'}"
     if differs:
         return FoundBudget(kept="", owned=owned, shown=f"{shown} ({', '.join(differs)})")
-    return FoundBudget(kept="" if kept is None else str(kept), owned=owned, shown=shown)
+    kept = str(spec.max_unavailable) if isinstance(spec.max_unavailable, int) else ""  # a percentage is not ours
+    return FoundBudget(kept=kept, owned=owned, shown=shown)
 
 
 def worker_index(name: str, labels: Mapping[str, str]) -> int | None:

@@ -283,7 +283,7 @@ class ServiceBook:
                 max_unavailable=budget.max_unavailable,
             )
         )
-        self.changes.actions.append(ApplyDisruptionBudget(ref, service.ref, manifest, wanted))
+        self.changes.actions.append(ApplyDisruptionBudget(ref, manifest, wanted))
         refused = self.changes.failures.get(key_of(ref))
         if refused is not None and self.changes.now < refused.retry_at:
             return  # held back: the write is not tried in this pass, so nothing is said
