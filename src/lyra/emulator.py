@@ -33,13 +33,11 @@ from lyra.api.convert import training_job
 from lyra.api.resources import JobPhase
 from lyra.core.gpus import GpuCatalog
 from lyra.core.model import TrainingJob
-from lyra.core.placement import PodRole
+from lyra.core.placement import WORKER_ROLES
 from lyra.operator import manifests
 from lyra.operator.world import JobRecord, PodRecord, World
 
 log = logging.getLogger("lyra.emulate")
-
-_WORKER_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
 
 
 #: torch's own values of the rendezvous settings the emulator models, for a ``PET_RDZV_CONF`` that omits them.
@@ -119,7 +117,7 @@ def advance(progress: Progress, world: World, gpus: GpuCatalog) -> list[PodRecor
         workers = [
             p
             for p in world.pods_of(job.ref.key)
-            if p.role in _WORKER_ROLES and p.is_live and p.node and p.phase == names.POD_RUNNING
+            if p.role in WORKER_ROLES and p.is_live and p.node and p.phase == names.POD_RUNNING
         ]
         key = job.ref.key
         done = progress.done.setdefault(key, job.status.work_done)

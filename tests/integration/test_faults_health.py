@@ -20,6 +20,9 @@ UID").
   run runs with pods owned by its own UID.
 * **Worker evicted by the kubelet** (its status written as the kubelet writes it: ``Failed``, reason ``Evicted``): a
   preemption, not a failure; the job runs again on a new worker.
+* **Worker preempted by kube-scheduler** for another team's GPU pod of a higher PriorityClass: the job is scaled in,
+  no worker is made for the GPUs the preemptor is nominated to (none waits unplaced), and the job grows back once the
+  preemptor is gone.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from tests.operator_support import (
     custom,
     job,
     running,
+    wait_quiet,
     workers,
 )
 
@@ -492,3 +496,122 @@ def test_a_worker_evicted_by_the_kubelet_is_a_preemption_not_a_failure(
         wait_for(removed, DEADLINE_S, "the evicted pod's object removed")
         never_failed(api, namespace, "evicted")
         assert_check_clean(cluster.kubeconfig)
+
+
+URGENT_CLASS = "lyra-test-urgent"
+
+
+def urgent_pod(namespace: str) -> dict[str, Any]:
+    """Another team's pod of 8 A100 GPUs, of a PriorityClass above the workers' (they have none: priority 0)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "urgent", "namespace": namespace, "labels": {"app": "theirs"}},
+        "spec": {
+            "priorityClassName": URGENT_CLASS,
+            "nodeSelector": {names.GPU_PRODUCT_LABEL: A100},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/theirs:1",
+                    "resources": {"limits": {names.GPU_RESOURCE: "8"}, "requests": {names.GPU_RESOURCE: "8"}},
+                }
+            ],
+        },
+    }
+
+
+def test_a_worker_preempted_by_kube_scheduler_scales_its_job_in_and_no_worker_waits_for_the_preemptors_gpus(
+    cluster: ControlPlane, api: client.ApiClient, operator: Operator
+) -> None:
+    """The victim is kept (KWOK leaves it alone, a finalizer holds it) so that each step of its leaving is seen: still
+    running its grace, then exited 0 on the SIGTERM (``Succeeded``) while the kubelet tears it down, then gone. All the
+    while the preemptor waits, nominated to the victim's node; the job is scaled in once, and no worker is made for
+    the GPUs it waits for (one would wait unplaced: kube-scheduler keeps them for the preemptor)."""
+    wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
+    scheduling = client.SchedulingV1Api(api)
+    scheduling.create_priority_class(
+        client.V1PriorityClass(
+            metadata=client.V1ObjectMeta(name=URGENT_CLASS), value=1_000_000, preemption_policy="PreemptLowerPriority"
+        )
+    )
+    try:
+        with temporary_namespace(api, "faults-scheduler-preempted") as namespace:
+            try:
+                spread_on_four_nodes(api, namespace)
+                before = {p.metadata.uid for p in workers(api, namespace, "spread")}
+                for pod in workers(api, namespace, "spread"):
+                    keep = {
+                        "finalizers": [NO_KUBELET_FINALIZER],
+                        "annotations": {KUBELET_GONE_ANNOTATION: KUBELET_GONE_VALUE},
+                    }
+                    core(api).patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": keep})
+                core(api).create_namespaced_pod(namespace, cast(Any, urgent_pod(namespace)))
+
+                def nominated() -> str:
+                    return str(core(api).read_namespaced_pod("urgent", namespace).status.nominated_node_name or "")
+
+                taken = wait_for(
+                    nominated, DEADLINE_S, "the urgent pod nominated where kube-scheduler preempts a worker"
+                )
+
+                def deleted() -> list[client.V1Pod]:
+                    pods = core(api).list_namespaced_pod(namespace, label_selector=f"{names.JOB_LABEL}=spread").items
+                    return [p for p in pods if p.metadata.deletion_timestamp]
+
+                [victim] = wait_for(deleted, DEADLINE_S, "the worker kube-scheduler preempts deleted")
+                assert victim.spec.node_name == taken
+                assert any(
+                    c.type == "DisruptionTarget" and c.reason == "PreemptionByScheduler"
+                    for c in victim.status.conditions
+                )
+                wait_for(
+                    lambda: scaled_in_to_three(api, namespace), DEADLINE_S, "the job scaled in to the three nodes left"
+                )
+
+                def no_new_worker() -> None:
+                    wait_quiet(operator, DEADLINE_S)
+                    pods = workers(api, namespace, "spread")
+                    assert {p.metadata.uid for p in pods} <= before, "a worker was made for the preemptor's GPUs"
+                    status = job(api, namespace, "spread")["status"]
+                    assert (status["phase"], status["workers"]["target"], status["scaleIns"]) == ("Running", 3, 1), (
+                        status
+                    )
+                    assert taken not in status["placements"], status["placements"]
+
+                no_new_worker()
+                exited = {"phase": "Succeeded", "containerStatuses": None}
+                core(api).patch_namespaced_pod_status(victim.metadata.name, namespace, {"status": exited})
+                no_new_worker()  # exited, it holds no GPU: they are the preemptor's to take
+                assert nominated() == taken
+                core(api).patch_namespaced_pod(
+                    victim.metadata.name,
+                    namespace,
+                    {"metadata": {"finalizers": None, "annotations": {KUBELET_GONE_ANNOTATION: None}}},
+                )
+                wait_for(
+                    lambda: pod_or_none(api, namespace, victim.metadata.name) is None, DEADLINE_S, "the victim gone"
+                )
+                wait_for(
+                    lambda: core(api).read_namespaced_pod("urgent", namespace).spec.node_name == taken,
+                    DEADLINE_S,
+                    "the urgent pod bound",
+                )
+                no_new_worker()
+                events = core(api).list_namespaced_event(namespace).items
+                scaled = [e.message for e in events if e.reason == "ScaledIn" and e.involved_object.name == "spread"]
+                assert any("(PreemptionByScheduler)" in m for m in scaled), scaled
+                print("scaled in:", scaled)
+                core(api).delete_namespaced_pod("urgent", namespace, grace_period_seconds=0)
+                wait_for(lambda: running(api, namespace, "spread", 4), DEADLINE_S, "the job grown back onto the node")
+                never_failed(api, namespace, "spread")
+                assert job(api, namespace, "spread")["status"]["preemptions"] == 0
+                assert_check_clean(cluster.kubeconfig)
+            finally:  # whatever happened, the namespace can go: no pod is kept by the test's finalizer
+                for pod in core(api).list_namespaced_pod(namespace).items:
+                    if NO_KUBELET_FINALIZER in (pod.metadata.finalizers or []):
+                        release = {"finalizers": None, "annotations": {KUBELET_GONE_ANNOTATION: None}}
+                        core(api).patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": release})
+    finally:
+        scheduling.delete_priority_class(URGENT_CLASS)

@@ -121,6 +121,8 @@ class ObservedPodStatus(PodStatus):
     conditions: list[Condition] = Field(default_factory=list)
     container_statuses: list[ContainerStatus] = Field(default_factory=list, alias="containerStatuses")
     init_container_statuses: list[ContainerStatus] = Field(default_factory=list, alias="initContainerStatuses")
+    #: The node kube-scheduler has preempted pods on for this pending pod ("": none): it binds there once they are gone.
+    nominated_node_name: str = Field(default="", alias="nominatedNodeName")
 
 
 class ObservedPod(Pod):

@@ -36,6 +36,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Final
 
 from lyra.core.model import LoanState, Pool
 
@@ -48,6 +49,10 @@ class PodRole(enum.StrEnum):
     TRAINING_BASE = "training-base"
     TRAINING_FLEXIBLE = "training-flexible"
     UNMANAGED = "unmanaged"
+
+
+#: The roles of a TrainingJob's workers.
+WORKER_ROLES: Final = frozenset({PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE})
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,9 @@ managed fields and images. What is kept, per kind:
 * pods (all of them are needed for GPU accounting, so no server-side label selector): only pods that ask for GPUs or
   carry one of Lyra's labels are kept; ``spec`` node name, node selector, scheduler name, containers' and init
   containers' names and resources; ``status`` phase, reason, message, start time, conditions (without
-  ``lastProbeTime``) and container statuses (without image digests and container IDs). The extender's kind
-  (:data:`BOUND_PODS`) also has the server leave out pods bound to no node (a field selector): they hold nothing;
+  ``lastProbeTime``), the node kube-scheduler nominated it to after preempting others there, and container statuses
+  (without image digests and container IDs). The extender's kind (:data:`BOUND_PODS`) also has the server leave out
+  pods bound to no node (a field selector): they hold nothing;
 * Lyra's Deployments (server-side selector on the service label): ``spec.replicas`` and the replica counts and
   conditions of ``status`` (not the pod template: the operator compares the template hash annotation it wrote,
   ``lyra.dev/template-hash``, kept with Lyra's annotations);
@@ -122,7 +123,9 @@ def slim_pod(raw: Mapping[str, Any]) -> JsonObject:
     slim_spec["containers"] = _containers(spec.get("containers"))
     if "initContainers" in spec:
         slim_spec["initContainers"] = _containers(spec.get("initContainers"))
-    slim_status = _slim_conditions(_picked(status, ("phase", "reason", "message", "startTime", "conditions")))
+    slim_status = _slim_conditions(
+        _picked(status, ("phase", "reason", "message", "startTime", "conditions", "nominatedNodeName"))
+    )
     for key in ("containerStatuses", "initContainerStatuses"):
         if key in status:
             slim_status[key] = _container_statuses(status.get(key))

@@ -14,6 +14,7 @@ from lyra.api.resources import JobPhase, WorkerCounts
 from lyra.core.allocation import AllocationPlan, allocate_workers
 from lyra.core.errors import InvalidClusterError
 from lyra.core.model import ClusterSnapshot, LoanState, Pool, Server, TrainingJob
+from lyra.core.placement import WORKER_ROLES
 from lyra.operator.actions import AllocationReport
 from lyra.operator.conditions import set_condition
 from lyra.operator.job_life import JobLives
@@ -76,8 +77,10 @@ class JobIntents:
         self, servers: tuple[Server, ...], entries: list[Entry]
     ) -> tuple[ClusterSnapshot, dict[str, int], dict[str, JobState]]:
         """The core's view: ``servers``, the jobs of ``entries`` where their workers are, and GPUs held by everything
-        else (replicas, other GPU pods, leaving workers). An unhealthy or cordoned node is in it with all its GPUs its
-        jobs' workers do not use held. Returns the snapshot, the GPUs held on each node and the jobs it holds by name.
+        else (replicas, other GPU pods, leaving workers, and a pending pod's on the node kube-scheduler nominated it to
+        after preempting there: it binds there once its victims are gone). An unhealthy or cordoned node is in it with
+        all its GPUs its jobs' workers do not use held. Returns the snapshot, the GPUs held on each node and the jobs it
+        holds by name.
 
         A running job whose workers break its own spec (its ``gpuTypes`` were edited after it started, say) is left
         out with its GPUs held, so one inconsistent job never stops the decisions about everything else."""
@@ -88,6 +91,8 @@ class JobIntents:
         for pod in self.training.world.pods:
             if pod.holds_gpus and pod.ref.key not in counted and pod.node in known:
                 held[pod.node] += pod.gpus
+            elif pod.nominated in known and pod.is_live and pod.role not in WORKER_ROLES:
+                held[pod.nominated] += pod.gpus
         workers_on: dict[str, int] = defaultdict(int)
         for _, _, placed in kept:
             for pod in placed:

@@ -142,7 +142,7 @@ class JobLives:
         failed = [p for p in job.pods if p.phase == names.POD_FAILED and not p.terminating and not p.disruption]
         # A worker completes its job only by finishing by itself: one that exits 0 on the SIGTERM of its deletion or
         # of an eviction (a worker that checkpoints and stops) is lost to the job, as any deleted or disrupted one.
-        succeeded = [p for p in job.pods if p.phase == names.POD_SUCCEEDED and not p.terminating and not p.disruption]
+        succeeded = [p for p in job.pods if p.completed]
         if status.phase is JobPhase.RUNNING and failed:
             self.stop_job(job, JobPhase.FAILED, conditions.WORKER_FAILED, f"worker {failed[0].ref.name} failed")
         elif status.phase is JobPhase.RUNNING and succeeded and not job.live:
@@ -260,12 +260,14 @@ def evicted(job: JobState, closed: Mapping[str, str]) -> list[PodRecord]:
     """Workers Kubernetes is deleting for a disruption (the scheduler's preemptions, evictions: terminating with a
     ``DisruptionTarget`` condition) on nodes that still take work, that the job's plan still counts: on each node,
     as many as its planned workers there outnumber its live ones, by name. They are lost to the job at once, where a
-    worker deleted by hand is replaced: a replacement would find its GPUs taken. Counted once: the scale-in that
-    takes them lowers the plan. (On a node that takes no work, they are counted by :func:`vanished`.)"""
+    worker deleted by hand is replaced: a replacement would find its GPUs taken. Those whose container has already
+    exited (``Failed``, or ``Succeeded`` for a worker that exits 0 on the SIGTERM) count too: their object stays until
+    the kubelet has torn them down. Counted once: the scale-in that takes them lowers the plan. (On a node that takes
+    no work, they are counted by :func:`vanished`.)"""
     live_on = _live_on(job)
     leaving: dict[str, list[PodRecord]] = defaultdict(list)
     for pod in job.pods:
-        if pod.disruption and pod.terminating and pod.node and pod.node not in closed and not pod.is_finished:
+        if pod.disruption and pod.terminating and pod.node and pod.node not in closed:
             leaving[pod.node].append(pod)
     taken: list[PodRecord] = []
     for node, pods in sorted(leaving.items()):

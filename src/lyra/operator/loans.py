@@ -26,7 +26,7 @@ from lyra.core.loan_cycle import (
     plan_loan_cycle,
 )
 from lyra.core.model import ClusterSnapshot, LoanState, Pool
-from lyra.core.placement import PodRole
+from lyra.core.placement import WORKER_ROLES, PodRole
 from lyra.operator import manifests
 from lyra.operator.actions import LoanReport, ReclaimReport, SetNodeState
 from lyra.operator.changes import Changes
@@ -34,7 +34,6 @@ from lyra.operator.config import OperatorConfig
 from lyra.operator.timestamps import format_time
 from lyra.operator.world import ObjectRef, PodRecord, World
 
-_TRAINING_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
 #: The grace a GPU pod that is not Lyra's (or an earlier run's worker) gets to leave a server reclaimed for inference
 #: (Kubernetes' default ``terminationGracePeriodSeconds``); past the reclaim deadline it is deleted without grace.
 FOREIGN_GRACE_S = 30
@@ -87,7 +86,7 @@ class LoanBook:
                 continue
             if pod.role is PodRole.INFERENCE:
                 inference_on[pod.node] += 1
-            elif pod.role in _TRAINING_ROLES and pod.ref.key not in stale:
+            elif pod.role in WORKER_ROLES and pod.ref.key not in stale:
                 self.training_on[pod.node].append(pod)
             elif pod.gpus > 0:
                 self.others_on[pod.node].append(pod)

@@ -22,7 +22,7 @@ from lyra.api.convert import gpus_requested, node_capacity_gpus, node_gpu_memory
 from lyra.api.objects import Deployment, DisruptionBudget, ObjectMeta, ObservedNode, ObservedPod
 from lyra.api.resources import InferenceServiceSpec, InferenceServiceStatus, TrainingJobSpec, TrainingJobStatus
 from lyra.core.model import MAX_GPUS_PER_SERVER, LoanState, Pool
-from lyra.core.placement import PodRole
+from lyra.core.placement import WORKER_ROLES, PodRole
 from lyra.operator.manifests import replica_labels
 from lyra.operator.node_health import HealthMemory, NodeReading, OccupiedNodes, node_ref, with_health
 from lyra.operator.timestamps import parse_time
@@ -40,7 +40,6 @@ from lyra.operator.world import (
 
 _Read = TypeVar("_Read")
 _WORKER_NAME = re.compile(r"-w(\d+)$")
-_WORKER_ROLES = (PodRole.TRAINING_BASE, PodRole.TRAINING_FLEXIBLE)
 #: Controller references as :func:`_read_pod` spells them (``<kind>.<API group>``; the core group is "").
 _TRAINING_JOB_CONTROLLER = f"{names.TRAINING_JOB_KIND}.{names.GROUP}"
 _REPLICA_SET_CONTROLLER = "ReplicaSet.apps"
@@ -275,8 +274,8 @@ def _read_pod(raw: Mapping[str, Any]) -> tuple[PodRecord | None, Unreadable | No
     labelled = True
     if kind == _TRAINING_JOB_CONTROLLER:  # a worker, or an earlier run's (told apart by UID in :class:`World`)
         owner = f"{pod.metadata.namespace}/{controller_name}"
-        labelled = role in _WORKER_ROLES and labels.get(names.JOB_LABEL) == controller_name
-        role = role if role in _WORKER_ROLES else PodRole.TRAINING_FLEXIBLE
+        labelled = role in WORKER_ROLES and labels.get(names.JOB_LABEL) == controller_name
+        role = role if role in WORKER_ROLES else PodRole.TRAINING_FLEXIBLE
         index = worker_index(pod.metadata.name, labels)
     elif role is PodRole.INFERENCE and kind == _REPLICA_SET_CONTROLLER:
         service = labels.get(names.SERVICE_LABEL, "")
@@ -310,6 +309,7 @@ def _read_pod(raw: Mapping[str, Any]) -> tuple[PodRecord | None, Unreadable | No
         controller_name=controller_name,
         labelled=labelled,
         deletion_cost=pod.metadata.annotations.get(names.POD_DELETION_COST_ANNOTATION),
+        nominated="" if pod.spec.node_name else pod.status.nominated_node_name,
     )
     return record, None
 

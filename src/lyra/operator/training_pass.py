@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lyra.api import conditions, names
+from lyra.api import conditions
 from lyra.api.resources import JobPhase, TrainingJobStatus, WorkerCounts, wire
 from lyra.core.model import TrainingJob
 from lyra.operator.actions import PatchStatus
@@ -49,7 +49,8 @@ class JobState:
     #: The pods that count as its workers (not terminating, not finished), and those of them bound to a node.
     live: tuple[PodRecord, ...]
     bound_live: tuple[PodRecord, ...]
-    #: A worker has exited 0: the job is ending (the others follow); it is neither resized nor restarted.
+    #: A worker has completed (:attr:`PodRecord.completed`): the job is ending (the others follow); it is neither
+    #: resized nor restarted.
     finishing: bool
     #: Its live workers on lost or gone nodes, each with why the node is out (:meth:`TrainingPass.node_lost`).
     on_lost_nodes: tuple[tuple[PodRecord, str], ...]
@@ -144,7 +145,7 @@ class TrainingPass:
             key=record.ref.key,
             live=live,
             bound_live=bound_live,
-            finishing=any(p.phase == names.POD_SUCCEEDED for p in pods),
+            finishing=any(p.completed for p in pods),
             on_lost_nodes=on_lost,
             on_unknown_node=any(p.node in self.unknown_nodes for p in bound_live),
             leaving=any(p.terminating and p.holds_gpus and self.confirms_exits(p.node) for p in pods),

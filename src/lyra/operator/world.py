@@ -114,15 +114,21 @@ class PodRecord:
     labelled: bool = True
     #: The pod deletion cost annotation as read (``controller.kubernetes.io/pod-deletion-cost``; ``None``: absent).
     deletion_cost: str | None = None
+    #: Of a pod not yet bound, the node kube-scheduler preempted pods on for it (``status.nominatedNodeName``; ``""``:
+    #: none): it binds there once they are gone, and no pod of a lower priority is placed on the GPUs it waits for.
+    nominated: str = ""
 
     #: Worked out once from the fields above, so that a pass reads them as data, never calls back in for them:
     #: finished (``Succeeded`` or ``Failed``); started (running, with no container stuck waiting: a pod in
     #: ``ImagePullBackOff`` is not running, however long); holding GPUs (bound and not finished: a terminating pod
-    #: holds them until it is gone); live (counts as a worker of its job: not terminating, not finished).
+    #: holds them until it is gone); live (counts as a worker of its job: not terminating, not finished); completed
+    #: (exited 0 by itself: ``Succeeded``, neither being deleted nor disrupted; a worker that exits 0 on the SIGTERM of
+    #: its deletion, an eviction or a preemption has not completed anything).
     is_finished: bool = field(init=False, repr=False, compare=False)
     started: bool = field(init=False, repr=False, compare=False)
     holds_gpus: bool = field(init=False, repr=False, compare=False)
     is_live: bool = field(init=False, repr=False, compare=False)
+    completed: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         finished = self.phase in names.FINISHED_POD_PHASES
@@ -130,6 +136,8 @@ class PodRecord:
         object.__setattr__(self, "started", self.phase == names.POD_RUNNING and not self.stuck)
         object.__setattr__(self, "holds_gpus", bool(self.node) and not finished)
         object.__setattr__(self, "is_live", not self.terminating and not finished)
+        completed = self.phase == names.POD_SUCCEEDED and not self.terminating and not self.disruption
+        object.__setattr__(self, "completed", completed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,9 @@ def test_a_world_read_from_slimmed_objects_is_the_world_read_from_the_api_server
         kubelet_pod("job-w1", {"lyra.dev/role": "flexible", "lyra.dev/job": "job"}, 1, node="t4-1"),
         kubelet_pod("someone-elses-gpu-pod", {}, 2),
         kubelet_pod("web", {}, 0),
+        kubelet_pod("preemptor", {}, 2, node=""),
     ]
+    pods[-1]["status"].update(phase="Pending", nominatedNodeName="t4-1")  # kube-scheduler preempted there for it
     objects = {
         "nodes": nodes,
         "pods": pods,
@@ -154,7 +156,8 @@ def test_a_world_read_from_slimmed_objects_is_the_world_read_from_the_api_server
     kinds["deployments"] = DEPLOYMENTS
     slim = {name: slimmed(kinds[name], copy.deepcopy(items)) for name, items in objects.items()}
     assert read_world(NOW, **slim) == read_world(NOW, **objects)
-    assert len(read_world(NOW, **slim).pods) == 3
+    assert len(read_world(NOW, **slim).pods) == 4
+    assert {p.ref.name: p.nominated for p in read_world(NOW, **slim).pods}["preemptor"] == "t4-1"
     assert len(json.dumps(slim)) < len(json.dumps(objects)) / 3
 
 

@@ -167,10 +167,13 @@ class FakeCluster:
         return self.jobs[f"ml/{job}"].get("status", {})
 
     def used(self, node_name: str) -> int:
+        """The GPUs of the pods on the node, and of those nominated to it (kube-scheduler places no pod of a lower
+        priority on the GPUs a preemptor waits for; Lyra's pods have none)."""
         return sum(
             int(p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
             for p in self.pods.values()
-            if p["spec"].get("nodeName") == node_name and p["status"]["phase"] in ("Running", "Pending")
+            if (p["spec"].get("nodeName") or p["status"].get("nominatedNodeName")) == node_name
+            and p["status"]["phase"] in ("Running", "Pending")
         )
 
     # -- what the API server, scheduler and kubelet do -------------------------------------------------------
@@ -305,8 +308,8 @@ class FakeCluster:
 
     def schedule(self) -> None:
         for pod in sorted(self.pods.values(), key=lambda p: p["metadata"]["name"]):
-            if pod["spec"].get("nodeName"):
-                continue
+            if pod["spec"].get("nodeName") or pod["status"].get("nominatedNodeName"):
+                continue  # bound, or a preemptor the test binds once its victims are gone
             need = int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
             preferences = pod["spec"]["affinity"]["nodeAffinity"].get(
                 "preferredDuringSchedulingIgnoredDuringExecution", []
