@@ -26,6 +26,7 @@ from lyra.operator.actions import (
     SetNodeState,
     SetPodRole,
 )
+from lyra.operator.decide import OperatorConfig, decide
 from lyra.operator.node_health import HealthMemory
 from lyra.operator.readers import read_world
 from lyra.operator.world import World
@@ -359,6 +360,18 @@ class FakeCluster:
         ]:
             del self.pods[key]
         self.schedule()
+
+    def settle(self, config: OperatorConfig, passes: int = 10) -> None:
+        """Decide and apply until a pass has nothing to do, the pods being deleted gone after each pass, a second
+        between passes."""
+        for _ in range(passes):
+            decision = decide(self.world(), config)
+            if decision.is_noop:
+                return
+            self.apply(decision)
+            self.finish_terminations()
+            self.tick(1)
+        raise AssertionError(f"no fixed point after {passes} passes")
 
     def tick(self, seconds: float) -> None:
         self.now += seconds

@@ -54,15 +54,8 @@ def read_well(body: dict[str, Any], product: str, gpus: int = 8) -> None:
     body["status"]["capacity"] = {"nvidia.com/gpu": str(gpus)}
 
 
-def settle(cluster: FakeCluster, *, passes: int = 10) -> None:
-    for _ in range(passes):
-        decision = decide(cluster.world(), CONFIG)
-        if decision.is_noop:
-            return
-        cluster.apply(decision)
-        cluster.finish_terminations()
-        cluster.tick(1)
-    raise AssertionError(f"no fixed point after {passes} passes")
+def settle(cluster: FakeCluster) -> None:
+    cluster.settle(CONFIG)
 
 
 def deletions(cluster: FakeCluster) -> list[str]:

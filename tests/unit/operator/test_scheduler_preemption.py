@@ -23,15 +23,8 @@ CONFIG = OperatorConfig(lend_delay_s=10, reclaim_deadline_s=100, gang_timeout_s=
 PREEMPTOR = "other/urgent"
 
 
-def settle(cluster: FakeCluster, passes: int = 10) -> None:
-    for _ in range(passes):
-        decision = decide(cluster.world(), CONFIG)
-        if decision.is_noop:
-            return
-        cluster.apply(decision)
-        cluster.finish_terminations()
-        cluster.tick(1)
-    raise AssertionError(f"no fixed point after {passes} passes")
+def settle(cluster: FakeCluster) -> None:
+    cluster.settle(CONFIG)
 
 
 def urgent_pod(nominated: str, gpus: int) -> dict[str, Any]:
