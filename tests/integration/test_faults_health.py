@@ -526,7 +526,7 @@ def test_a_worker_preempted_by_kube_scheduler_scales_its_job_in_and_no_worker_wa
     cluster: ControlPlane, api: client.ApiClient, operator: Operator
 ) -> None:
     """The victim is kept (KWOK leaves it alone, a finalizer holds it) so that each step of its leaving is seen: still
-    running its grace, then exited 0 on the SIGTERM (``Succeeded``) while the kubelet tears it down, then gone. All the
+    running its grace, then exited 143 on the SIGTERM (``Failed``) while the kubelet tears it down, then gone. All the
     while the preemptor waits, nominated to the victim's node; the job is scaled in once, and no worker is made for
     the GPUs it waits for (one would wait unplaced: kube-scheduler keeps them for the preemptor)."""
     wait_for(lambda: all_schedulable(api), DEADLINE_S, "every node schedulable")
@@ -581,7 +581,8 @@ def test_a_worker_preempted_by_kube_scheduler_scales_its_job_in_and_no_worker_wa
                     assert taken not in status["placements"], status["placements"]
 
                 no_new_worker()
-                exited = {"phase": "Succeeded", "containerStatuses": None}
+                terminated = {"terminated": {"exitCode": 143, "reason": "Error"}}
+                exited = {"phase": "Failed", "containerStatuses": [{"name": "trainer", "state": terminated}]}
                 core(api).patch_namespaced_pod_status(victim.metadata.name, namespace, {"status": exited})
                 no_new_worker()  # exited, it holds no GPU: they are the preemptor's to take
                 assert nominated() == taken
