@@ -361,8 +361,8 @@ class FakeCluster:
             del self.pods[key]
         self.schedule()
 
-    def settle(self, config: OperatorConfig, passes: int = 10) -> None:
-        """Decide and apply until a pass has nothing to do, the pods being deleted gone after each pass, a second
+    def settle(self, config: OperatorConfig, passes: int = 10, seconds: float = 1) -> None:
+        """Decide and apply until a pass has nothing to do, the pods being deleted gone after each pass, ``seconds``
         between passes."""
         for _ in range(passes):
             decision = decide(self.world(), config)
@@ -370,7 +370,7 @@ class FakeCluster:
                 return
             self.apply(decision)
             self.finish_terminations()
-            self.tick(1)
+            self.tick(seconds)
         raise AssertionError(f"no fixed point after {passes} passes")
 
     def tick(self, seconds: float) -> None:

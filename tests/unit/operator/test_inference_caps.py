@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from lyra.operator.config import OperatorConfig
-from lyra.operator.decide import decide
 from lyra.operator.sizing import InferenceGpuCaps
 
 from .fake_cluster import A100, T4, FakeCluster, inference_service, node, training_job
@@ -25,14 +24,7 @@ def capped(*settings: str) -> OperatorConfig:
 
 
 def settle(cluster: FakeCluster, config: OperatorConfig, passes: int = 10) -> None:
-    for _ in range(passes):
-        decision = decide(cluster.world(), config)
-        if decision.is_noop:
-            return
-        cluster.apply(decision)
-        cluster.finish_terminations()
-        cluster.tick(40)
-    raise AssertionError(f"no fixed point after {passes} passes")
+    cluster.settle(config, passes, seconds=40)
 
 
 def cluster_of(servers: int = 6) -> FakeCluster:
