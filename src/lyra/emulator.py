@@ -138,16 +138,17 @@ def advance(progress: Progress, world: World, gpus: GpuCatalog) -> list[PodRecor
     return finished
 
 
-def complete(api: client.ApiClient, pods: list[PodRecord]) -> int:
-    """Mark ``pods`` Succeeded (their containers exited 0); returns how many were marked."""
+def complete(api: client.ApiClient, pods: list[PodRecord]) -> list[str]:
+    """Mark ``pods`` Succeeded (their containers exited 0); returns the resourceVersion of each pod marked."""
     core = client.CoreV1Api(api)
-    marked = 0
+    versions: list[str] = []
     for pod in pods:
         body = {"status": {"phase": names.POD_SUCCEEDED, "conditions": [{"type": "Ready", "status": "False"}]}}
         try:
-            core.patch_namespaced_pod_status(pod.ref.name, pod.ref.namespace, body)
-            marked += 1
+            marked = core.patch_namespaced_pod_status(pod.ref.name, pod.ref.namespace, body)
         except ApiException as error:
             if error.status != 404:
                 log.warning("could not complete %s: %s", pod.ref.key, error.reason)
-    return marked
+            continue
+        versions.append((marked.metadata.resource_version if marked.metadata is not None else None) or "")
+    return versions

@@ -2,8 +2,10 @@
 
 Every ``--interval`` seconds it advances each running TrainingJob at the pace its workers would train at (the
 policy core's speed model: slowest worker's GPU, scaling efficiency) and marks the workers of a finished job
-Succeeded (:mod:`lyra.emulator`). Use it with the local cluster and in tests, never on real GPUs.
-Exit codes: 0 stopped (Ctrl-C), 1 it could not run, 2 bad input.
+Succeeded (:mod:`lyra.emulator`). Steps start on that beat, and a step reads watch caches (the operator's) instead
+of listing, so the steps keep their interval on a busy API server. Use it with the local cluster and in tests,
+never on real GPUs.
+Exit codes: 130 or 143 stopped by Ctrl-C or SIGTERM (its watches closed), 2 bad input.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lyra.cli.arguments import add_kubeconfig_argument, seconds
 from lyra.cli.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -38,31 +43,69 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
     if args.interval <= 0:
         print("lyra emulate: --interval must be > 0 seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from lyra.apiserver_failures import describe_api_failure
     from lyra.cli.kube_client import KubeconfigError, api_client
-    from lyra.core.gpus import GpuCatalog
-    from lyra.emulator import Progress, advance, complete
-    from lyra.operator.commit import Cluster
+    from lyra.cli.stopping import stopped_like_ctrl_c
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log = logging.getLogger("lyra.emulate")
     try:
-        api = api_client(args.kubeconfig, one_shot=True)
+        # Not one-shot: the watch caches' requests are long, and they retry on their own.
+        api = api_client(args.kubeconfig)
     except KubeconfigError as error:
         print(f"lyra emulate: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    cluster = Cluster(api)
+    with stopped_like_ctrl_c():  # SIGTERM too closes the watches and says how the steps kept their interval
+        _emulate(api, args.interval, stop or threading.Event())
+    return EXIT_OK
+
+
+def _emulate(api: ApiClient, interval: float, stop: threading.Event) -> None:
+    from lyra.apiserver_failures import describe_api_failure
+    from lyra.core.gpus import GpuCatalog
+    from lyra.emulator import Progress, advance, complete
+    from lyra.operator.caches import ClusterCaches
+    from lyra.operator.commit import Cluster
+
+    log = logging.getLogger("lyra.emulate")
+    # A step reads the operator's watch caches instead of listing every kind: the steps stay on their interval on a
+    # busy API server, and add no load to it.
+    caches = ClusterCaches.on_api(api)
+    cluster = Cluster(api, caches=caches)
     progress = Progress()
     gpus = GpuCatalog()
-    stop = stop or threading.Event()
-    log.info("emulating training programs every %g s", args.interval)
-    while not stop.is_set():
-        try:
-            finished = advance(progress, cluster.observe(time.time()), gpus)
-            if finished:
-                jobs = sorted({p.owner or "" for p in finished})
-                log.info("work done: %s; %d workers marked Succeeded", ", ".join(jobs), complete(api, finished))
-        except Exception as error:  # the API server may be briefly unreachable: the next step retries
-            log.warning("step failed: %s", describe_api_failure(error, api.configuration.host))
-        stop.wait(args.interval)
-    return EXIT_OK
+    steps = late = 0
+    longest = 0.0
+    caches.start()
+    try:
+        if not caches.wait_synced(1.0):
+            log.info("waiting for the watch caches to list every kind once")
+        while not caches.wait_synced(1.0):
+            if stop.is_set():
+                return
+        log.info("emulating training programs every %g s", interval)
+        due = time.monotonic()
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                finished = advance(progress, cluster.observe(time.time()), gpus)
+                if finished:
+                    jobs = sorted({p.owner or "" for p in finished})
+                    versions = complete(api, finished)
+                    for version in versions:
+                        caches.wrote("Pod", version)  # the next step reads them Succeeded, never completes them twice
+                    log.info("work done: %s; %d workers marked Succeeded", ", ".join(jobs), len(versions))
+            except Exception as error:  # the API server may be briefly unreachable: the next step retries
+                log.warning("step failed: %s", describe_api_failure(error, api.configuration.host))
+            # Steps start every interval (a late step starts the next one at once), so a slow step does not
+            # stretch the time the workers' progress and ends wait for.
+            took = time.monotonic() - began
+            steps, late, longest = steps + 1, late + (took > interval), max(longest, took)
+            due = max(due + interval, time.monotonic())
+            stop.wait(due - time.monotonic())
+    finally:
+        caches.stop()
+        # A step longer than the interval delays the progress and the ends it emulates: said, so that a run's timings
+        # can be judged.
+        if steps:
+            log.info(
+                "stopped after %d steps; %d took longer than the interval (the longest %.3f s)", steps, late, longest
+            )
