@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ConfigDict, Field
 
 from lyra.api import names
 from lyra.api.convert import training_job
@@ -38,6 +39,26 @@ from lyra.operator import manifests
 from lyra.operator.world import JobRecord, PodRecord, World
 
 log = logging.getLogger("lyra.emulate")
+
+
+class StepReport(BaseModel):
+    """How a run of ``lyra emulate`` kept its interval (``--report``; read by ``lyra demo``): a step that starts late
+    delays the progress and the ends it emulates past what a simulation of the run charges."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    interval_s: float = Field(gt=0)
+    steps: int = Field(ge=0)
+    #: Steps that took longer than the interval (the next one then started late).
+    late_steps: int = Field(ge=0)
+    longest_step_s: float = Field(ge=0)
+    #: Seconds from the first step's start to the last one's (a mean period over ``steps - 1``).
+    span_s: float = Field(ge=0)
+
+    @property
+    def mean_period_s(self) -> float | None:
+        """Seconds between the starts of two steps, on average (None: fewer than two steps)."""
+        return self.span_s / (self.steps - 1) if self.steps > 1 else None
 
 
 #: torch's own values of the rendezvous settings the emulator models, for a ``PET_RDZV_CONF`` that omits them.

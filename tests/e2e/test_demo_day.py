@@ -94,6 +94,17 @@ def test_the_simulator_is_within_its_bounds_for_both_runs(results: dict[str, obj
         assert not out, f"{mode}: the simulator out of its bounds (figure, live, simulated): {out}"
 
 
+def test_the_emulators_steps_are_reported_for_both_runs(results: dict[str, object]) -> None:
+    """What the demo says of how the emulator kept its interval comes from the emulator's own report."""
+    reports = results["emulator"]  # type: ignore[index]
+    for mode in ("lyra", "off"):
+        report = reports[mode]
+        assert report is not None, mode
+        assert report["interval_s"] == 0.2
+        assert report["steps"] > 1
+        assert report["mean_period_s"] == report["span_s"] / (report["steps"] - 1)
+
+
 def test_the_demo_left_no_port_behind(results: dict[str, object]) -> None:
     for number in results["ports"]:  # type: ignore[attr-defined]
         assert port_taken(number) is None

@@ -169,6 +169,7 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
     from lyra.cli.demo_summary import (
         compare,
         comparison_table,
+        emulator_steps,
         live_figures,
         markdown_table,
         side_by_side,
@@ -194,6 +195,10 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
         )
         figures[mode] = live_figures(live[mode], day)
         print(f"[{mode}] the day took {live[mode].wall_s:.0f} s on the cluster", flush=True)
+        steps, warning = emulator_steps(mode, live[mode].emulator, day.speed_up)
+        print(steps, flush=True)
+        if warning is not None:
+            print(f"lyra demo: warning: {warning}", file=sys.stderr, flush=True)
 
     tables = {}
     simulated = {}
@@ -242,6 +247,12 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
             for mode, result in live.items()
         },
         "prometheus": measured,
+        "emulator": {
+            mode: None
+            if result.emulator is None
+            else result.emulator.model_dump() | {"mean_period_s": result.emulator.mean_period_s}
+            for mode, result in live.items()
+        },
         "panels": {mode: [asdict(panel) for panel in files] for mode, files in panels.items()},
         "panel_failures": failed_panels,
     }

@@ -22,9 +22,11 @@ from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from lyra.api import conditions, names
 from lyra.cli.demo_day import SERVICE, Day, inference_service, training_job
+from lyra.emulator import StepReport
 from lyra.localcluster import populate
 from lyra.localcluster.binaries import BinaryCache
 from lyra.localcluster.controlplane import ClusterOptions, ControlPlane
@@ -38,6 +40,10 @@ TICK_S = 0.1
 #: as soon as they have).
 TAIL_SHARE = 1.0
 READY_S = 120.0
+
+
+#: The emulator's report of its steps, among the run's logs.
+STEP_REPORT = "emulate-steps.json"
 
 
 class RunError(RuntimeError):
@@ -99,6 +105,8 @@ class LiveResult:
     #: When the day began and the run ended (Unix seconds): the window of its Prometheus figures and panels.
     started_at: float = 0.0
     ended_at: float = 0.0
+    #: How the workload emulator kept its interval (None: it left no report).
+    emulator: StepReport | None = None
 
 
 class Child:
@@ -323,7 +331,7 @@ def run_day(
             Child(logs / "operator.log", "operator", "--kubeconfig", kubeconfig,
                   *operator_flags(day, mode, operator_port)),
             Child(logs / "emulate.log", "emulate", "--kubeconfig", kubeconfig,
-                  "--interval", f"{day.timing.emulate_interval_s:g}"),
+                  "--interval", f"{day.timing.emulate_interval_s:g}", "--report", str(logs / STEP_REPORT)),
         ):  # fmt: skip
             stack.callback(child.stop)
             children.append(child)
@@ -348,7 +356,16 @@ def run_day(
         say(f"[{mode}] waiting for the operator and the first {first} inference replicas")
         wait_for(settled, READY_S, f"{first} inference replicas ready")
         _play(day, api, result, children, show)
+    result.emulator = read_step_report(logs / STEP_REPORT)  # written when it stopped, with the stack above
     return result
+
+
+def read_step_report(path: Path) -> StepReport | None:
+    """The emulator's report of its steps (None: it wrote none, or none this version reads)."""
+    try:
+        return StepReport.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return None
 
 
 def _play(

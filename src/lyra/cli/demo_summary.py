@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from lyra.api import conditions
 from lyra.cli.demo_day import Day, base_only
 from lyra.cli.demo_run import LiveResult
+from lyra.emulator import StepReport
 from lyra.sim.engine import Simulation, SimulationResult
 from lyra.sim.schemes import Admission, Scheme, resolve
 from lyra.sim.workload import Workload
@@ -180,6 +181,37 @@ def markdown_table(tables: Mapping[str, Sequence[Difference]]) -> str:
                 f"| {mode} | {LABELS[row.figure]} | {_fmt(row.live)} | {_fmt(row.simulated)} | {error} | {held} |"
             )
     return "\n".join(lines)
+
+
+#: How much longer than its interval the emulator's mean period may be before the demo warns: the simulator charges
+#: each job's first progress and end one step of the interval (:func:`lyra.cli.demo_day.scenario_for`).
+STEP_SLACK = 0.1
+
+
+def emulator_steps(mode: str, report: StepReport | None, speed_up: float) -> tuple[str, str | None]:
+    """A line on how the emulator kept its interval in the ``mode`` run, and a warning when it did not (the live
+    run's starts and ends then waited longer than the simulator charges), or when that is unknown."""
+    if report is None:
+        return f"[{mode}] the emulator left no report of its steps", (
+            f"[{mode}] the emulator left no report of its steps: whether they kept their interval is unknown"
+        )
+    period = report.mean_period_s
+    said = (
+        f"[{mode}] the emulator stepped every {period:.3f} s (interval {report.interval_s:g} s); "
+        f"{report.late_steps} of {report.steps} steps took longer, the longest {report.longest_step_s:.3f} s"
+        if period is not None
+        else f"[{mode}] the emulator ran {report.steps} step(s)"
+    )
+    if period is None:
+        return said, f"[{mode}] the emulator ran fewer than two steps: whether they kept their interval is unknown"
+    if period <= report.interval_s * (1 + STEP_SLACK):
+        return said, None
+    extra = (period - report.interval_s) * speed_up
+    return said, (
+        f"[{mode}] the emulator stepped every {period:.3f} s, not every {report.interval_s:g} s: each job's first "
+        f"progress and its end waited about {extra:.0f} trace seconds longer than the simulator charges; this host "
+        f"is too busy for --speed-up {speed_up:g}"
+    )
 
 
 def _fmt(value: float) -> str:

@@ -15,6 +15,7 @@ import logging
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lyra.cli.arguments import add_kubeconfig_argument, seconds
@@ -36,6 +37,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--interval", type=seconds, default=1.0, metavar="SECONDS", help="seconds between steps (default 1)"
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="when stopped, write here as JSON how the steps kept their interval (steps, late steps, the longest)",
+    )
     parser.set_defaults(prog=parser.prog, run=run_emulate)
 
 
@@ -44,7 +51,15 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
         print("lyra emulate: --interval must be > 0 seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
     from lyra.cli.kube_client import KubeconfigError, api_client
+    from lyra.cli.output_paths import OutputError, check_file
     from lyra.cli.stopping import stopped_like_ctrl_c
+
+    if args.report is not None:
+        try:
+            check_file(args.report, "--report")
+        except OutputError as error:
+            print(f"lyra emulate: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -54,14 +69,15 @@ def run_emulate(args: argparse.Namespace, stop: threading.Event | None = None) -
         print(f"lyra emulate: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     with stopped_like_ctrl_c():  # SIGTERM too closes the watches and says how the steps kept their interval
-        _emulate(api, args.interval, stop or threading.Event())
+        _emulate(api, args.interval, stop or threading.Event(), args.report)
     return EXIT_OK
 
 
-def _emulate(api: ApiClient, interval: float, stop: threading.Event) -> None:
+def _emulate(api: ApiClient, interval: float, stop: threading.Event, report: Path | None) -> None:
     from lyra.apiserver_failures import describe_api_failure
+    from lyra.cli.output_paths import OutputError, write_text
     from lyra.core.gpus import GpuCatalog
-    from lyra.emulator import Progress, advance, complete
+    from lyra.emulator import Progress, StepReport, advance, complete
     from lyra.operator.caches import ClusterCaches
     from lyra.operator.commit import Cluster
 
@@ -74,6 +90,7 @@ def _emulate(api: ApiClient, interval: float, stop: threading.Event) -> None:
     gpus = GpuCatalog()
     steps = late = 0
     longest = 0.0
+    first = last = 0.0
     caches.start()
     try:
         if not caches.wait_synced(1.0):
@@ -85,6 +102,7 @@ def _emulate(api: ApiClient, interval: float, stop: threading.Event) -> None:
         due = time.monotonic()
         while not stop.is_set():
             began = time.monotonic()
+            first, last = (first if steps else began), began
             try:
                 finished = advance(progress, cluster.observe(time.time()), gpus)
                 if finished:
@@ -109,3 +127,11 @@ def _emulate(api: ApiClient, interval: float, stop: threading.Event) -> None:
             log.info(
                 "stopped after %d steps; %d took longer than the interval (the longest %.3f s)", steps, late, longest
             )
+        if report is not None:
+            times = StepReport(
+                interval_s=interval, steps=steps, late_steps=late, longest_step_s=longest, span_s=last - first
+            )
+            try:
+                write_text(report, times.model_dump_json(indent=1) + "\n", "--report")
+            except OutputError as error:
+                log.error("%s", error)
