@@ -61,6 +61,10 @@ class StepReport(BaseModel):
         return self.span_s / (self.steps - 1) if self.steps > 1 else None
 
 
+#: Seconds to connect, then to read the answer, of each worker's completion: a silent API server fails the step, the
+#: next step tries again.
+COMPLETE_TIMEOUT_S = (10.0, 30.0)
+
 #: torch's own values of the rendezvous settings the emulator models, for a ``PET_RDZV_CONF`` that omits them.
 TORCH_RDZV_DEFAULTS = {"keep_alive_interval": 5.0, "keep_alive_max_attempt": 3.0, "last_call_timeout": 30.0}
 
@@ -166,7 +170,9 @@ def complete(api: client.ApiClient, pods: list[PodRecord]) -> list[str]:
     for pod in pods:
         body = {"status": {"phase": names.POD_SUCCEEDED, "conditions": [{"type": "Ready", "status": "False"}]}}
         try:
-            marked = core.patch_namespaced_pod_status(pod.ref.name, pod.ref.namespace, body)
+            marked = core.patch_namespaced_pod_status(
+                pod.ref.name, pod.ref.namespace, body, _request_timeout=COMPLETE_TIMEOUT_S
+            )
         except ApiException as error:
             if error.status != 404:
                 log.warning("could not complete %s: %s", pod.ref.key, error.reason)
