@@ -101,8 +101,9 @@ def test_the_emulators_steps_are_reported_for_both_runs(results: dict[str, objec
         report = reports[mode]
         assert report is not None, mode
         assert report["interval_s"] == 0.2
+        assert report["span_s"] >= DURATION_S  # it stepped through the whole day
         assert report["steps"] > 1
-        assert report["mean_period_s"] == report["span_s"] / (report["steps"] - 1)
+        assert report["late_steps"] <= report["steps"]
 
 
 def test_the_demo_left_no_port_behind(results: dict[str, object]) -> None:
