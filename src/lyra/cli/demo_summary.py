@@ -196,14 +196,14 @@ def emulator_steps(mode: str, report: StepReport | None, speed_up: float) -> tup
             f"[{mode}] the emulator left no report of its steps: whether they kept their interval is unknown"
         )
     period = report.mean_period_s
+    if period is None:
+        return f"[{mode}] the emulator ran {report.steps} step(s)", (
+            f"[{mode}] the emulator ran fewer than two steps: whether they kept their interval is unknown"
+        )
     said = (
         f"[{mode}] the emulator stepped every {period:.3f} s (interval {report.interval_s:g} s); "
         f"{report.late_steps} of {report.steps} steps took longer, the longest {report.longest_step_s:.3f} s"
-        if period is not None
-        else f"[{mode}] the emulator ran {report.steps} step(s)"
     )
-    if period is None:
-        return said, f"[{mode}] the emulator ran fewer than two steps: whether they kept their interval is unknown"
     if period <= report.interval_s * (1 + STEP_SLACK):
         return said, None
     extra = (period - report.interval_s) * speed_up

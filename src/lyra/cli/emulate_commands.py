@@ -95,9 +95,9 @@ def _emulate(api: ApiClient, interval: float, stop: threading.Event, report: Pat
     try:
         if not caches.wait_synced(1.0):
             log.info("waiting for the watch caches to list every kind once")
-        while not caches.wait_synced(1.0):
-            if stop.is_set():
-                return
+            while not caches.wait_synced(1.0):
+                if stop.is_set():
+                    return
         log.info("emulating training programs every %g s", interval)
         due = time.monotonic()
         while not stop.is_set():
