@@ -7,14 +7,19 @@ still runs within ``RETURN_TO_RUNNING_S`` of its servers' return.
   the system's extender) and short lease settings (``leaseDuration`` 4 s, ``renewDeadline`` 3 s, ``retryPeriod``
   1 s, as the chart's 15/10/2 s scaled down); the operator names ``lyra-scheduler`` in every pod it makes, so only
   these two place Lyra's pods. The first leads (its log says it acquired the Lease), the second stands by; the
-  leader is killed once the reclaim has begun and replicas are Pending.
-* **operator**: two operators (the tests' 4 s lease); the one that created the Lease is killed at the same moment.
+  leader is killed as soon as a server is seen reclaiming: the new replicas' servers are still held by training
+  workers then, so none of them can have been placed. Both log each pod they bind (``-v=2``), and the test checks
+  that the standby placed the replicas: a leader that placed them all before it died would test nothing.
+* **operator**: two operators (the tests' 4 s lease); the one that created the Lease is killed at the same moment,
+  inside the pass that began the reclaim (it marks the servers, then deletes the workers): the standby inherits a
+  half-done reclaim, finishes it and returns the servers (its log says so).
 
 The cluster and the story are test_reclaim_race.py's: six idle T4 servers lent, the T4 job grown onto them, then the
 service scaled to every T4 server."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +68,10 @@ CHART = REPOSITORY / "helm" / "lyra"
 #: The chart's leader election (kube-scheduler's defaults, 15/10/2 s), scaled down so a takeover fits the test.
 SHORT_LEASE = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
 ACQUIRED = "successfully acquired lease"
+#: What kube-scheduler logs (at ``-v=2``) for each pod it binds, and the pod's ``namespace/name`` after it.
+BOUND = re.compile(r'"Successfully bound pod to node" pod="([^"]+)"')
+#: What the operator logs when it gives a server back to inference.
+RETURNED = re.compile(r"node \S+ -> serving")
 
 
 def bundled_scheduler_config(kubeconfig: Path, extender_url: str, directory: Path) -> Path:
@@ -101,8 +110,13 @@ class Scheduler(ChildProcess):
                 f"--authorization-kubeconfig={kubeconfig}",
                 f"--bind-address={LOOPBACK}",
                 f"--secure-port={port}",
+                "-v=2",  # each pod it binds, in its log
             ]
         )
+
+    def bound(self) -> set[str]:
+        """The pods (``namespace/name``) this scheduler has bound, from its log."""
+        return set(BOUND.findall(self.log.read_text(errors="replace"))) if self.log.exists() else set()
 
 
 @contextmanager
@@ -123,29 +137,19 @@ def two_schedulers(system: System, directory: Path) -> Iterator[tuple[Scheduler,
             second.stop()
 
 
-def replicas_wait(api: client.ApiClient, namespace: str) -> bool:
-    """The reclaim has begun and some of the service's replicas wait for their servers: Pending while a server is
-    reclaiming, or not yet bound while the service's ``status.reclaim`` says they wait for one (the operator keeps it
-    until they all run). The second lasts longer: the servers can be back within a second, between two polls on a
-    loaded machine."""
-    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{names.SERVICE_LABEL}=chat").items
-    if "reclaiming" in node_states(api).values() and any(pod.status.phase == "Pending" for pod in pods):
-        return True
-    chat = custom(api).get_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat"
-    )
-    recorded = bool((chat.get("status") or {}).get("reclaim"))
-    return recorded and any(not pod.spec.node_name for pod in pods)
+def reclaim_begun(api: client.ApiClient) -> bool:
+    """A server is being reclaimed: its training workers still hold its GPUs, so the replicas it is for cannot be
+    placed yet."""
+    return "reclaiming" in node_states(api).values()
 
 
 def reclaim_killing_a_leader(system: System, namespace: str, kill: Any, leader_name: str) -> tuple[float, float, float]:
-    """Scale the service to every server, kill the leader once its replicas wait; (killed, servers back, replicas
-    running), seconds after the scale-up."""
+    """Scale the service to every server, kill the leader as soon as a server is seen reclaiming; (killed, servers
+    back, replicas running), seconds after the scale-up."""
     api = system.api
     start = time.monotonic()
     scale_service(api, namespace, "chat", SERVERS)
-    waiting = "replicas waiting for reclaimed servers"
-    wait_for(lambda: replicas_wait(api, namespace), DEADLINE_S, waiting, interval=POLL_S, max_interval=POLL_S)
+    wait_for(lambda: reclaim_begun(api), DEADLINE_S, "a server reclaiming", interval=POLL_S, max_interval=POLL_S)
     kill()
     killed = time.monotonic() - start
     times = FirstTimes(
@@ -191,9 +195,20 @@ def test_killing_the_bundled_schedulers_leader_during_a_reclaim(system: System, 
             wait_for(lambda: lent_and_grown(api, ns), 2 * DEADLINE_S, "six servers lent, the T4 job grown")
             assert not second.says(ACQUIRED)
             killed, servers, replicas = reclaim_killing_a_leader(system, ns, first.kill, "bundled scheduler")
-            assert second.says(ACQUIRED), "the standby never took the Lease over"
             pods = client.CoreV1Api(api).list_namespaced_pod(ns).items
             assert {pod.spec.scheduler_name for pod in pods} == {BUNDLED_SCHEDULER_NAME}
+            replica_names = {
+                f"{ns}/{pod.metadata.name}"
+                for pod in pods
+                if (pod.metadata.labels or {}).get(names.SERVICE_LABEL) == "chat" and pod.status.phase == "Running"
+            }
+            by_standby = replica_names & second.bound()
+            assert by_standby, (
+                f"the standby placed none of the running replicas ({sorted(replica_names)}): the killed leader "
+                f"had placed them all ({sorted(replica_names & first.bound())}), so no takeover was tested"
+            )
+            assert second.says(ACQUIRED), "the standby placed replicas but never said it took the Lease over"
+            print(f"scheduler: the standby placed {len(by_standby)} of the {len(replica_names)} running replicas")
         except BaseException:
             system.print_logs()
             raise
@@ -214,10 +229,10 @@ def test_killing_the_operators_leader_during_a_reclaim(system: System) -> None:
             wait_for(lambda: lent_and_grown(api, ns), 2 * DEADLINE_S, "six servers lent, the T4 job grown")
             assert lease_holder(api) == leader
             killed, servers, replicas = reclaim_killing_a_leader(system, ns, first.kill, "operator")
-            # The killed leader may have finished the reclaim in the moment before it died (its passes take a few
-            # tens of milliseconds): the servers are then back before its Lease (4 s) has expired, and the standby
-            # takes the Lease over only after that.
-            wait_for(lambda: lease_holder(api) not in {"", leader}, DEADLINE_S, "the standby to take the Lease over")
+            # Killed within the pass that began the reclaim, the leader cannot have returned the servers: that takes
+            # a later pass, once the workers have gone. The standby finishes the reclaim it inherits.
+            assert lease_holder(api) not in {"", leader}, "the servers are back but the standby does not hold the Lease"
+            assert RETURNED.search(second.log.read_text(errors="replace")), "the standby returned no server"
         except BaseException:
             system.print_logs()
             raise
