@@ -183,7 +183,13 @@ def scenario_for(
             # The emulator advances the workers every emulate_interval_s: a job's first progress waits for its next
             # step after the workers run, and its end for the step after its work is done (half a step each).
             "start_cost_s": timing.emulate_interval_s * k,
-            "resize_cost_s": (timing.keep_alive_s * timing.keep_alive_attempts + timing.last_call_s) / 2 * k,
+            # A resize pauses the job for its rendezvous only (the emulator's, as torchrun's): the leaver's
+            # keep-alives if a worker left, the last call if the job is below maxWorkers after it.
+            "resize_cost_s": 0.0,
+            "rendezvous": {
+                "leave_detection_s": timing.keep_alive_s * timing.keep_alive_attempts * k,
+                "last_call_s": timing.last_call_s * k,
+            },
             "checkpoint_grace_s": timing.grace_s * k,
         },
         "durations": {"knowledge": "exact"},

@@ -12,8 +12,10 @@ charges:
   the grace ends. Unless jobs save on the signal, the work since its last checkpoint (every
   ``checkpoint_interval_s`` of a run segment; a start, resize or migration is a checkpoint) is lost. Restarting
   costs ``restart_cost_s``.
-* **Resize** (elastic scale-out or scale-in): ``resize_cost_s`` without progress. **Migration** to another GPU
-  type: a checkpoint and a restart, ``restart_cost_s``, no lost work.
+* **Resize** (elastic scale-out or scale-in): ``resize_cost_s`` without progress, plus the rendezvous's pauses by
+  what it did: ``leave_detection_s`` if a worker left, ``last_call_s`` if the job is below its maximum after it.
+  **Migration** to another GPU type: a checkpoint and a restart, ``restart_cost_s``, no lost
+  work.
 * A cost of ``c`` seconds is charged as ``c`` seconds of work at the job's new pace.
 * **Reclaim takes time** (:mod:`lyra.sim.loans`): a reclaimed server serves inference only after its training
   workers' grace and a drain; inference demand not met meanwhile is counted.
@@ -138,6 +140,8 @@ class Simulation:
         free_costs = scheme.free_preemption
         self.restart_cost = 0.0 if free_costs else cost.restart_cost_s
         self.resize_cost = 0.0 if free_costs else cost.resize_cost_s
+        self.leave_detection = 0.0 if free_costs else cost.rendezvous.leave_detection_s
+        self.last_call = 0.0 if free_costs else cost.rendezvous.last_call_s
         self.start_cost = 0.0 if free_costs else cost.start_cost_s
         self.grace = 0.0 if free_costs else cost.checkpoint_grace_s
         self.lose_work = not free_costs and not cost.saves_on_signal
@@ -361,12 +365,22 @@ class Simulation:
                     job.remaining += self.restart_cost * job.rate
                 elif job.placement != previous:
                     job.resizes += 1
-                    job.remaining += self.resize_cost * job.rate
+                    job.remaining += self.resize_pause(job, previous) * job.rate
                 else:
                     continue
             job.checkpoint = t
             self._reschedule(job, t)
         self.decider_dirty()
+
+    def resize_pause(self, job: SimJob, previous: Mapping[int, int]) -> float:
+        """Seconds without progress for ``job``'s resize from the workers per server in ``previous`` to its
+        placement now: ``resize_cost_s``, plus the rendezvous's pauses for what the resize did."""
+        pause = self.resize_cost
+        if any(job.placement.get(server, 0) < count for server, count in previous.items()):
+            pause += self.leave_detection
+        if job.workers < job.wmax:
+            pause += self.last_call
+        return pause
 
     def _started(self, job: SimJob, t: float) -> None:
         self.dequeue(job, t)

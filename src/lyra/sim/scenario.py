@@ -194,6 +194,18 @@ class Elasticity(_Strict):
     mixing_share: float = Field(default=0.0, ge=0, le=1)
 
 
+class Rendezvous(_Strict):
+    """How long an elastic job's workers wait as they re-form after a resize, by what the resize did (a c10d
+    rendezvous as torchrun runs it): the others notice a worker that left only after missing its keep-alives, and a
+    round below the job's maximum waits a last call for more workers, where one that reaches the maximum closes at
+    once. Both are charged on top of ``resize_cost_s`` (0 here: the shipped scenarios charge only that)."""
+
+    #: Seconds the other workers take to notice that one has left: the keep-alive interval times the attempts.
+    leave_detection_s: float = Field(default=0.0, ge=0, le=MAX_SECONDS)
+    #: Seconds a round below the job's maximum waits for more workers before it closes.
+    last_call_s: float = Field(default=0.0, ge=0, le=MAX_SECONDS)
+
+
 class Preemption(_Strict):
     #: Seconds without progress when a preempted job starts again (rescheduling, loading the checkpoint).
     restart_cost_s: float = Field(default=60.0, ge=0, le=MAX_SECONDS)
@@ -204,6 +216,9 @@ class Preemption(_Strict):
     start_cost_s: float = Field(default=0.0, ge=0, le=MAX_SECONDS)
     #: Seconds without progress when an elastic job changes its worker count (it checkpoints as it resizes).
     resize_cost_s: float = Field(default=20.0, ge=0, le=MAX_SECONDS)
+    #: What a resize costs on top of ``resize_cost_s`` by what it did (:class:`Rendezvous`): ``leave_detection_s`` if
+    #: a worker left, plus ``last_call_s`` if the job is below its maximum after it.
+    rendezvous: Rendezvous = Rendezvous()
     #: Grace period of a preempted or scaled-in worker (SIGTERM to exit): a reclaimed server waits this long for
     #: its training workers, and a preempted job re-enters the queue only after it.
     checkpoint_grace_s: float = Field(default=60.0, ge=0, le=MAX_SECONDS)

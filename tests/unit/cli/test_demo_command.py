@@ -12,10 +12,13 @@ from lyra.cli import main
 from lyra.cli.demo_commands import port_taken
 from lyra.cli.demo_day import SIZES, Timing, base_only, build_day, inference_service, training_job, write_inputs
 from lyra.cli.demo_summary import compare, sim_figures, simulate_day
+from lyra.emulator import rendezvous_pause
 from lyra.localcluster.profile import load_default_profile
 from lyra.sim.load import read_load
 from lyra.sim.scenario import load_scenario
 from lyra.sim.traces import read_trace
+from tests.unit.operator.fake_cluster import A100, FakeCluster, node
+from tests.unit.operator.fake_cluster import training_job as fake_training_job
 
 PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 
@@ -76,6 +79,25 @@ def test_a_job_on_the_cluster_is_its_simulated_work_at_the_speed_up(inputs: tupl
         assert s["template"]["spec"]["containers"][0]["env"][0]["value"] == Timing().rendezvous_conf
     off = base_only(day.jobs)  # type: ignore[attr-defined]
     assert all(j.workers == j.elastic_min == j.elastic_max for j in off)
+
+
+def test_the_simulator_charges_a_resize_what_the_emulator_pauses_the_job(inputs: tuple[Path, Path]) -> None:
+    # The live side: the emulator's pause for a job made from the demo's template (its PET_RDZV_CONF), in wall
+    # seconds; the simulator's: the day's scenario, in trace seconds (the speed-up apart).
+    day = day_of(inputs)
+    spec = next(s for s in day.jobs if s.elastic_max > s.elastic_min)  # type: ignore[attr-defined]
+    template = training_job(day, spec)["spec"]["template"]  # type: ignore[arg-type]
+    cluster = FakeCluster([node("n0", "training", A100)])
+    cluster.add_job(fake_training_job("j", 1, 4, duration=1000, template=template))
+    [job] = cluster.world().jobs
+    costs = day.scenario.preemption  # type: ignore[attr-defined]
+    k = day.speed_up  # type: ignore[attr-defined]
+    assert costs.resize_cost_s == 0
+    scale_in = rendezvous_pause(job, 3, someone_left=True) * k
+    assert scale_in == pytest.approx(costs.rendezvous.leave_detection_s + costs.rendezvous.last_call_s)
+    assert scale_in > 0
+    assert rendezvous_pause(job, 3, someone_left=False) * k == pytest.approx(costs.rendezvous.last_call_s)
+    assert rendezvous_pause(job, 4, someone_left=False) == 0.0, "a round that reaches maxWorkers closes at once"
 
 
 def test_inference_needs_the_simulators_servers(inputs: tuple[Path, Path]) -> None:

@@ -171,6 +171,26 @@ def test_lyra_scales_in_rather_than_preempts_on_a_reclaim(resize_cost_s: float, 
     assert (metrics.preemption_ratio, metrics.reclaimed_servers) == (0.0, 1)
 
 
+@pytest.mark.parametrize(
+    ("rendezvous", "a_finish_s", "b_finish_s"),
+    [("{}", 1004, 1507.5), ("{leave_detection_s: 30, last_call_s: 10}", 1044, 1527.5)],
+)
+def test_a_resize_pays_the_rendezvous_by_its_direction(rendezvous: str, a_finish_s: float, b_finish_s: float) -> None:
+    # Two 8-GPU V100 servers, min_factor 1: each 8-GPU job runs 1 to 2 workers of 8 GPUs; inference keeps both T4
+    # servers. A (1000 worker-seconds) takes both servers at 0 s; B arrives at 1 s and A scales in to 1 worker to
+    # start B's base: a worker left and A is below its maximum, so it pays resize_cost_s (5 s) plus the leaver's
+    # detection and the last call; 998 left at pace 1: 1 + 998 + 5 (+ 40). When A ends, B (2000) has done 1003
+    # (1043) and grows to 2 workers, its maximum: nobody left and the round is full, so it pays only the 5 s at pace 2.
+    setup = scenario(
+        "training: {servers: 2}\nelasticity: {share: 1, min_factor: 1}\nscheduler: {migration: false}\n"
+        f"preemption: {{resize_cost_s: 5, rendezvous: {rendezvous}}}"
+    )
+    result = simulate("lyra", trace((0, 1000, 8), (1, 2000, 8)), load=stepped_load(200), setup=setup, length_s=8000)
+    a, b = records(result)["job-0"], records(result)["job-1"]
+    assert (a.max_workers, b.max_workers, a.resizes, b.resizes, a.preemptions, b.preemptions) == (2, 2, 1, 1, 0, 0)
+    assert (a.finish_s, b.finish_s) == (pytest.approx(a_finish_s), pytest.approx(b_finish_s))
+
+
 # ----------------------------------------------------------------------------------- random simulated states
 
 
