@@ -7,8 +7,10 @@ Two replicas, ``maxUnavailable: 1``: the operator applies the budget, over the r
 ``status.selector`` names. Both servers cordoned as ``kubectl drain`` cordons them: the first eviction is accepted,
 the second refused (429) while the first one's replacement cannot be placed; once the servers are uncordoned and the
 replacement is ready, the second eviction goes through. The budget deleted by hand, then edited by hand, is put back
-by the operator each time (the times printed with ``-s``), with an Event saying what it was. The service stops asking:
-the budget is deleted, once (one Event).
+by the operator each time (the times printed with ``-s``), with an Event saying what it was. The service stops asking
+while a finalizer holds the budget, and asks again for another ``maxUnavailable`` while the budget is being deleted:
+the operator leaves the budget on its way out alone (a dry-run pass proposes nothing) and applies the new one once it
+is gone (one Event each). The service stops asking: the budget is deleted, once (one Event).
 
 The cluster is the module's own: two T4 inference servers of 8 GPUs.
 """
@@ -131,6 +133,45 @@ def budget_events(core: client.CoreV1Api, namespace: str) -> Counter[str]:
     return Counter(e.message for e in events if e.reason == "DisruptionBudget")
 
 
+#: A finalizer of the test's own, holding a deleted budget in place (as another controller's would).
+HOLD = "example.com/held-by-test"
+
+
+def ask_for(api: client.ApiClient, namespace: str, max_unavailable: int | None) -> None:
+    """Set the service's ``spec.disruptionBudget`` (``None``: ask for none)."""
+    wanted = None if max_unavailable is None else {"maxUnavailable": max_unavailable}
+    custom(api).patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat",
+        {"spec": {"disruptionBudget": wanted}},
+    )  # fmt: skip
+
+
+def budget_deleting(policy: client.PolicyV1Api, namespace: str) -> bool:
+    return policy.read_namespaced_pod_disruption_budget("chat", namespace).metadata.deletion_timestamp is not None
+
+
+def release(policy: client.PolicyV1Api, namespace: str) -> None:
+    """Take :data:`HOLD` off the budget, leaving any other finalizer (the garbage collector's own may still be there),
+    at the version read: a write that lost a race with the garbage collector is read and tried again."""
+
+    def released() -> bool:
+        budget = policy.read_namespaced_pod_disruption_budget("chat", namespace)
+        kept = [f for f in budget.metadata.finalizers or [] if f != HOLD]
+        patch = [  # a JSON patch: a strategic merge would merge the list of finalizers, not replace it
+            {"op": "test", "path": "/metadata/resourceVersion", "value": budget.metadata.resource_version},
+            {"op": "replace", "path": "/metadata/finalizers", "value": kept},
+        ]
+        try:
+            policy.patch_namespaced_pod_disruption_budget("chat", namespace, patch)
+        except ApiException as error:
+            if error.status in (404, 409, 422):  # gone already, or changed since the read (409, or 422: the test)
+                return error.status == 404
+            raise
+        return True
+
+    wait_for(released, DEADLINE_S, "the test's finalizer taken off the budget")
+
+
 @pytest.mark.timeout(300)  # its own control plane starts first
 def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_path: Path) -> None:
     with populate.admin_api(two_servers.kubeconfig) as api, temporary_namespace(api, "drain-budget") as namespace:
@@ -177,14 +218,34 @@ def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_p
                 "PodDisruptionBudget chat: maxUnavailable 2 -> maxUnavailable 1": 1,
             }
             wait_for(lambda: budget_events(core, namespace) == applied, DEADLINE_S, "the Events saying what it was")
-            custom(api).patch_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat",
-                {"spec": {"disruptionBudget": None}},
-            )  # fmt: skip
+            # The service stops asking while a finalizer holds the budget: the operator's deletion leaves it, marked,
+            # until the finalizer goes. Asked for again meanwhile, the operator proposes nothing for the budget on its
+            # way out, and applies the new one, once, after it is gone.
+            policy.patch_namespaced_pod_disruption_budget("chat", namespace, {"metadata": {"finalizers": [HOLD]}})
+            ask_for(api, namespace, None)
+            wait_for(lambda: budget_deleting(policy, namespace), DEADLINE_S, "the operator deleting the budget")
+            ask_for(api, namespace, 2)
+            wait_quiet(operator, DEADLINE_S)
+            held = policy.read_namespaced_pod_disruption_budget("chat", namespace)
+            assert held.metadata.deletion_timestamp is not None, "still held by the finalizer"
+            assert held.spec.max_unavailable == 1, "nothing written to the budget on its way out"
+            deleted = {"PodDisruptionBudget chat: maxUnavailable 1 -> none (deleted)": 1}
+            assert budget_events(core, namespace) == {**applied, **deleted}
+            release(policy, namespace)
+            wait_for(lambda: budget_says(policy, namespace, 2), DEADLINE_S, "the budget asked for again, applied")
+            again = {"PodDisruptionBudget chat: none -> maxUnavailable 2": 1}
+            wait_for(
+                lambda: budget_events(core, namespace) == {**applied, **deleted, **again},
+                DEADLINE_S,
+                "one Event for the budget applied again",
+            )
+            ask_for(api, namespace, None)
             wait_for(lambda: budget_gone(policy, namespace), DEADLINE_S, "the budget deleted")
             wait_quiet(operator, DEADLINE_S)
             said = budget_events(core, namespace)
-            assert said == {**applied, "PodDisruptionBudget chat: maxUnavailable 1 -> none (deleted)": 1}, said
+            deleted = {"PodDisruptionBudget chat: maxUnavailable 1 -> none (deleted)": 1,
+                       "PodDisruptionBudget chat: maxUnavailable 2 -> none (deleted)": 1}  # fmt: skip
+            assert said == {**applied, **deleted, **again}, said
             assert_check_clean(kubeconfig)
             assert "Forbidden" not in operator.log.read_text(), "the RBAC of manifests/operator is not enough"
         except BaseException:

@@ -377,12 +377,14 @@ def _read_service(
 
 def _found_budget(budget: DisruptionBudget | None, service: ObjectRef) -> FoundBudget | None:
     """The service's budget as the pass compares it with the one it wants (:class:`FoundBudget`)."""
-    if budget is None or budget.metadata.deletion_timestamp is not None:
-        return None  # one being deleted is as good as gone (the garbage collector removes it)
+    if budget is None:
+        return None
     spec = budget.spec
     owned = bool(service.uid) and any(
         o.kind == names.INFERENCE_SERVICE_KIND and o.uid == service.uid for o in budget.metadata.owner_references
     )
+    if budget.metadata.deletion_timestamp is not None:
+        return FoundBudget(kept="", owned=owned, shown="being deleted", deleting=True)
     differs = []
     if not owned:
         differs.append("not owned by the service")

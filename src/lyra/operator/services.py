@@ -25,7 +25,10 @@ service, owned by it, selecting its replicas by their labels. The operator watch
 label (:mod:`lyra.operator.caches`), and a pass whose service's budget is missing or differs from the one it writes
 (another ``maxUnavailable``, selector or owner, or a ``minAvailable``: :class:`~lyra.operator.world.FoundBudget`)
 applies it by server-side apply, the operator's fields forced (a budget deleted or edited by hand is put back on the
-next pass); a service that no longer asks for one has the budget it owns deleted (never one it does not own). Each
+next pass); a service that no longer asks for one has the budget it owns deleted (never one it does not own). A
+budget being deleted (``deletionTimestamp``: the operator's own foreground deletion, or one by hand) is left alone
+until the garbage collector has removed it, and the pass its removal wakes applies the one the service asks for by
+then, once: an apply to a budget on its way out would only change what is about to go, and again each pass. Each
 write has an Event ``DisruptionBudget`` on the budget, saying what it was and what it becomes (not while its write is
 refused or held back). A ``minAvailable`` added by hand cannot be taken off by the apply: the API refuses a budget with
 both, so the write backs off with a Warning Event until someone removes it.
@@ -268,6 +271,8 @@ class ServiceBook:
         budget = service.spec.disruption_budget
         wanted = "" if budget is None else str(budget.max_unavailable)
         found = service.budget
+        if found is not None and found.deleting:
+            return  # the pass its deletion wakes applies the one asked for, if any: once, to a budget that stays
         if budget is None and (found is None or not found.owned):
             return
         if budget is not None and found is not None and found.kept == wanted:

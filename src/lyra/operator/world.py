@@ -190,7 +190,7 @@ class ServiceRecord:
     deployment_template_hash: str = ""
     deployment_version: str = ""
     #: The PodDisruptionBudget named after the service, carrying the service label (the budgets the operator keeps
-    #: are read by that label), as the cluster has it; ``None``: there is none, or it is being deleted.
+    #: are read by that label), as the cluster has it; ``None``: there is none.
     budget: FoundBudget | None = None
 
 
@@ -199,11 +199,14 @@ class FoundBudget:
     """A service's PodDisruptionBudget as read. ``kept``: its ``maxUnavailable`` when the budget is exactly what the
     operator writes for that value (owned by the service, selecting the service's replicas by their labels alone, no
     ``minAvailable``), else ""; ``owned``: the service owns it (the operator deletes no other); ``shown``: what it
-    says, for Events (``maxUnavailable 2``, or how it differs from what the operator writes)."""
+    says, for Events (``maxUnavailable 2``, or how it differs from what the operator writes); ``deleting``: it is
+    being deleted (``deletionTimestamp``: the garbage collector removes it once nothing it owns is left), and an
+    apply would only change the object on its way out."""
 
     kept: str
     owned: bool
     shown: str
+    deleting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

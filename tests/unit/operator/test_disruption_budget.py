@@ -97,6 +97,39 @@ def test_a_budget_deleted_by_hand_is_put_back_by_the_next_pass() -> None:
     assert decide(cluster.world(), CONFIG).is_noop
 
 
+def budget_writes(cluster: FakeCluster) -> list[str]:
+    return [a.max_unavailable for a in decide(cluster.world(), CONFIG).actions if isinstance(a, ApplyDisruptionBudget)]
+
+
+def test_a_budget_being_deleted_is_left_until_it_is_gone_then_the_one_asked_for_is_applied_once() -> None:
+    """The operator deletes a budget in the foreground: it stays, marked, until the garbage collector removes it.
+    A service that asks again meanwhile (or whose budget an admin deletes in the foreground) gets no write to the
+    budget on its way out, pass after pass; once it is gone, one apply and one Event."""
+    for stopped_asking in (True, False):
+        cluster = servers()
+        cluster.add_service(with_budget("chat", 3, 1))
+        settle(cluster, config=CONFIG)
+        if stopped_asking:
+            del cluster.services["serve/chat"]["spec"]["disruptionBudget"]
+            assert budget_writes(cluster) == [""], "the operator deletes the one the service owns"
+        # As the API server answers a foreground deletion: the budget stays, with a deletionTimestamp.
+        cluster.budgets["serve/chat"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        cluster.services["serve/chat"]["spec"]["disruptionBudget"] = {"maxUnavailable": 2}
+        said = len(budget_events(cluster))
+        for _ in range(3):
+            assert budget_writes(cluster) == [], stopped_asking
+            settle(cluster, config=CONFIG)
+            cluster.tick(1)
+        assert cluster.budgets["serve/chat"]["spec"]["maxUnavailable"] == 1, "untouched on its way out"
+        assert len(budget_events(cluster)) == said, "no Event says a change that did not happen"
+        del cluster.budgets["serve/chat"]  # the garbage collector removes it
+        assert budget_writes(cluster) == ["2"]
+        settle(cluster, config=CONFIG)
+        assert cluster.budgets["serve/chat"]["spec"]["maxUnavailable"] == 2
+        assert budget_events(cluster)[said:] == ["PodDisruptionBudget chat: none -> maxUnavailable 2"], stopped_asking
+        assert decide(cluster.world(), CONFIG).is_noop
+
+
 def test_a_budget_edited_by_hand_is_brought_back_and_the_event_says_what_it_was() -> None:
     """Each edit a tenant or an admin can make with ``kubectl edit``: another ``maxUnavailable``, a percentage, a
     selector that takes in other pods, the owner reference dropped. The next pass applies the budget again."""
