@@ -39,6 +39,7 @@ from tests.operator_support import (
     create_service,
     custom,
     inference_service,
+    lyra_check,
     profile_control_plane,
     service_account_kubeconfig,
     t4_servers_profile,
@@ -229,6 +230,12 @@ def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_p
             held = policy.read_namespaced_pod_disruption_budget("chat", namespace)
             assert held.metadata.deletion_timestamp is not None, "still held by the finalizer"
             assert held.spec.max_unavailable == 1, "nothing written to the budget on its way out"
+            code, report = lyra_check(kubeconfig)
+            assert code != 0
+            assert [v["message"] for v in report["violations"]] == [
+                f"asks for maxUnavailable 2, and PodDisruptionBudget chat is being deleted (finalizers: {HOLD}): "
+                "the operator applies it once that one is gone"
+            ]
             deleted = {"PodDisruptionBudget chat: maxUnavailable 1 -> none (deleted)": 1}
             assert budget_events(core, namespace) == {**applied, **deleted}
             release(policy, namespace)

@@ -31,7 +31,8 @@ stable identifier (:class:`Invariant`):
     An InferenceService with ``spec.disruptionBudget.maxUnavailable`` has a PodDisruptionBudget of its name, not
     being deleted, owned by it (its UID), with that ``maxUnavailable``, no ``minAvailable``, and a selector of
     exactly its replicas' two labels (``lyra.dev/service`` its name, ``lyra.dev/role`` inference); a service without
-    the field owns no budget. A service being deleted is not judged.
+    the field owns no budget. A service being deleted is not judged; a budget being deleted is reported with the
+    finalizers that hold it.
 
 Pods are judged by their owner, never by the labels a tenant may edit on its own pods: a *worker* is a pod whose
 controller reference is a TrainingJob (``lyra.dev``), labelled or not; an *inference replica* is a pod labelled
@@ -321,7 +322,9 @@ def _check_budgets(
             continue
         asked = _mapping(_mapping(service.get("spec")).get("disruptionBudget")).get("maxUnavailable")
         budget = by_key.get((namespace, name))
-        if budget is not None and _mapping(budget.get("metadata")).get("deletionTimestamp"):
+        deleting = budget is not None and bool(_mapping(budget.get("metadata")).get("deletionTimestamp"))
+        holding = [_text(f) for f in _sequence(_mapping(budget.get("metadata") if budget else None).get("finalizers"))]
+        if deleting:
             budget = None  # being deleted: as good as gone
         owners = _sequence(_mapping(budget.get("metadata") if budget else None).get("ownerReferences"))
         owned = any(
@@ -337,7 +340,12 @@ def _check_budgets(
                 violation(f"asks for no disruption budget, yet PodDisruptionBudget {name}, which it owns, exists")
             continue
         if budget is None:
-            violation(f"asks for maxUnavailable {asked}, and there is no PodDisruptionBudget {name}")
+            violation(
+                f"asks for maxUnavailable {asked}, and PodDisruptionBudget {name} is being deleted (finalizers: "
+                f"{', '.join(holding) or 'none'}): the operator applies it once that one is gone"
+                if deleting
+                else f"asks for maxUnavailable {asked}, and there is no PodDisruptionBudget {name}"
+            )
             continue
         spec = _mapping(budget.get("spec"))
         wrong = [] if owned else ["is not owned by it"]

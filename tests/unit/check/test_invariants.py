@@ -287,6 +287,16 @@ def test_a_budget_violation_says_what_differs() -> None:
     )
 
 
+def test_a_budget_held_in_deletion_is_reported_with_what_holds_it() -> None:
+    objects = clean_cluster()
+    objects["budgets"][0]["metadata"].update(deletionTimestamp=at(1), finalizers=["example.com/hold"])
+    [violation] = checked(objects).violations
+    assert violation.message == (
+        "asks for maxUnavailable 1, and PodDisruptionBudget chat is being deleted (finalizers: example.com/hold): "
+        "the operator applies it once that one is gone"
+    )
+
+
 @pytest.mark.parametrize(("change", "expected"), [(s[1], s[2]) for s in SCENARIOS], ids=[s[0] for s in SCENARIOS])
 def test_each_broken_invariant_is_found_once(change: Callable[[Objects], None], expected: tuple[str, str, str]) -> None:
     objects = clean_cluster()
