@@ -144,3 +144,7 @@ def test_the_operators_metrics_agree_with_the_clusters_reading(results: dict[str
     assert on["reclaim_mean_h"] is not None
     assert on["reclaim_mean_h"] > 0
     assert (off["lent_gpu_h"], off["reclaims"], off["preemptions"]) == (0, 0, 0)
+    for mode in (on, off):  # the operator's passes, set beside the simulator's decision delay in comparison.md
+        assert mode["passes"] > 0, mode
+        assert mode["pass_mean_ms"] is not None, mode
+        assert mode["pass_mean_ms"] > 0, mode

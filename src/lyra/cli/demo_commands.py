@@ -164,7 +164,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: Path) -> int:
-    from lyra.cli.demo_metrics import PanelFile, beside_table
+    from lyra.cli.demo_metrics import PanelFile, beside_table, decision_cost
     from lyra.cli.demo_plots import plot_day
     from lyra.cli.demo_summary import (
         compare,
@@ -208,12 +208,17 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
     if len(modes) == 2:
         print("\nThe day on the cluster (read from TrainingJob statuses, Events, nodes and the Deployment):")
         print(side_by_side(figures["lyra"], figures["off"]))
-    print("\nThe operator's metrics in Prometheus beside the cluster's reading (trace hours):")
+    print("\nThe operator's metrics in Prometheus beside the cluster's reading (trace hours, passes in wall time):")
     print(beside_table(figures, measured))
+    costs = {
+        mode: decision_cost(day.scenario.scheduler.decision_delay_s, day.speed_up, measured[mode]) for mode in modes
+    }
     for mode in modes:
         print(f"\nThe simulator against the cluster ({mode}):")
         print(comparison_table(mode, tables[mode]))
-    (args.out_dir / "comparison.md").write_text(markdown_table(tables) + "\n")
+        print(costs[mode])
+    notes = "".join(f"\n{mode}: {cost}\n" for mode, cost in costs.items())
+    (args.out_dir / "comparison.md").write_text(markdown_table(tables) + "\n" + notes)
     document = {
         "inputs": {"seconds": day.seconds, "speed_up": day.speed_up, "seed": day.seed, "jobs": len(day.jobs)},
         "live": figures,

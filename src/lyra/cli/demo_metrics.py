@@ -1,7 +1,8 @@
 """The demo's local Prometheus (:class:`lyra.localcluster.prometheus.LocalPrometheus`, one per run): what it scrapes,
 and what is read from it after the run, over the run's window: the Grafana dashboards' panels as PNGs (``lyra
 report``'s code, :func:`lyra.cli.report_panels.write_report`) and the operator's own counts and durations, shown beside
-the same figures read from the cluster (:data:`FIGURES`).
+the same figures read from the cluster (:data:`FIGURES`), and the operator's passes beside the decision delay the
+simulator charges (:func:`decision_cost`).
 
 The operator's clock is the wall clock; its durations are turned into trace hours (times the speed-up) like the
 cluster's. Its counters are read at the end of the run as the largest value each series reached (one operator per run,
@@ -76,6 +77,8 @@ FIGURES: Mapping[str, Figure] = {
     "workers_scaled_in": Figure("flexible workers scaled in", None),
     "queue_wait_per_start_mean_h": Figure("queue wait per start, mean (h)", None),
     "reclaim_wait_mean_h": Figure("replicas waiting on a reclaim, mean (h)", None),
+    "passes": Figure("operator passes", None),
+    "pass_mean_ms": Figure("operator pass, mean (ms of wall time)", None),
 }
 
 
@@ -109,6 +112,9 @@ def prometheus_figures(
         f'sum_over_time(sum({metrics.GPUS.name}{{state="loaned"}})[{day}s:{RESOLUTION_S}s])',
         start + day,
     )
+    # Every pass observes, and a pass's phases add up to it: its mean is all phases' time over the observations.
+    passes = value_at(_total(f'{metrics.PASS_DURATION.name}_count{{phase="{metrics.OBSERVE}"}}', span), end) or 0.0
+    spent = total(f"{metrics.PASS_DURATION.name}_sum")
     return {
         "lent_gpu_h": (lent or 0.0) * RESOLUTION_S * speed_up / 3600,
         "reclaims": total(metrics.RECLAIMS.name),
@@ -117,7 +123,23 @@ def prometheus_figures(
         "workers_scaled_in": total(metrics.SCALED_IN_WORKERS.name),
         "queue_wait_per_start_mean_h": mean_h(metrics.QUEUE_WAIT.name),
         "reclaim_wait_mean_h": mean_h(metrics.INFERENCE_RECLAIM_WAIT.name),
+        "passes": total(metrics.PASSES.name),
+        "pass_mean_ms": spent / passes * 1000 if passes else None,
     }
+
+
+def decision_cost(decision_delay_s: float, speed_up: float, measured: Mapping[str, float | None]) -> str:
+    """What the simulator charges a decision beside what the run's passes took: a pass acts on a change only once it
+    has read, decided and written, time the simulator's ``decision_delay_s`` (the wait for the pass) leaves out."""
+    charged = f"The simulator charges each decision {decision_delay_s:.0f} trace s after the change that calls for it"
+    mean_ms = measured.get("pass_mean_ms")
+    if mean_ms is None:
+        return f"{charged}; Prometheus has no pass of the operator's to set beside it."
+    return (
+        f"{charged} (the wait for the next pass); the operator's {measured.get('passes') or 0:.0f} passes took "
+        f"{mean_ms:.0f} ms of wall time each on average, {mean_ms / 1000 * speed_up:.0f} trace s that the simulator "
+        "does not charge."
+    )
 
 
 def value_at(api: PrometheusApi) -> Callable[[str, float], float | None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lyra.cli.demo_metrics import FIGURES, beside_table, prometheus_figures, scrape_targets
+from lyra.cli.demo_metrics import FIGURES, beside_table, decision_cost, prometheus_figures, scrape_targets
 
 START, END, DAY_WALL_S, SPEED_UP = 1_000.0, 1_250.5, 180.0, 480.0
 
@@ -44,6 +44,9 @@ def test_counts_are_read_at_the_end_and_durations_in_trace_hours() -> None:
             "lyra_training_job_queue_wait_seconds_count": 45.0,
             "lyra_inference_reclaim_wait_seconds_sum": None,
             "lyra_inference_reclaim_wait_seconds_count": 0.0,
+            "lyra_reconcile_passes_total": 41.0,  # one failed: it observed, and its phases count
+            "lyra_reconcile_pass_duration_seconds_count": 40.0,  # the observe phase's
+            "lyra_reconcile_pass_duration_seconds_sum": 1.6,  # all phases'
         }
     )
     figures = prometheus_figures(reader, start=START, end=END, day_wall_s=DAY_WALL_S, speed_up=SPEED_UP)
@@ -55,6 +58,10 @@ def test_counts_are_read_at_the_end_and_durations_in_trace_hours() -> None:
     assert figures["workers_scaled_in"] == 5
     assert figures["queue_wait_per_start_mean_h"] == pytest.approx(2 * SPEED_UP / 3600)
     assert figures["reclaim_wait_mean_h"] is None  # nothing observed: no mean
+    assert figures["passes"] == 41
+    assert figures["pass_mean_ms"] == pytest.approx(1.6 / 40 * 1000)
+    observed = [e for e, _ in reader.asked if "lyra_reconcile_pass_duration_seconds_count" in e]
+    assert observed == ['sum(max_over_time(lyra_reconcile_pass_duration_seconds_count{phase="observe"}[252s]))']
     lent = [(e, t) for e, t in reader.asked if "lyra_gpus" in e]
     # The day only, at its end, one point a second; every count over the whole run, at its end.
     assert lent == [('sum_over_time(sum(lyra_gpus{state="loaned"})[180s:1s])', START + DAY_WALL_S)]
@@ -73,7 +80,21 @@ def test_a_run_without_loans_reads_zero_counts_and_no_means() -> None:
         "workers_scaled_in": 0.0,
         "queue_wait_per_start_mean_h": None,
         "reclaim_wait_mean_h": None,
+        "passes": 0.0,
+        "pass_mean_ms": None,
     }
+
+
+def test_the_decision_cost_sets_the_passes_beside_the_delay_the_simulator_charges() -> None:
+    said = decision_cost(90.0, 720.0, {"passes": 400.0, "pass_mean_ms": 25.0})
+    assert said == (
+        "The simulator charges each decision 90 trace s after the change that calls for it (the wait for the next "
+        "pass); the operator's 400 passes took 25 ms of wall time each on average, 18 trace s that the simulator "
+        "does not charge."
+    )
+    assert decision_cost(90.0, 720.0, {"passes": 0.0, "pass_mean_ms": None}).endswith(
+        "Prometheus has no pass of the operator's to set beside it."
+    )
 
 
 def test_the_table_puts_each_figure_beside_the_clusters_reading() -> None:
