@@ -14,8 +14,7 @@ charges:
   costs ``restart_cost_s``.
 * **Resize** (elastic scale-out or scale-in): ``resize_cost_s`` without progress, plus the rendezvous's pauses by
   what it did: ``leave_detection_s`` if a worker left, ``last_call_s`` if the job is below its maximum after it.
-  **Migration** to another GPU type: a checkpoint and a restart, ``restart_cost_s``, no lost
-  work.
+* **Migration** to another GPU type: a checkpoint and a restart, ``restart_cost_s``, no lost work.
 * A cost of ``c`` seconds is charged as ``c`` seconds of work at the job's new pace.
 * **Reclaim takes time** (:mod:`lyra.sim.loans`): a reclaimed server serves inference only after its training
   workers' grace and a drain; inference demand not met meanwhile is counted.
