@@ -164,7 +164,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: Path) -> int:
-    from lyra.cli.demo_metrics import PanelFile, beside_table, decision_cost
+    from lyra.cli.demo_metrics import PanelFile, beside_table, decision_cost, pass_seconds
     from lyra.cli.demo_plots import plot_day
     from lyra.cli.demo_summary import (
         compare,
@@ -203,7 +203,11 @@ def _play_and_report(args: argparse.Namespace, day: Any, profile: Any, crd_dir: 
     tables = {}
     simulated = {}
     for mode in modes:
-        simulated[mode] = sim_figures(simulate_day(day, mode))
+        took = pass_seconds(measured[mode])
+        if took is None:
+            wait_s = day.scenario.scheduler.decision_delay_s
+            print(f"lyra demo: warning: {mode}: {decision_cost(wait_s, day.speed_up, measured[mode])}", file=sys.stderr)
+        simulated[mode] = sim_figures(simulate_day(day, mode, pass_s=took or 0.0))
         tables[mode] = compare(figures[mode], simulated[mode])
     if len(modes) == 2:
         print("\nThe day on the cluster (read from TrainingJob statuses, Events, nodes and the Deployment):")

@@ -1,8 +1,8 @@
 """The demo's local Prometheus (:class:`lyra.localcluster.prometheus.LocalPrometheus`, one per run): what it scrapes,
 and what is read from it after the run, over the run's window: the Grafana dashboards' panels as PNGs (``lyra
 report``'s code, :func:`lyra.cli.report_panels.write_report`) and the operator's own counts and durations, shown beside
-the same figures read from the cluster (:data:`FIGURES`), and the operator's passes beside the decision delay the
-simulator charges (:func:`decision_cost`).
+the same figures read from the cluster (:data:`FIGURES`), and the mean of the operator's passes, which the simulator
+charges each decision beside the wait for a pass (:func:`pass_seconds`, :func:`decision_cost`).
 
 The operator's clock is the wall clock; its durations are turned into trace hours (times the speed-up) like the
 cluster's. Its counters are read at the end of the run as the largest value each series reached (one operator per run,
@@ -128,17 +128,27 @@ def prometheus_figures(
     }
 
 
-def decision_cost(decision_delay_s: float, speed_up: float, measured: Mapping[str, float | None]) -> str:
-    """What the simulator charges a decision beside what the run's passes took: a pass acts on a change only once it
-    has read, decided and written, time the simulator's ``decision_delay_s`` (the wait for the pass) leaves out."""
-    charged = f"The simulator charges each decision {decision_delay_s:.0f} trace s after the change that calls for it"
+def pass_seconds(measured: Mapping[str, float | None]) -> float | None:
+    """The mean of the run's operator passes in wall seconds (None: Prometheus read none)."""
     mean_ms = measured.get("pass_mean_ms")
-    if mean_ms is None:
-        return f"{charged}; Prometheus has no pass of the operator's to set beside it."
+    return None if mean_ms is None else mean_ms / 1000
+
+
+def decision_cost(wait_s: float, speed_up: float, measured: Mapping[str, float | None]) -> str:
+    """What the simulator charges a decision, in trace seconds: the wait for the next pass (``wait_s``, already in
+    trace seconds), and the pass itself as long as the run's passes took on average (:func:`pass_seconds`), or the
+    wait alone, said so, when Prometheus read no pass."""
+    took = pass_seconds(measured)
+    if took is None:
+        return (
+            f"Prometheus read no pass of the operator's: the simulator charges each decision the wait for the next "
+            f"pass alone ({wait_s:.0f} trace s), not the pass itself."
+        )
     return (
-        f"{charged} (the wait for the next pass); the operator's {measured.get('passes') or 0:.0f} passes took "
-        f"{mean_ms:.0f} ms of wall time each on average, {mean_ms / 1000 * speed_up:.0f} trace s that the simulator "
-        "does not charge."
+        f"The simulator charges each decision {wait_s + took * speed_up:.0f} trace s after the change that calls for "
+        f"it: the wait for the next pass ({wait_s:.0f}), and the pass itself as long as the operator's "
+        f"{measured.get('passes') or 0:.0f} passes took on average ({took * 1000:.0f} ms of wall time, "
+        f"{took * speed_up:.0f} trace s)."
     )
 
 

@@ -18,6 +18,7 @@ from lyra.cli.demo_day import Day, base_only
 from lyra.cli.demo_run import LiveResult
 from lyra.emulator import StepReport
 from lyra.sim.engine import Simulation, SimulationResult
+from lyra.sim.scenario import Scenario
 from lyra.sim.schemes import Admission, Scheme, resolve
 from lyra.sim.workload import Workload
 
@@ -91,8 +92,10 @@ def live_figures(result: LiveResult, day: Day) -> dict[str, float]:
     }
 
 
-def simulate_day(day: Day, mode: str) -> SimulationResult:
-    """The day replayed by the simulator: Lyra's scheme, or loaning and elasticity off (every job at its base)."""
+def simulate_day(day: Day, mode: str, pass_s: float = 0.0) -> SimulationResult:
+    """The day replayed by the simulator: Lyra's scheme, or loaning and elasticity off (every job at its base). A
+    decision comes the scenario's ``decision_delay_s`` (the wait for the next pass) plus ``pass_s`` wall seconds (the
+    pass itself, as the run measured it) times the speed-up after the change that calls for it."""
     if mode == "lyra":
         (scheme,) = resolve("lyra")
         jobs = day.jobs
@@ -101,7 +104,12 @@ def simulate_day(day: Day, mode: str) -> SimulationResult:
     from lyra.sim.workload import Window
 
     workload = Workload(jobs, Window(0.0, day.seconds), 0)
-    return Simulation(workload, day.scenario, scheme, day.load).run()
+    scenario = day.scenario
+    if pass_s:
+        data = scenario.model_dump()
+        data["scheduler"]["decision_delay_s"] += pass_s * day.speed_up
+        scenario = Scenario.model_validate(data)
+    return Simulation(workload, scenario, scheme, day.load).run()
 
 
 def sim_figures(result: SimulationResult) -> dict[str, float]:

@@ -100,6 +100,17 @@ def test_the_simulator_charges_a_resize_what_the_emulator_pauses_the_job(inputs:
     assert rendezvous_pause(job, 4, someone_left=False) == 0.0, "a round that reaches maxWorkers closes at once"
 
 
+def test_the_simulator_charges_a_decision_the_pass_the_run_measured(inputs: tuple[Path, Path]) -> None:
+    """The first job comes to an idle cluster: it starts the wait for a pass after it (half the pass interval, 45 s at
+    360x), and with passes of 0.5 s measured, 180 trace seconds later still."""
+    day = day_of(inputs)
+    waits = []
+    for pass_s in (0.0, 0.5):
+        first = min(simulate_day(day, "lyra", pass_s=pass_s).records, key=lambda r: r.submit_s)  # type: ignore[arg-type]
+        waits.append(first.first_start_s - first.submit_s)
+    assert waits == [pytest.approx(0.25 / 2 * 360), pytest.approx(0.25 / 2 * 360 + 0.5 * 360)]
+
+
 def test_inference_needs_the_simulators_servers(inputs: tuple[Path, Path]) -> None:
     day = day_of(inputs)
     for t in range(0, 86_400, 600):

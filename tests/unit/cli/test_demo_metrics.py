@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from lyra.cli.demo_metrics import FIGURES, beside_table, decision_cost, prometheus_figures, scrape_targets
+from lyra.cli.demo_metrics import (
+    FIGURES,
+    decision_cost,
+    pass_seconds,
+    prometheus_figures,
+    scrape_targets,
+)
 
 START, END, DAY_WALL_S, SPEED_UP = 1_000.0, 1_250.5, 180.0, 480.0
 
@@ -85,28 +91,17 @@ def test_a_run_without_loans_reads_zero_counts_and_no_means() -> None:
     }
 
 
-def test_the_decision_cost_sets_the_passes_beside_the_delay_the_simulator_charges() -> None:
-    said = decision_cost(90.0, 720.0, {"passes": 400.0, "pass_mean_ms": 25.0})
-    assert said == (
-        "The simulator charges each decision 90 trace s after the change that calls for it (the wait for the next "
-        "pass); the operator's 400 passes took 25 ms of wall time each on average, 18 trace s that the simulator "
-        "does not charge."
+def test_the_decision_cost_is_the_wait_for_a_pass_and_the_pass_as_the_run_measured_it() -> None:
+    measured: dict[str, float | None] = {"passes": 400.0, "pass_mean_ms": 25.0}
+    assert pass_seconds(measured) == pytest.approx(0.025)
+    assert decision_cost(90.0, 720.0, measured) == (
+        "The simulator charges each decision 108 trace s after the change that calls for it: the wait for the next "
+        "pass (90), and the pass itself as long as the operator's 400 passes took on average (25 ms of wall time, "
+        "18 trace s)."
     )
-    assert decision_cost(90.0, 720.0, {"passes": 0.0, "pass_mean_ms": None}).endswith(
-        "Prometheus has no pass of the operator's to set beside it."
+    unread: dict[str, float | None] = {"passes": 0.0, "pass_mean_ms": None}
+    assert pass_seconds(unread) is None
+    assert decision_cost(90.0, 720.0, unread) == (
+        "Prometheus read no pass of the operator's: the simulator charges each decision the wait for the next pass "
+        "alone (90 trace s), not the pass itself."
     )
-
-
-def test_the_table_puts_each_figure_beside_the_clusters_reading() -> None:
-    cluster = {"lyra": {"lent_gpu_h": 508.22, "reclaims": 8, "preemptions": 2}, "off": {"lent_gpu_h": 0.0}}
-    prometheus: dict[str, dict[str, float | None]] = {
-        "lyra": {"lent_gpu_h": 505.0, "reclaims": 8, "preemptions": 2, "workers_scaled_in": 5},
-        "off": {"lent_gpu_h": 0.0, "reclaims": 0.0},
-    }
-    lines = beside_table(cluster, prometheus).splitlines()
-    assert lines[0].split() == ["lyra", "cluster", "lyra", "Prometheus", "off", "cluster", "off", "Prometheus"]
-    rows = {line[:40].strip(): line[40:].split() for line in lines[1:]}
-    assert rows["GPU-hours lent (inference pool)"] == ["508.22", "505", "0", "0"]
-    assert rows["servers reclaimed"] == ["8", "8", "-", "0"]
-    assert rows["flexible workers scaled in"] == ["-", "5", "-", "-"]
-    assert rows["reclaim duration mean (h)"] == ["-", "-", "-", "-"]
