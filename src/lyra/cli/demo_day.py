@@ -196,7 +196,8 @@ def scenario_for(
         # The operator never moves a running job to another GPU type (it calls the allocator without a restart
         # cost), so the simulator must not either. It decides on every change, at most every MIN_PASS_INTERVAL_S (it
         # coalesces a burst of events into one pass), and at least every resync. Busy with the day's events, it
-        # passes every MIN_PASS_INTERVAL_S, so a change waits half of one on average for the pass that acts on it.
+        # passes every MIN_PASS_INTERVAL_S, so a change waits half of one on average for the pass that acts on it (the
+        # pass itself is added from the run's measurement: demo_summary.simulate_day).
         "scheduler": {
             "decision_interval_s": MIN_PASS_INTERVAL_S * k,
             "decision_delay_s": MIN_PASS_INTERVAL_S / 2 * k,
