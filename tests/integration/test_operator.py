@@ -180,6 +180,17 @@ def test_live_what_if_holds_a_cordoned_servers_gpus(
         DEADLINE_S,
         "the A100 servers empty of earlier tests' pods",
     )
+    # An earlier test's namespace is deleted when it ends, its TrainingJobs some time later: until then the planner
+    # (as the operator) gives them GPUs (seen in CI: a queued job of 2 A100 servers left the new one none).
+    wait_for(
+        lambda: (
+            not client.CustomObjectsApi(api).list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.TRAINING_JOB_PLURAL
+            )["items"]
+        ),
+        DEADLINE_S,
+        "no TrainingJob left by earlier tests",
+    )
     saved = tmp_path / "cordoned.json"
     with temporary_namespace(api, "what-if-cordon") as namespace:
         create_job(api, namespace, "wide", minWorkers=1, maxWorkers=4, gpusPerWorker=8, gpuTypes=[A100])
