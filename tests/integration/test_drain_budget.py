@@ -147,6 +147,21 @@ def ask_for(api: client.ApiClient, namespace: str, max_unavailable: int | None) 
     )  # fmt: skip
 
 
+def budget_condition(api: client.ApiClient, namespace: str) -> tuple[str, str, str] | None:
+    """The service's ``DisruptionBudget`` condition: status, reason, message (``None``: it has none)."""
+    service = custom(api).get_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.INFERENCE_SERVICE_PLURAL, "chat"
+    )
+    found = [c for c in service.get("status", {}).get("conditions", []) if c["type"] == "DisruptionBudget"]
+    return (found[0]["status"], found[0]["reason"], found[0]["message"]) if found else None
+
+
+def service_warnings(core: client.CoreV1Api, namespace: str) -> Counter[str]:
+    """The Warning Events ``DisruptionBudget`` on the service, by message."""
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.kind=InferenceService").items
+    return Counter(e.message for e in events if e.reason == "DisruptionBudget" and e.type == "Warning")
+
+
 def budget_deleting(policy: client.PolicyV1Api, namespace: str) -> bool:
     return policy.read_namespaced_pod_disruption_budget("chat", namespace).metadata.deletion_timestamp is not None
 
@@ -219,6 +234,8 @@ def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_p
                 "PodDisruptionBudget chat: maxUnavailable 2 -> maxUnavailable 1": 1,
             }
             wait_for(lambda: budget_events(core, namespace) == applied, DEADLINE_S, "the Events saying what it was")
+            in_place = ("True", "BudgetInPlace", "PodDisruptionBudget chat: maxUnavailable 1")
+            wait_for(lambda: budget_condition(api, namespace) == in_place, DEADLINE_S, "the service saying so")
             # The service stops asking while a finalizer holds the budget: the operator's deletion leaves it, marked,
             # until the finalizer goes. Asked for again meanwhile, the operator proposes nothing for the budget on its
             # way out, and applies the new one, once, after it is gone.
@@ -238,8 +255,18 @@ def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_p
             ]
             deleted = {"PodDisruptionBudget chat: maxUnavailable 1 -> none (deleted)": 1}
             assert budget_events(core, namespace) == {**applied, **deleted}
+            holding = (
+                "PodDisruptionBudget chat is being deleted, held by finalizers the garbage collector does not remove "
+                f"({HOLD}): the operator applies maxUnavailable 2 once it is gone"
+            )
+            assert budget_condition(api, namespace) == ("False", "BudgetBeingDeleted", holding)
+            wait_for(
+                lambda: service_warnings(core, namespace) == {holding: 1}, DEADLINE_S, "one Warning on the service"
+            )
             release(policy, namespace)
             wait_for(lambda: budget_says(policy, namespace, 2), DEADLINE_S, "the budget asked for again, applied")
+            in_place = ("True", "BudgetInPlace", "PodDisruptionBudget chat: maxUnavailable 2")
+            wait_for(lambda: budget_condition(api, namespace) == in_place, DEADLINE_S, "the service saying so")
             again = {"PodDisruptionBudget chat: none -> maxUnavailable 2": 1}
             wait_for(
                 lambda: budget_events(core, namespace) == {**applied, **deleted, **again},
@@ -253,6 +280,8 @@ def test_the_services_budget_holds_a_drain_back(two_servers: ControlPlane, tmp_p
             deleted = {"PodDisruptionBudget chat: maxUnavailable 1 -> none (deleted)": 1,
                        "PodDisruptionBudget chat: maxUnavailable 2 -> none (deleted)": 1}  # fmt: skip
             assert said == {**applied, **deleted, **again}, said
+            assert budget_condition(api, namespace) is None, "a service that asks for none carries no such condition"
+            assert service_warnings(core, namespace) == {holding: 1}, "one Warning however many passes it was held"
             assert_check_clean(kubeconfig)
             assert "Forbidden" not in operator.log.read_text(), "the RBAC of manifests/operator is not enough"
         except BaseException:

@@ -22,6 +22,10 @@ APPLIED: Final = "Applied"
 CAPPED: Final = "Capped"
 #: A TrainingJob's: its spec.priority is above its namespace's bound (--max-priority), which orders it (absent if not).
 PRIORITY_BOUNDED: Final = "PriorityBounded"
+#: An InferenceService's that asks for a PodDisruptionBudget (spec.disruptionBudget): True while the budget is the one
+#: asked for; False while it is being applied or waits for one being deleted (absent for a service that asks for none).
+#: Also the reason of the Event on the budget each time it is applied with another maxUnavailable, or deleted.
+DISRUPTION_BUDGET: Final = "DisruptionBudget"
 
 # Reasons on TrainingJobs (conditions and Events) and on the deletion of their workers.
 QUEUED: Final = "Queued"
@@ -57,8 +61,12 @@ SCALED: Final = "Scaled"
 #: The service's rendered pod template changed (its template, gpuType, or what the operator derives): the Deployment's
 #: template is written and the Deployment rolls the replicas.
 TEMPLATE_CHANGED: Final = "TemplateChanged"
-#: The service's PodDisruptionBudget is applied with another maxUnavailable, or deleted (spec.disruptionBudget).
-DISRUPTION_BUDGET: Final = "DisruptionBudget"
+#: The ``DisruptionBudget`` condition's: the budget is the one asked for; the operator is applying it (missing or
+#: different); the one found is being deleted and the operator applies the one asked for once it is gone (a Warning
+#: Event when finalizers other than Kubernetes' own hold it).
+BUDGET_IN_PLACE: Final = "BudgetInPlace"
+BUDGET_APPLYING: Final = "BudgetApplying"
+BUDGET_BEING_DELETED: Final = "BudgetBeingDeleted"
 #: Every replica that needed a reclaim's servers runs (the Event says how long they waited).
 RECLAIM_SERVED: Final = "ReclaimServed"
 

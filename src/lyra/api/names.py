@@ -37,6 +37,9 @@ IDLE_SINCE_ANNOTATION: Final = f"{GROUP}/idle-since"
 TEMPLATE_HASH_ANNOTATION: Final = f"{GROUP}/template-hash"
 #: The kind of the budget the operator keeps per InferenceService that asks for one (named after the service).
 DISRUPTION_BUDGET_KIND: Final = "PodDisruptionBudget"
+#: The finalizers the garbage collector sets and removes itself (a deletion in the foreground, or one that orphans):
+#: any other holds an object being deleted until whoever set it removes it.
+GARBAGE_COLLECTOR_FINALIZERS: Final = frozenset({"foregroundDeletion", "orphan"})
 #: The ReplicaSet controller deletes a Deployment's replicas with the lowest cost first (Kubernetes' own key; the
 #: operator writes it on inference replicas: :mod:`lyra.operator.services`, "Which replicas a scale-down deletes").
 POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"

@@ -198,8 +198,14 @@ class DisruptionBudgetSpec(_Kube):
     selector: LabelSelector = Field(default_factory=LabelSelector)
 
 
+class BudgetMeta(OwnedMeta):
+    """A PodDisruptionBudget's metadata with its finalizers (what holds one being deleted)."""
+
+    finalizers: list[str] = Field(default_factory=list)
+
+
 class DisruptionBudget(_Kube):
     """A PodDisruptionBudget, as the operator reads the ones it keeps for InferenceServices."""
 
-    metadata: OwnedMeta
+    metadata: BudgetMeta
     spec: DisruptionBudgetSpec = Field(default_factory=DisruptionBudgetSpec)

@@ -19,9 +19,9 @@ managed fields and images. What is kept, per kind:
 * Lyra's Deployments (server-side selector on the service label): ``spec.replicas`` and the replica counts and
   conditions of ``status`` (not the pod template: the operator compares the template hash annotation it wrote,
   ``lyra.dev/template-hash``, kept with Lyra's annotations);
-* the PodDisruptionBudgets Lyra keeps for InferenceServices (server-side selector on the service label): ``spec``
-  maxUnavailable, minAvailable and selector (not ``status``: its counts change with every replica's readiness, and
-  the operator does not read them);
+* the PodDisruptionBudgets Lyra keeps for InferenceServices (server-side selector on the service label): their
+  ``metadata.finalizers`` (what holds one being deleted), ``spec`` maxUnavailable, minAvailable and selector (not
+  ``status``: its counts change with every replica's readiness, and the operator does not read them);
 * TrainingJobs and InferenceServices: everything but managed fields (they are Lyra's own, and small).
 """
 
@@ -166,8 +166,12 @@ def slim_deployment(raw: Mapping[str, Any]) -> JsonObject:
 
 
 def slim_budget(raw: Mapping[str, Any]) -> JsonObject:
+    metadata = _metadata(raw)
+    finalizers = section(raw, "metadata").get("finalizers")
+    if finalizers:
+        metadata["finalizers"] = finalizers
     return {
-        "metadata": _metadata(raw),
+        "metadata": metadata,
         "spec": _picked(section(raw, "spec"), ("maxUnavailable", "minAvailable", "selector")),
     }
 

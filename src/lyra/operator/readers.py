@@ -384,7 +384,9 @@ def _found_budget(budget: DisruptionBudget | None, service: ObjectRef) -> FoundB
         o.kind == names.INFERENCE_SERVICE_KIND and o.uid == service.uid for o in budget.metadata.owner_references
     )
     if budget.metadata.deletion_timestamp is not None:
-        return FoundBudget(kept="", owned=owned, shown="being deleted", deleting=True)
+        return FoundBudget(
+            kept="", owned=owned, shown="being deleted", deleting=True, finalizers=tuple(budget.metadata.finalizers)
+        )
     differs = []
     if not owned:
         differs.append("not owned by the service")

@@ -31,7 +31,12 @@ until the garbage collector has removed it, and the pass its removal wakes appli
 then, once: an apply to a budget on its way out would only change what is about to go, and again each pass. Each
 write has an Event ``DisruptionBudget`` on the budget, saying what it was and what it becomes (not while its write is
 refused or held back). A ``minAvailable`` added by hand cannot be taken off by the apply: the API refuses a budget with
-both, so the write backs off with a Warning Event until someone removes it.
+both, so the write backs off with a Warning Event until someone removes it. A service that asks for a budget carries
+the condition ``DisruptionBudget``: True (``BudgetInPlace``) while the budget is the one asked for, False
+(``BudgetApplying``) while it is missing or differs and the operator applies it, False (``BudgetBeingDeleted``) while
+the one found is being deleted. A finalizer other than the garbage collector's own (``foregroundDeletion``,
+``orphan``) can hold such a budget for good; the condition names it, with one Warning Event on the service, since no
+budget protects the replicas until whoever set the finalizer removes it.
 
 **Which replicas a scale-down deletes.** The ReplicaSet controller deletes a Deployment's replicas with the lowest
 ``controller.kubernetes.io/pod-deletion-cost`` first (after unbound, unready and not-running ones); left alone it
@@ -79,7 +84,7 @@ from lyra.operator.sizing import (
 )
 from lyra.operator.templates import template_problem
 from lyra.operator.timestamps import format_time_ms, parse_time
-from lyra.operator.world import ObjectRef, PodRecord, ServiceRecord, World
+from lyra.operator.world import FoundBudget, ObjectRef, PodRecord, ServiceRecord, World
 
 log = logging.getLogger("lyra.operator")
 
@@ -271,6 +276,7 @@ class ServiceBook:
         budget = service.spec.disruption_budget
         wanted = "" if budget is None else str(budget.max_unavailable)
         found = service.budget
+        self.budget_condition(service, wanted, found)
         if found is not None and found.deleting:
             return  # the pass its deletion wakes applies the one asked for, if any: once, to a budget that stays
         if budget is None and (found is None or not found.owned):
@@ -299,6 +305,48 @@ class ServiceBook:
             f"PodDisruptionBudget {service.ref.name}: {was} -> "
             + (f"maxUnavailable {wanted}" if wanted else "none (deleted)"),
         )
+
+    def budget_condition(self, service: ServiceRecord, wanted: str, found: FoundBudget | None) -> None:
+        """``DisruptionBudget`` on the service's status, for a service that asks for a budget (``wanted``: its
+        ``maxUnavailable``; removed where it asks for none), and a Warning Event when a budget being deleted is held by
+        finalizers the garbage collector does not remove (module docstring)."""
+        status = self.statuses[service.ref.key]
+        was = next((c for c in status.conditions if c.type == conditions.DISRUPTION_BUDGET), None)
+        if not wanted:
+            if was is not None:
+                kept = [c for c in status.conditions if c.type != conditions.DISRUPTION_BUDGET]
+                self.statuses[service.ref.key] = status.model_copy(update={"conditions": kept})
+            return
+        name = service.ref.name
+        held: list[str] = []
+        if found is not None and found.deleting:
+            held = [f for f in found.finalizers if f not in names.GARBAGE_COLLECTOR_FINALIZERS]
+            reason = conditions.BUDGET_BEING_DELETED
+            message = (
+                f"PodDisruptionBudget {name} is being deleted"
+                + (f", held by finalizers the garbage collector does not remove ({', '.join(held)})" if held else "")
+                + f": the operator applies maxUnavailable {wanted} once it is gone"
+            )
+        elif found is not None and found.kept == wanted:
+            reason, message = conditions.BUDGET_IN_PLACE, f"PodDisruptionBudget {name}: maxUnavailable {wanted}"
+        else:
+            reason = conditions.BUDGET_APPLYING
+            message = (
+                f"PodDisruptionBudget {name} "
+                + ("is missing" if found is None else f"has {found.shown}")
+                + f": the operator applies maxUnavailable {wanted}"
+            )
+        self.statuses[service.ref.key] = set_condition(
+            status,
+            conditions.DISRUPTION_BUDGET,
+            reason == conditions.BUDGET_IN_PLACE,
+            reason,
+            message,
+            now=self.changes.now,
+            generation=service.generation,
+        )
+        if held and (was is None or was.message != message):
+            self.changes.emit(service.ref, conditions.DISRUPTION_BUDGET, message, warning=True)
 
     def deletion_costs(self, service: ServiceRecord) -> None:
         """Write the deletion cost of each of the service's replicas whose cost differs from the rule's (module

@@ -201,12 +201,14 @@ class FoundBudget:
     ``minAvailable``), else ""; ``owned``: the service owns it (the operator deletes no other); ``shown``: what it
     says, for Events (``maxUnavailable 2``, or how it differs from what the operator writes); ``deleting``: it is
     being deleted (``deletionTimestamp``: the garbage collector removes it once nothing it owns is left), and an
-    apply would only change the object on its way out."""
+    apply would only change the object on its way out; ``finalizers``: the ones it carries (what holds it, while it
+    is being deleted)."""
 
     kept: str
     owned: bool
     shown: str
     deleting: bool = False
+    finalizers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

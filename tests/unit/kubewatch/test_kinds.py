@@ -7,7 +7,7 @@ import copy
 import json
 from typing import Any
 
-from lyra.kubewatch.kinds import DEPLOYMENTS, INFERENCE_SERVICES, NODES, PODS, TRAINING_JOBS
+from lyra.kubewatch.kinds import DEPLOYMENTS, DISRUPTION_BUDGETS, INFERENCE_SERVICES, NODES, PODS, TRAINING_JOBS
 from lyra.operator.readers import read_world
 
 STAMP = "2027-01-15T08:00:00Z"
@@ -131,6 +131,20 @@ def deployment(name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def budget(name: str) -> dict[str, Any]:
+    """A service's budget as the API server returns it while a finalizer of someone else holds it in deletion."""
+    return {
+        "metadata": {"name": name, "namespace": "serve", "uid": f"uid-pdb-{name}", "resourceVersion": "11",
+                     "labels": {"lyra.dev/service": name}, "deletionTimestamp": STAMP,
+                     "finalizers": ["foregroundDeletion", "backup.example.com/hold"],
+                     "ownerReferences": [{"apiVersion": "lyra.dev/v1alpha1", "kind": "InferenceService", "name": name,
+                                          "uid": f"uid-{name}", "controller": True}],
+                     "managedFields": [{"manager": "lyra-operator"}]},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"lyra.dev/service": name}}},
+        "status": {"currentHealthy": 2, "desiredHealthy": 1, "disruptionsAllowed": 1, "expectedPods": 2},
+    }  # fmt: skip
+
+
 def slimmed(kind: Any, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [kind.slim(raw) for raw in objects if kind.keep(raw)]
 
@@ -151,11 +165,15 @@ def test_a_world_read_from_slimmed_objects_is_the_world_read_from_the_api_server
         "jobs": [job("job")],
         "services": [service("svc")],
         "deployments": [deployment("svc")],
+        "budgets": [budget("svc")],
     }
     kinds = {"nodes": NODES, "pods": PODS, "jobs": TRAINING_JOBS, "services": INFERENCE_SERVICES}
-    kinds["deployments"] = DEPLOYMENTS
+    kinds["deployments"], kinds["budgets"] = DEPLOYMENTS, DISRUPTION_BUDGETS
     slim = {name: slimmed(kinds[name], copy.deepcopy(items)) for name, items in objects.items()}
     assert read_world(NOW, **slim) == read_world(NOW, **objects)
+    (found,) = (s.budget for s in read_world(NOW, **slim).services)
+    assert found is not None
+    assert found.finalizers == ("foregroundDeletion", "backup.example.com/hold")
     assert len(read_world(NOW, **slim).pods) == 4
     assert {p.ref.name: p.nominated for p in read_world(NOW, **slim).pods}["preemptor"] == "t4-1"
     assert len(json.dumps(slim)) < len(json.dumps(objects)) / 3

@@ -101,6 +101,51 @@ def budget_writes(cluster: FakeCluster) -> list[str]:
     return [a.max_unavailable for a in decide(cluster.world(), CONFIG).actions if isinstance(a, ApplyDisruptionBudget)]
 
 
+def budget_condition(cluster: FakeCluster, key: str = "serve/chat") -> tuple[str, str, str] | None:
+    """The service's ``DisruptionBudget`` condition as stored: status, reason, message (``None``: it has none)."""
+    found = [
+        c for c in cluster.services[key].get("status", {}).get("conditions", []) if c["type"] == "DisruptionBudget"
+    ]
+    assert len(found) <= 1, found
+    return (found[0]["status"], found[0]["reason"], found[0]["message"]) if found else None
+
+
+def warnings_on_the_service(cluster: FakeCluster) -> list[str]:
+    return [e.message for e in cluster.events if e.ref.kind == "InferenceService" and e.type == "Warning"]
+
+
+def test_the_condition_says_whether_the_budget_asked_for_is_in_place_and_goes_when_none_is_asked() -> None:
+    cluster = servers()
+    cluster.add_service(with_budget("chat", 3, 1))
+    cluster.add_service(with_budget("other", 1, None))
+    decide_once(cluster)
+    assert budget_condition(cluster) == (
+        "False", "BudgetApplying", "PodDisruptionBudget chat is missing: the operator applies maxUnavailable 1"
+    )  # fmt: skip
+    settle(cluster, config=CONFIG)
+    assert budget_condition(cluster) == ("True", "BudgetInPlace", "PodDisruptionBudget chat: maxUnavailable 1")
+    assert budget_condition(cluster, "serve/other") is None, "a service that asks for none carries no such condition"
+    cluster.budgets["serve/chat"]["spec"]["maxUnavailable"] = 3  # kubectl edit
+    decide_once(cluster)
+    assert budget_condition(cluster) == (
+        "False",
+        "BudgetApplying",
+        "PodDisruptionBudget chat has maxUnavailable 3: the operator applies maxUnavailable 1",
+    )
+    settle(cluster, config=CONFIG)
+    assert budget_condition(cluster) == ("True", "BudgetInPlace", "PodDisruptionBudget chat: maxUnavailable 1")
+    del cluster.services["serve/chat"]["spec"]["disruptionBudget"]
+    settle(cluster, config=CONFIG)
+    assert budget_condition(cluster) is None
+    assert warnings_on_the_service(cluster) == []
+    assert decide(cluster.world(), CONFIG).is_noop
+
+
+def decide_once(cluster: FakeCluster) -> None:
+    """One pass, its writes applied."""
+    cluster.apply(decide(cluster.world(), CONFIG))
+
+
 def test_a_budget_being_deleted_is_left_until_it_is_gone_then_the_one_asked_for_is_applied_once() -> None:
     """The operator deletes a budget in the foreground: it stays, marked, until the garbage collector removes it.
     A service that asks again meanwhile (or whose budget an admin deletes in the foreground) gets no write to the
@@ -115,6 +160,7 @@ def test_a_budget_being_deleted_is_left_until_it_is_gone_then_the_one_asked_for_
         # As the API server answers a foreground deletion: the budget stays, with a deletionTimestamp.
         cluster.budgets["serve/chat"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         cluster.services["serve/chat"]["spec"]["disruptionBudget"] = {"maxUnavailable": 2}
+        cluster.budgets["serve/chat"]["metadata"]["finalizers"] = ["foregroundDeletion"]
         said = len(budget_events(cluster))
         for _ in range(3):
             assert budget_writes(cluster) == [], stopped_asking
@@ -122,12 +168,54 @@ def test_a_budget_being_deleted_is_left_until_it_is_gone_then_the_one_asked_for_
             cluster.tick(1)
         assert cluster.budgets["serve/chat"]["spec"]["maxUnavailable"] == 1, "untouched on its way out"
         assert len(budget_events(cluster)) == said, "no Event says a change that did not happen"
+        assert budget_condition(cluster) == (
+            "False",
+            "BudgetBeingDeleted",
+            "PodDisruptionBudget chat is being deleted: the operator applies maxUnavailable 2 once it is gone",
+        ), "the garbage collector's own finalizer holds it for a moment only: no Warning"
+        assert warnings_on_the_service(cluster) == []
         del cluster.budgets["serve/chat"]  # the garbage collector removes it
         assert budget_writes(cluster) == ["2"]
         settle(cluster, config=CONFIG)
         assert cluster.budgets["serve/chat"]["spec"]["maxUnavailable"] == 2
         assert budget_events(cluster)[said:] == ["PodDisruptionBudget chat: none -> maxUnavailable 2"], stopped_asking
+        assert budget_condition(cluster) == ("True", "BudgetInPlace", "PodDisruptionBudget chat: maxUnavailable 2")
         assert decide(cluster.world(), CONFIG).is_noop
+
+
+def test_a_budget_held_in_deletion_by_a_finalizer_of_someone_else_is_named_with_one_warning() -> None:
+    """A finalizer the garbage collector does not remove (a backup tool's, a policy engine's) holds the budget for as
+    long as its owner keeps it, and meanwhile no budget protects the replicas: the condition names the finalizer, one
+    Warning Event on the service says so (not one per pass, nor again after a restart, which reads the condition),
+    another when what holds it changes; once it is gone, the one asked for is applied."""
+    cluster = servers()
+    cluster.add_service(with_budget("chat", 3, 1))
+    settle(cluster, config=CONFIG)
+    held = cluster.budgets["serve/chat"]["metadata"]
+    held["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # kubectl delete pdb chat, with a finalizer on it
+    held["finalizers"] = ["foregroundDeletion", "backup.example.com/hold"]
+    message = (
+        "PodDisruptionBudget chat is being deleted, held by finalizers the garbage collector does not remove "
+        "(backup.example.com/hold): the operator applies maxUnavailable 1 once it is gone"
+    )
+    for _ in range(3):
+        settle(cluster, config=CONFIG)
+        cluster.tick(30)
+    assert budget_condition(cluster) == ("False", "BudgetBeingDeleted", message)
+    assert warnings_on_the_service(cluster) == [message]
+    held["finalizers"] = ["backup.example.com/hold", "audit.example.com/keep"]
+    settle(cluster, config=CONFIG)
+    assert warnings_on_the_service(cluster)[1:] == [
+        "PodDisruptionBudget chat is being deleted, held by finalizers the garbage collector does not remove "
+        "(backup.example.com/hold, audit.example.com/keep): the operator applies maxUnavailable 1 once it is gone"
+    ]
+    assert budget_writes(cluster) == [], "nothing is written to a budget on its way out"
+    del cluster.budgets["serve/chat"]  # the finalizers' owners let go; the garbage collector removes it
+    settle(cluster, config=CONFIG)
+    assert cluster.budgets["serve/chat"]["spec"]["maxUnavailable"] == 1
+    assert budget_condition(cluster) == ("True", "BudgetInPlace", "PodDisruptionBudget chat: maxUnavailable 1")
+    assert len(warnings_on_the_service(cluster)) == 2
+    assert decide(cluster.world(), CONFIG).is_noop
 
 
 def test_a_budget_edited_by_hand_is_brought_back_and_the_event_says_what_it_was() -> None:
