@@ -3,12 +3,14 @@ server ends a stream or refuses one, re-listing only on 410, bookmarks, and wait
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from lyra.kubewatch import Kind, WatchCache
+from lyra.kubewatch.cache import decoded
 from lyra.localcluster.waiting import wait_for
 from tests.unit.kubewatch.fake_server import FakeServer
 
@@ -192,3 +194,11 @@ def test_streams_that_end_at_once_empty_are_reopened_after_a_growing_backoff(
     server.put(thing("t1", 1000))
     wait_for(lambda: settled(cache, server), TIMEOUT_S, "the event once streams stay open")
     assert cache.lists == 1
+
+
+def test_events_decode_as_json_reads_them_integers_past_64_bits_included() -> None:
+    event = {"type": "MODIFIED", "object": {**thing("t", 3), "status": {"big": 2**70, "ratio": 0.25, "ok": True}}}
+    raw = json.dumps(event).encode()
+    assert decoded(raw) == json.loads(raw) == event
+    with pytest.raises(json.JSONDecodeError):
+        decoded(b'{"type": "ADDED", "object": {')
